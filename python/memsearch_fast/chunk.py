@@ -1,0 +1,80 @@
+"""Chunk stage: markdown text → chunks with line ranges and content hashes.
+
+Chunking, hashing and file reading run in Rust on a thread pool with the GIL
+released; this module only chooses defaults and documents the contract.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+
+from memsearch_fast._core import (
+    Chunk,
+    FileChunks,
+    clean_content_for_embedding,
+    compute_chunk_id,
+    content_hash,
+)
+from memsearch_fast._core import chunk_files as _chunk_files
+from memsearch_fast._core import chunk_markdown as _chunk_markdown
+
+__all__ = [
+    "Chunk",
+    "FileChunks",
+    "chunk_files",
+    "chunk_markdown",
+    "clean_content_for_embedding",
+    "compute_chunk_id",
+    "content_hash",
+    "default_workers",
+]
+
+
+def default_workers() -> int:
+    """One worker per core the process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def chunk_markdown(
+    text: str,
+    source: str = "",
+    *,
+    max_chunk_size: int = 1500,
+    overlap_lines: int = 2,
+) -> list[Chunk]:
+    """Split *text* at headings, then paragraphs, lines and sentences.
+
+    Identical to memsearch 0.4.23's chunker except that a line inside a
+    fenced code block is never a heading.
+    """
+    return _chunk_markdown(text, source, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines)
+
+
+def chunk_files(
+    files: Iterable[str | os.PathLike[str]],
+    *,
+    max_chunk_size: int = 1500,
+    overlap_lines: int = 2,
+    workers: int | None = None,
+    batch_chunks: int = 2048,
+) -> Iterator[list[FileChunks]]:
+    """Read, chunk and hash *files* in parallel, yielding bounded batches.
+
+    Each batch holds whole files and at least *batch_chunks* chunks (except
+    the last). A file that cannot be read yields a ``FileChunks`` with
+    ``error`` set; invalid UTF-8 is decoded with replacement characters and
+    flagged with ``invalid_utf8``. Work runs ahead of the consumer by at most
+    a few windows of files, so memory stays bounded for any corpus size.
+    """
+    paths = [os.fspath(f) for f in files]
+    return _chunk_files(
+        paths,
+        max_chunk_size=max_chunk_size,
+        overlap_lines=overlap_lines,
+        workers=workers or default_workers(),
+        batch_chunks=batch_chunks,
+    )

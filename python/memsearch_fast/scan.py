@@ -1,0 +1,63 @@
+"""Scan stage: find the markdown files under the configured paths.
+
+The walk itself runs in Rust; this module validates arguments and reports
+unreadable entries through logging (or a callback) instead of failing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from memsearch_fast._core import ScannedFile
+from memsearch_fast._core import scan_paths as _scan_paths
+
+__all__ = ["ScannedFile", "normalize_ignore_file_names", "scan_paths"]
+
+logger = logging.getLogger("memsearch_fast.scan")
+
+
+def normalize_ignore_file_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Ignore files are bare file names; a path could read outside the roots."""
+    normalized: list[str] = []
+    for raw in names:
+        name = str(raw).strip()
+        if not name or name in {".", ".."} or "/" in name or "\\" in name or Path(name).name != name:
+            raise ValueError(f"ignore file must be a file name without directories: {raw!r}")
+        if name not in normalized:
+            normalized.append(name)
+    return tuple(normalized)
+
+
+def scan_paths(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    extensions: Iterable[str] = (".md", ".markdown"),
+    ignore_hidden: bool = True,
+    ignore_files: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    on_error: Callable[[str], None] | None = None,
+) -> list[ScannedFile]:
+    """Return the markdown files under *paths*, sorted by path.
+
+    A path may be a file (always eligible when its extension matches) or a
+    directory (walked recursively, hidden entries and ignored paths skipped).
+    Missing or unreadable paths are reported to *on_error* (default: a
+    warning on the ``memsearch_fast.scan`` logger), never raised.
+    """
+    roots = [os.path.expanduser(os.fspath(p)) for p in paths]
+    files, errors = _scan_paths(
+        roots,
+        [e.lower() for e in extensions],
+        ignore_hidden,
+        list(normalize_ignore_file_names(ignore_files)),
+        [str(p) for p in exclude],
+    )
+    for message in errors:
+        if on_error is not None:
+            on_error(message)
+        else:
+            logger.warning("skipped %s", message)
+    return files

@@ -1,0 +1,393 @@
+//! Markdown chunking: heading sections, paragraph/line/sentence fallback,
+//! overlap and 1-based inclusive line ranges.
+//!
+//! Output is identical to memsearch 0.4.23's chunker (so chunk ids are
+//! interchangeable), with one deliberate difference: a line inside a fenced
+//! code block is never a heading. The work is linear in the input: the joined
+//! text of a line range is a slice of the input, and lengths are tracked
+//! incrementally instead of re-joining lines.
+
+use crate::hashing::sha256_hex16;
+use crate::pytext::{char_len, is_py_space, py_splitlines, py_strip, strip_html_comments};
+
+/// One chunk, before it crosses into Python.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChunk {
+    pub content: String,
+    pub heading: String,
+    pub heading_level: u8,
+    pub start_line: usize,
+    pub end_line: usize,
+    pub content_hash: String,
+}
+
+/// Returns `(level, title)` when `line` is an ATX heading by the rule
+/// `^(#{1,6})\s+(.+)$` (Python `re`, `\s` = `str.isspace`).
+#[inline]
+pub fn heading_of(line: &str) -> Option<(u8, &str)> {
+    let bytes = line.as_bytes();
+    if bytes.first() != Some(&b'#') {
+        return None;
+    }
+    let hashes = bytes.iter().take_while(|&&b| b == b'#').count();
+    if hashes > 6 {
+        return None;
+    }
+    let rest = &line[hashes..];
+    let mut chars = rest.chars();
+    match chars.next() {
+        Some(c) if is_py_space(c) => {}
+        _ => return None,
+    }
+    // `\s+` takes at least one character and `.+` at least one more.
+    chars.next()?;
+    Some((hashes as u8, py_strip(rest)))
+}
+
+/// Tracks fenced code blocks (``` or ~~~, CommonMark rules) line by line.
+#[derive(Default)]
+pub struct FenceState {
+    open: Option<(u8, usize)>,
+}
+
+impl FenceState {
+    /// Feeds one line; returns true when the line is inside a fence
+    /// (including the fence's own opening and closing lines).
+    pub fn in_fence(&mut self, line: &str) -> bool {
+        let indent = line.bytes().take_while(|&b| b == b' ').count();
+        let marker = if indent <= 3 { fence_marker(&line[indent..]) } else { None };
+        match self.open {
+            Some((ch, len)) => {
+                if let Some((mch, mlen, rest)) = marker {
+                    if mch == ch && mlen >= len && rest.chars().all(is_py_space) {
+                        self.open = None;
+                    }
+                }
+                true
+            }
+            None => {
+                if let Some((mch, mlen, rest)) = marker {
+                    if mch == b'~' || !rest.contains('`') {
+                        self.open = Some((mch, mlen));
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+fn fence_marker(s: &str) -> Option<(u8, usize, &str)> {
+    let ch = *s.as_bytes().first()?;
+    if ch != b'`' && ch != b'~' {
+        return None;
+    }
+    let n = s.bytes().take_while(|&b| b == ch).count();
+    if n < 3 {
+        return None;
+    }
+    Some((ch, n, &s[n..]))
+}
+
+/// True when the section has at least two non-whitespace characters outside
+/// HTML comments and heading lines (the reference drops emptier sections).
+fn has_meaningful_content(section: &str) -> bool {
+    let stripped = strip_html_comments(section);
+    let mut fence = FenceState::default();
+    let mut seen = 0usize;
+    for line in py_splitlines(&stripped) {
+        if !fence.in_fence(line) && heading_of(line).is_some() {
+            continue;
+        }
+        seen += line.chars().filter(|&c| !is_py_space(c)).take(2 - seen).count();
+        if seen >= 2 {
+            return true;
+        }
+    }
+    false
+}
+
+/// The input split on `\n` with the byte span and code point length of each
+/// line, so any run of lines joined by `\n` is a zero-copy slice.
+struct Lines<'a> {
+    text: &'a str,
+    spans: Vec<(usize, usize)>,
+    chars: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut spans = Vec::new();
+        let mut start = 0;
+        for (i, b) in text.bytes().enumerate() {
+            if b == b'\n' {
+                spans.push((start, i));
+                start = i + 1;
+            }
+        }
+        spans.push((start, text.len()));
+        let chars = spans.iter().map(|&(s, e)| char_len(&text[s..e])).collect();
+        Lines { text, spans, chars }
+    }
+
+    fn line(&self, i: usize) -> &'a str {
+        let (s, e) = self.spans[i];
+        &self.text[s..e]
+    }
+
+    /// Lines `lo..hi` joined by `\n` (empty when the range is empty).
+    fn join(&self, lo: usize, hi: usize) -> &'a str {
+        if lo >= hi {
+            return "";
+        }
+        &self.text[self.spans[lo].0..self.spans[hi - 1].1]
+    }
+}
+
+struct Emitter<'h> {
+    heading: &'h str,
+    level: u8,
+    max_size: usize,
+    out: Vec<RawChunk>,
+}
+
+impl Emitter<'_> {
+    fn emit(&mut self, content: &str, start_line: usize, end_line: usize) {
+        if content.is_empty() {
+            return;
+        }
+        self.out.push(RawChunk {
+            content: content.to_string(),
+            heading: self.heading.to_string(),
+            heading_level: self.level,
+            start_line,
+            end_line,
+            content_hash: sha256_hex16(content.as_bytes()),
+        });
+    }
+
+    fn emit_bounded(&mut self, content: &str, start_line: usize, end_line: usize) {
+        let content = py_strip(content);
+        if content.is_empty() {
+            return;
+        }
+        if content.len() > self.max_size && char_len(content) > self.max_size {
+            for part in split_long_text(content, self.max_size) {
+                self.emit(py_strip(part), start_line, end_line);
+            }
+        } else {
+            self.emit(content, start_line, end_line);
+        }
+    }
+}
+
+/// Chunks one markdown document.
+pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> Vec<RawChunk> {
+    let lines = Lines::new(text);
+    let n = lines.spans.len();
+
+    let mut headings: Vec<(usize, u8, &str)> = Vec::new();
+    let mut fence = FenceState::default();
+    for i in 0..n {
+        let line = lines.line(i);
+        if fence.in_fence(line) {
+            continue;
+        }
+        if let Some((level, title)) = heading_of(line) {
+            headings.push((i, level, title));
+        }
+    }
+
+    let mut sections: Vec<(usize, usize, &str, u8)> = Vec::with_capacity(headings.len() + 1);
+    if headings.first().map_or(true, |h| h.0 > 0) {
+        let end = headings.first().map_or(n, |h| h.0);
+        sections.push((0, end, "", 0));
+    }
+    for (idx, &(line_idx, level, title)) in headings.iter().enumerate() {
+        let next = headings.get(idx + 1).map_or(n, |h| h.0);
+        sections.push((line_idx, next, title, level));
+    }
+
+    let mut chunks = Vec::new();
+    for (start, end, heading, level) in sections {
+        let section_text = py_strip(lines.join(start, end));
+        if section_text.is_empty() || !has_meaningful_content(section_text) {
+            continue;
+        }
+        let mut em = Emitter { heading, level, max_size: max_chunk_size, out: Vec::new() };
+        if section_text.len() <= max_chunk_size || char_len(section_text) <= max_chunk_size {
+            em.emit(section_text, start + 1, end);
+        } else {
+            split_large_section(&lines, start, end, overlap_lines, &mut em);
+        }
+        chunks.append(&mut em.out);
+    }
+    chunks
+}
+
+/// Splits the lines `start..end` of one oversized section: paragraph
+/// boundary first, then line boundary, then sentence/character boundary.
+/// The current window is always a contiguous run of lines `lo..=i`.
+fn split_large_section(lines: &Lines<'_>, start: usize, end: usize, overlap: i64, em: &mut Emitter<'_>) {
+    let max_size = em.max_size;
+    let overlap = overlap.max(0) as usize;
+    let mut lo = start; // first line of the current window
+    let mut count = 0usize; // lines in the window
+    let mut chars = 0usize; // code points in the window's lines, without separators
+
+    let window_len = |count: usize, chars: usize| if count == 0 { 0 } else { chars + count - 1 };
+    let refill = |lo: usize, hi: usize| (lo..hi).map(|j| lines.chars[j]).sum::<usize>();
+
+    for i in start..end {
+        if count == 0 {
+            lo = i;
+        }
+        count += 1;
+        chars += lines.chars[i];
+        let text_len = window_len(count, chars);
+        let line = lines.line(i);
+        let is_paragraph_break = py_strip(line).is_empty() && i + 1 < end;
+        let is_last_line = i == end - 1;
+
+        if text_len >= max_size && is_paragraph_break {
+            em.emit_bounded(lines.join(lo, i + 1), lo + 1, i + 1);
+            let keep = count.min(overlap);
+            lo = i + 1 - keep;
+            count = keep;
+            chars = refill(lo, i + 1);
+            continue;
+        }
+
+        if text_len >= max_size && count > 1 {
+            // Roll back the current line: the previous lines form a chunk and
+            // this line starts the next window after the overlap.
+            let prev = lines.join(lo, i);
+            em.emit_bounded(py_strip(prev), lo + 1, i);
+            let keep = (count - 1).min(overlap);
+            lo = i - keep;
+            count = keep + 1;
+            chars = refill(lo, i + 1);
+            continue;
+        }
+
+        if text_len >= max_size && count == 1 {
+            for part in split_long_text(lines.join(lo, i + 1), max_size) {
+                em.emit(py_strip(part), lo + 1, i + 1);
+            }
+            count = 0;
+            chars = 0;
+            lo = i + 1;
+            continue;
+        }
+
+        if is_last_line {
+            em.emit_bounded(lines.join(lo, i + 1), lo + 1, i + 1);
+            count = 0;
+            chars = 0;
+        }
+    }
+
+    if count > 0 {
+        let remaining = py_strip(lines.join(lo, lo + count));
+        if !remaining.is_empty() {
+            em.emit_bounded(remaining, lo + 1, end);
+        }
+    }
+}
+
+#[inline]
+fn is_cjk(c: char) -> bool {
+    matches!(c, '\u{4E00}'..='\u{9FFF}' | '\u{3040}'..='\u{30FF}' | '\u{AC00}'..='\u{D7AF}')
+}
+
+/// End (exclusive, in code points) of a sentence-ending match starting at
+/// `j`, searching as if the text ended at `endpos`.
+#[inline]
+fn sentence_end_at(cs: &[char], j: usize, endpos: usize) -> Option<usize> {
+    let skip_ws = |mut k: usize| {
+        while k < endpos && is_py_space(cs[k]) {
+            k += 1;
+        }
+        k
+    };
+    match cs[j] {
+        '…' => Some(if j + 1 < endpos && cs[j + 1] == '…' { j + 2 } else { j + 1 }),
+        '。' | '\u{FF01}' | '\u{FF1F}' | '\u{FF1B}' => Some(skip_ws(j + 1)),
+        '.' | '!' | '?' | ';' => {
+            if j + 1 == endpos || is_py_space(cs[j + 1]) || is_cjk(cs[j + 1]) {
+                Some(skip_ws(j + 1))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Splits text longer than `max_size` code points into pieces of at most
+/// `max_size`, preferring the last sentence end inside each window.
+pub fn split_long_text(text: &str, max_size: usize) -> Vec<&str> {
+    let max_size = max_size.max(1);
+    let mut offsets: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    offsets.push(text.len());
+    let cs: Vec<char> = text.chars().collect();
+    let total = cs.len();
+
+    let mut parts = Vec::new();
+    let mut pos = 0usize;
+    while total - pos > max_size {
+        let endpos = pos + max_size;
+        let mut best = None;
+        let mut j = pos;
+        while j < endpos {
+            match sentence_end_at(&cs, j, endpos) {
+                Some(e) => {
+                    best = Some(e);
+                    j = e;
+                }
+                None => j += 1,
+            }
+        }
+        let cut = best.unwrap_or(endpos);
+        parts.push(&text[offsets[pos]..offsets[cut]]);
+        pos = cut;
+    }
+    if pos < total {
+        parts.push(&text[offsets[pos]..]);
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heading_rule() {
+        assert_eq!(heading_of("# Title"), Some((1, "Title")));
+        assert_eq!(heading_of("###### Six"), Some((6, "Six")));
+        assert_eq!(heading_of("####### Seven"), None);
+        assert_eq!(heading_of("#Title"), None);
+        assert_eq!(heading_of("# "), None);
+        assert_eq!(heading_of("#  "), Some((1, "")));
+        assert_eq!(heading_of("## Title\r"), Some((2, "Title")));
+    }
+
+    #[test]
+    fn fenced_hash_is_not_heading() {
+        let text = "# Real\nbody text\n```\n# not a heading\n```\nmore";
+        let chunks = chunk_markdown(text, 1500, 2);
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0].heading, "Real");
+        assert_eq!(chunks[0].end_line, 6);
+    }
+
+    #[test]
+    fn long_text_prefers_sentences() {
+        let parts = split_long_text("aaaa. bbbb. cccc", 8);
+        assert_eq!(parts, vec!["aaaa. ", "bbbb. ", "cccc"]);
+        let parts = split_long_text("abcdefghij", 4);
+        assert_eq!(parts, vec!["abcd", "efgh", "ij"]);
+    }
+}

@@ -1,0 +1,270 @@
+//! `memsearch_fast._core`: the CPU-bound, pure part of memsearch-fast —
+//! scanning, chunking and hashing — behind a small typed surface.
+
+pub mod chunker;
+pub mod hashing;
+pub mod pytext;
+pub mod scanner;
+pub mod stream;
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+/// A markdown file found by `scan_paths`.
+#[pyclass(frozen, module = "memsearch_fast._core")]
+struct ScannedFile {
+    path: PathBuf,
+    #[pyo3(get)]
+    mtime: f64,
+    #[pyo3(get)]
+    size: u64,
+}
+
+#[pymethods]
+impl ScannedFile {
+    #[new]
+    fn new(path: PathBuf, mtime: f64, size: u64) -> Self {
+        ScannedFile { path, mtime, size }
+    }
+
+    #[getter]
+    fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.path.as_os_str().into_pyobject(py)?.into_any())
+    }
+
+    fn __fspath__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.path(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ScannedFile(path={:?}, mtime={}, size={})", self.path.display().to_string(), self.mtime, self.size)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.downcast::<ScannedFile>() {
+            Ok(o) => {
+                let o = o.get();
+                o.path == self.path && o.mtime == self.mtime && o.size == self.size
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// One chunk of a markdown document; lines are 1-based and inclusive.
+#[pyclass(frozen, get_all, eq, module = "memsearch_fast._core")]
+#[derive(PartialEq)]
+struct Chunk {
+    content: String,
+    source: String,
+    heading: String,
+    heading_level: u8,
+    start_line: usize,
+    end_line: usize,
+    content_hash: String,
+}
+
+impl Chunk {
+    fn from_raw(raw: chunker::RawChunk, source: &str) -> Self {
+        Chunk {
+            content: raw.content,
+            source: source.to_string(),
+            heading: raw.heading,
+            heading_level: raw.heading_level,
+            start_line: raw.start_line,
+            end_line: raw.end_line,
+            content_hash: raw.content_hash,
+        }
+    }
+}
+
+#[pymethods]
+impl Chunk {
+    /// The composite id under which this chunk is stored for `model`.
+    fn chunk_id(&self, model: &str) -> String {
+        hashing::chunk_id(&self.source, self.start_line as i64, self.end_line as i64, &self.content_hash, model)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Chunk(source={:?}, heading={:?}, heading_level={}, start_line={}, end_line={}, content_hash={:?}, content={} chars)",
+            self.source,
+            self.heading,
+            self.heading_level,
+            self.start_line,
+            self.end_line,
+            self.content_hash,
+            self.content.chars().count()
+        )
+    }
+}
+
+/// The chunks of one file plus what change detection needs.
+#[pyclass(frozen, get_all, module = "memsearch_fast._core")]
+struct FileChunks {
+    path: String,
+    size: u64,
+    mtime: f64,
+    fingerprint: String,
+    chunks: Py<PyList>,
+    error: Option<String>,
+    invalid_utf8: bool,
+}
+
+#[pymethods]
+impl FileChunks {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "FileChunks(path={:?}, size={}, chunks={}, error={:?}, invalid_utf8={})",
+            self.path,
+            self.size,
+            self.chunks.bind(py).len(),
+            self.error,
+            self.invalid_utf8
+        )
+    }
+}
+
+/// Iterator of batches (lists of `FileChunks`) produced in parallel.
+#[pyclass(module = "memsearch_fast._core")]
+struct ChunkStream {
+    stream: stream::Stream,
+    batch_chunks: usize,
+    max_files: usize,
+}
+
+#[pymethods]
+impl ChunkStream {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Py<PyList>> {
+        let (min_chunks, max_files) = (slf.batch_chunks, slf.max_files);
+        let stream = &mut slf.stream;
+        let batch = py.allow_threads(|| stream.next_batch(min_chunks, max_files));
+        if batch.is_empty() {
+            return Err(PyStopIteration::new_err(()));
+        }
+        let mut items = Vec::with_capacity(batch.len());
+        for r in batch {
+            let source = r.source;
+            let chunks = PyList::new(
+                py,
+                r.chunks
+                    .into_iter()
+                    .map(|c| Py::new(py, Chunk::from_raw(c, &source)))
+                    .collect::<PyResult<Vec<_>>>()?,
+            )?;
+            items.push(Py::new(
+                py,
+                FileChunks {
+                    path: source,
+                    size: r.size,
+                    mtime: r.mtime,
+                    fingerprint: r.fingerprint,
+                    chunks: chunks.unbind(),
+                    error: r.error,
+                    invalid_utf8: r.invalid_utf8,
+                },
+            )?);
+        }
+        Ok(PyList::new(py, items)?.unbind())
+    }
+}
+
+fn check_max_chunk_size(max_chunk_size: i64) -> PyResult<usize> {
+    if max_chunk_size < 1 {
+        return Err(PyValueError::new_err("max_chunk_size must be >= 1"));
+    }
+    Ok(max_chunk_size as usize)
+}
+
+/// Scans roots; returns `(files, errors)` — errors are one-line messages.
+#[pyfunction]
+#[pyo3(signature = (paths, extensions, ignore_hidden, ignore_files, exclude))]
+fn scan_paths(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    extensions: Vec<String>,
+    ignore_hidden: bool,
+    ignore_files: Vec<String>,
+    exclude: Vec<String>,
+) -> PyResult<(Vec<Py<ScannedFile>>, Vec<String>)> {
+    let opts = scanner::ScanOptions { extensions, ignore_hidden, ignore_files, exclude };
+    let outcome = py.allow_threads(|| scanner::scan(&paths, &opts));
+    let files = outcome
+        .files
+        .into_iter()
+        .map(|f| Py::new(py, ScannedFile { path: f.path, mtime: f.mtime, size: f.size }))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((files, outcome.errors))
+}
+
+/// Splits markdown text into chunks (see `memsearch_fast.chunk_markdown`).
+#[pyfunction]
+#[pyo3(signature = (text, source = "", *, max_chunk_size = 1500, overlap_lines = 2))]
+fn chunk_markdown(
+    py: Python<'_>,
+    text: &str,
+    source: &str,
+    max_chunk_size: i64,
+    overlap_lines: i64,
+) -> PyResult<Vec<Chunk>> {
+    let max = check_max_chunk_size(max_chunk_size)?;
+    let raw = py.allow_threads(|| chunker::chunk_markdown(text, max, overlap_lines));
+    Ok(raw.into_iter().map(|c| Chunk::from_raw(c, source)).collect())
+}
+
+/// Reads, chunks and hashes `files` on `workers` threads; see `chunk_files`.
+#[pyfunction]
+#[pyo3(signature = (files, *, max_chunk_size = 1500, overlap_lines = 2, workers = 1, batch_chunks = 2048, max_files = 4096))]
+fn chunk_files(
+    files: Vec<PathBuf>,
+    max_chunk_size: i64,
+    overlap_lines: i64,
+    workers: usize,
+    batch_chunks: usize,
+    max_files: usize,
+) -> PyResult<ChunkStream> {
+    let params = stream::ChunkParams { max_chunk_size: check_max_chunk_size(max_chunk_size)?, overlap_lines };
+    let stream = stream::Stream::start(files, params, workers).map_err(PyValueError::new_err)?;
+    Ok(ChunkStream { stream, batch_chunks: batch_chunks.max(1), max_files: max_files.max(1) })
+}
+
+/// `sha256("markdown:{source}:{start}:{end}:{content_hash}:{model}")[:16]`.
+#[pyfunction]
+fn compute_chunk_id(source: &str, start_line: i64, end_line: i64, content_hash: &str, model: &str) -> String {
+    hashing::chunk_id(source, start_line, end_line, content_hash, model)
+}
+
+/// First 16 hex digits of the SHA-256 of `text` (UTF-8).
+#[pyfunction]
+fn content_hash(text: &str) -> String {
+    hashing::sha256_hex16(text.as_bytes())
+}
+
+/// HTML comments removed, runs of 3+ newlines collapsed, stripped.
+#[pyfunction]
+fn clean_content_for_embedding(text: &str) -> String {
+    pytext::clean_for_embedding(text)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<ScannedFile>()?;
+    m.add_class::<Chunk>()?;
+    m.add_class::<FileChunks>()?;
+    m.add_class::<ChunkStream>()?;
+    m.add_function(wrap_pyfunction!(scan_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(chunk_markdown, m)?)?;
+    m.add_function(wrap_pyfunction!(chunk_files, m)?)?;
+    m.add_function(wrap_pyfunction!(compute_chunk_id, m)?)?;
+    m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
+    Ok(())
+}

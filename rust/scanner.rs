@@ -1,0 +1,275 @@
+//! Directory scanning with the reference scanner's rules: files or
+//! directories as roots, recursive walk without following directory symlinks
+//! (so symlink loops cannot hang), hidden entries skipped, gitignore-style
+//! ignore files discovered per directory inside each root (never above it),
+//! `exclude` patterns relative to each root, de-duplication by resolved path.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
+
+pub struct ScanOptions {
+    pub extensions: Vec<String>,
+    pub ignore_hidden: bool,
+    pub ignore_files: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub path: PathBuf,
+    pub mtime: f64,
+    pub size: u64,
+}
+
+pub struct ScanOutcome {
+    pub files: Vec<Found>,
+    pub errors: Vec<String>,
+}
+
+/// An I/O error as one line, without Rust's "(os error N)" suffix.
+pub fn io_message(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+fn mtime_of(meta: &fs::Metadata) -> f64 {
+    match meta.modified() {
+        Ok(t) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => -e.duration().as_secs_f64(),
+        },
+        Err(_) => 0.0,
+    }
+}
+
+/// Python's `Path.suffix.lower()`: the last dot-suffix of the final
+/// component, ignoring a leading dot.
+fn suffix_lower(path: &Path) -> String {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return String::new();
+    };
+    let trimmed = name.trim_start_matches('.');
+    match trimmed.rfind('.') {
+        Some(i) if i + 1 < trimmed.len() => trimmed[i..].to_lowercase(),
+        _ => String::new(),
+    }
+}
+
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().first() == Some(&b'.')
+}
+
+struct RootMatcher {
+    root: PathBuf,
+    ignore_files: Vec<String>,
+    by_dir: HashMap<PathBuf, Vec<Gitignore>>,
+    exclude: Option<Gitignore>,
+}
+
+impl RootMatcher {
+    fn new(root: &Path, opts: &ScanOptions) -> Result<Self, String> {
+        let exclude = if opts.exclude.is_empty() {
+            None
+        } else {
+            let mut b = GitignoreBuilder::new(root);
+            for pat in &opts.exclude {
+                b.add_line(None, pat).map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
+            }
+            Some(b.build().map_err(|e| format!("invalid exclude patterns: {e}"))?)
+        };
+        Ok(RootMatcher {
+            root: root.to_path_buf(),
+            ignore_files: opts.ignore_files.clone(),
+            by_dir: HashMap::new(),
+            exclude,
+        })
+    }
+
+    fn enabled(&self) -> bool {
+        self.exclude.is_some() || !self.ignore_files.is_empty()
+    }
+
+    fn load_directory(&mut self, dir: &Path, errors: &mut Vec<String>) {
+        if self.ignore_files.is_empty() || self.by_dir.contains_key(dir) {
+            return;
+        }
+        let mut specs = Vec::new();
+        for name in &self.ignore_files {
+            let path = dir.join(name);
+            if !path.is_file() {
+                continue;
+            }
+            let text = match fs::read(&path) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(e) => {
+                    errors.push(format!("{}: {}", path.display(), io_message(&e)));
+                    continue;
+                }
+            };
+            let mut b = GitignoreBuilder::new(dir);
+            for line in crate::pytext::py_splitlines(&text) {
+                // An invalid pattern is skipped, like git does.
+                let _ = b.add_line(None, line);
+            }
+            match b.build() {
+                Ok(gi) => specs.push(gi),
+                Err(e) => errors.push(format!("{}: {}", path.display(), e)),
+            }
+        }
+        self.by_dir.insert(dir.to_path_buf(), specs);
+    }
+
+    /// Later directories override earlier ones; `exclude` overrides all.
+    fn is_ignored(&self, path: &Path, is_dir: bool) -> bool {
+        let Ok(rel) = path.strip_prefix(&self.root) else {
+            return false;
+        };
+        let mut ignored = false;
+        let mut dir = self.root.clone();
+        let apply = |dir: &Path, ignored: &mut bool| {
+            if let Some(specs) = self.by_dir.get(dir) {
+                let candidate = path.strip_prefix(dir).unwrap_or(path);
+                for spec in specs {
+                    match spec.matched(candidate, is_dir) {
+                        Match::Ignore(_) => *ignored = true,
+                        Match::Whitelist(_) => *ignored = false,
+                        Match::None => {}
+                    }
+                }
+            }
+        };
+        if let Some(parent) = rel.parent() {
+            for part in parent.components() {
+                apply(&dir, &mut ignored);
+                dir.push(part);
+            }
+        }
+        apply(&dir, &mut ignored);
+        if let Some(ex) = &self.exclude {
+            match ex.matched(rel, is_dir) {
+                Match::Ignore(_) => ignored = true,
+                Match::Whitelist(_) => ignored = false,
+                Match::None => {}
+            }
+        }
+        ignored
+    }
+}
+
+struct Collector<'a> {
+    opts: &'a ScanOptions,
+    seen: HashSet<PathBuf>,
+    files: Vec<Found>,
+    errors: Vec<String>,
+}
+
+impl Collector<'_> {
+    fn maybe_add(&mut self, path: PathBuf) {
+        let suffix = suffix_lower(&path);
+        if !self.opts.extensions.iter().any(|e| *e == suffix) {
+            return;
+        }
+        let meta = match fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.errors.push(format!("{}: {}", path.display(), io_message(&e)));
+                return;
+            }
+        };
+        let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if !self.seen.insert(real) {
+            return;
+        }
+        self.files.push(Found { path, mtime: mtime_of(&meta), size: meta.len() });
+    }
+
+    fn walk(&mut self, root: &Path) {
+        let mut matcher = match RootMatcher::new(root, self.opts) {
+            Ok(m) => m,
+            Err(e) => {
+                self.errors.push(e);
+                return;
+            }
+        };
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            matcher.load_directory(&dir, &mut self.errors);
+            let entries = match fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) => {
+                    self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                    continue;
+                }
+            };
+            let mut subdirs = Vec::new();
+            let mut files = Vec::new();
+            for entry in entries {
+                let entry = match entry {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                        continue;
+                    }
+                };
+                let name = entry.file_name();
+                if self.opts.ignore_hidden && is_hidden(&name) {
+                    continue;
+                }
+                let path = entry.path();
+                let Ok(ft) = entry.file_type() else {
+                    files.push(path);
+                    continue;
+                };
+                if ft.is_dir() {
+                    subdirs.push(path);
+                } else if ft.is_symlink() {
+                    // Directory symlinks are not followed (os.walk default).
+                    if !path.is_dir() {
+                        files.push(path);
+                    }
+                } else {
+                    files.push(path);
+                }
+            }
+            for path in files {
+                if matcher.enabled() && matcher.is_ignored(&path, false) {
+                    continue;
+                }
+                self.maybe_add(path);
+            }
+            subdirs.retain(|d| !(matcher.enabled() && matcher.is_ignored(d, true)));
+            subdirs.sort();
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+}
+
+/// Scans `roots` (already expanded by the caller). Missing roots and
+/// unreadable entries are reported in `errors`, never fatal.
+pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
+    let mut c = Collector { opts, seen: HashSet::new(), files: Vec::new(), errors: Vec::new() };
+    for raw in roots {
+        let root = match fs::canonicalize(raw) {
+            Ok(r) => r,
+            Err(e) => {
+                c.errors.push(format!("{}: {}", raw.display(), io_message(&e)));
+                continue;
+            }
+        };
+        if root.is_file() {
+            c.maybe_add(root);
+        } else if root.is_dir() {
+            c.walk(&root);
+        }
+    }
+    c.files.sort_by(|a, b| a.path.cmp(&b.path));
+    ScanOutcome { files: c.files, errors: c.errors }
+}

@@ -1,0 +1,147 @@
+//! Parallel read → decode → chunk → hash of many files, streamed in bounded
+//! batches so a multi-gigabyte corpus is never held in memory at once.
+//!
+//! A producer thread owns a rayon pool of `workers` threads and processes
+//! files in windows; results flow through a bounded channel, so the producer
+//! runs at most a couple of windows ahead of the consumer (backpressure).
+
+use std::fs;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver};
+use rayon::prelude::*;
+
+use crate::chunker::{chunk_markdown, RawChunk};
+use crate::hashing::fingerprint;
+
+/// Everything learned about one file.
+pub struct FileResult {
+    pub path: PathBuf,
+    pub source: String,
+    pub size: u64,
+    pub mtime: f64,
+    pub fingerprint: String,
+    pub chunks: Vec<RawChunk>,
+    pub error: Option<String>,
+    pub invalid_utf8: bool,
+}
+
+#[derive(Clone, Copy)]
+pub struct ChunkParams {
+    pub max_chunk_size: usize,
+    pub overlap_lines: i64,
+}
+
+pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
+    let source = path.to_string_lossy().into_owned();
+    let mut result = FileResult {
+        path,
+        source,
+        size: 0,
+        mtime: 0.0,
+        fingerprint: String::new(),
+        chunks: Vec::new(),
+        error: None,
+        invalid_utf8: false,
+    };
+    let bytes = match fs::read(&result.path) {
+        Ok(b) => b,
+        Err(e) => {
+            result.error = Some(crate::scanner::io_message(&e));
+            return result;
+        }
+    };
+    if let Ok(meta) = fs::metadata(&result.path) {
+        result.mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+    }
+    result.size = bytes.len() as u64;
+    result.fingerprint = fingerprint(&bytes);
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => {
+            result.invalid_utf8 = true;
+            String::from_utf8_lossy(&bytes)
+        }
+    };
+    result.chunks = chunk_markdown(&text, params.max_chunk_size, params.overlap_lines);
+    result
+}
+
+/// Files per parallel window: enough to keep every worker busy, small enough
+/// to bound memory.
+fn window_size(workers: usize) -> usize {
+    (workers * 16).max(16)
+}
+
+pub struct Stream {
+    rx: Option<Receiver<FileResult>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Stream {
+    pub fn start(files: Vec<PathBuf>, params: ChunkParams, workers: usize) -> Result<Self, String> {
+        let workers = workers.max(1);
+        let window = window_size(workers);
+        let (tx, rx) = bounded::<FileResult>(window * 2);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .thread_name(|i| format!("memsearch-chunk-{i}"))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let handle = std::thread::Builder::new()
+            .name("memsearch-chunk-producer".into())
+            .spawn(move || {
+                let mut files = files.into_iter().peekable();
+                while files.peek().is_some() {
+                    let batch: Vec<PathBuf> = files.by_ref().take(window).collect();
+                    let results: Vec<FileResult> =
+                        pool.install(|| batch.into_par_iter().map(|p| process_file(p, params)).collect());
+                    for r in results {
+                        if tx.send(r).is_err() {
+                            return; // consumer went away
+                        }
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Stream { rx: Some(rx), handle: Some(handle) })
+    }
+
+    /// Blocks until at least `min_chunks` chunks (or the end) are available;
+    /// returns an empty vector once everything was delivered.
+    pub fn next_batch(&mut self, min_chunks: usize, max_files: usize) -> Vec<FileResult> {
+        let Some(rx) = &self.rx else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut chunks = 0usize;
+        while chunks < min_chunks && out.len() < max_files {
+            match rx.recv() {
+                Ok(r) => {
+                    chunks += r.chunks.len().max(1);
+                    out.push(r);
+                }
+                Err(_) => {
+                    self.rx = None;
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Dropping the receiver makes the producer's next send fail.
+        self.rx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
