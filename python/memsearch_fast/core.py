@@ -1,0 +1,182 @@
+"""`MemSearch`: the Python API over the index pipeline, search and expand.
+
+Keyword names follow memsearch 0.4.23 so code written against it works here;
+`workers` sets the inference and chunking parallelism. The embedding provider
+and the store are opened on first use, so `expand` and `stats` never load a
+model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memsearch_fast.pipeline import IndexReport, Progress, run_index
+
+DEFAULT_PROVIDER = "onnx"
+
+
+class MemSearch:
+    """Index markdown paths into Milvus and search them."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike[str]] | None = None,
+        *,
+        embedding_provider: str = DEFAULT_PROVIDER,
+        embedding_model: str | None = None,
+        embedding_batch_size: int = 0,
+        embedding_base_url: str | None = None,
+        embedding_api_key: str | None = None,
+        milvus_uri: str = "~/.memsearch/milvus.db",
+        milvus_token: str | None = None,
+        collection: str = "memsearch_chunks",
+        description: str = "",
+        max_chunk_size: int = 1500,
+        overlap_lines: int = 2,
+        ignore_files: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        workers: int | None = None,
+    ) -> None:
+        if max_chunk_size < 1:
+            raise ValueError("max_chunk_size must be >= 1")
+        self.paths = [os.fspath(p) for p in (paths or [])]
+        self.max_chunk_size = max_chunk_size
+        self.overlap_lines = overlap_lines
+        self.ignore_files = list(ignore_files or [])
+        self.exclude = list(exclude or [])
+        self.workers = workers
+        self._provider_args: dict[str, Any] = {
+            "name": embedding_provider,
+            "model": embedding_model or None,
+            "batch_size": embedding_batch_size,
+            "base_url": embedding_base_url or None,
+            "api_key": embedding_api_key or None,
+            "workers": workers,
+        }
+        self._store_args: dict[str, Any] = {
+            "uri": milvus_uri,
+            "token": milvus_token or None,
+            "collection": collection,
+            "description": description,
+        }
+        self._provider: Any = None
+        self._store: Any = None
+
+    # -- lazily opened parts ---------------------------------------------------------
+
+    @property
+    def provider(self) -> Any:
+        if self._provider is None:
+            from memsearch_fast.embeddings import get_provider
+
+            args = dict(self._provider_args)
+            self._provider = get_provider(args.pop("name"), **args)
+        return self._provider
+
+    @property
+    def store(self) -> Any:
+        """The store, created with the provider's dimension when indexing."""
+        if self._store is None:
+            from memsearch_fast.store import MilvusStore
+
+            self._store = MilvusStore(**self._store_args, dimension=self.provider.dimension)
+        return self._store
+
+    def _read_store(self) -> Any:
+        """The store for reads that need no model (expand, stats)."""
+        if self._store is None:
+            from memsearch_fast.store import MilvusStore
+
+            return MilvusStore(**self._store_args)
+        return self._store
+
+    # -- indexing --------------------------------------------------------------------
+
+    async def index(self, force: bool = False) -> int:
+        """Index every configured path; returns the number of chunks written."""
+        return (await self.index_with_report(force=force)).indexed
+
+    async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
+        from memsearch_fast.scan import scan_paths
+
+        scan_errors: list[str] = []
+        files = scan_paths(
+            self.paths, ignore_files=self.ignore_files, exclude=self.exclude, on_error=scan_errors.append
+        )
+        roots = [str(Path(p).expanduser().resolve()) for p in self.paths if Path(p).expanduser().is_dir()]
+        report = await run_index(
+            self.store,
+            self.provider,
+            files,
+            cleanup_roots=roots,
+            force=force,
+            max_chunk_size=self.max_chunk_size,
+            overlap_lines=self.overlap_lines,
+            workers=self.workers,
+            progress=progress,
+        )
+        report.failed[:0] = [_split_error(e) for e in scan_errors]
+        return report
+
+    async def index_file(self, path: str | os.PathLike[str]) -> int:
+        """Index one file; other files' rows are left alone."""
+        resolved = str(Path(path).expanduser().resolve())
+        report = await run_index(
+            self.store,
+            self.provider,
+            [resolved],
+            only_sources=[resolved],
+            max_chunk_size=self.max_chunk_size,
+            overlap_lines=self.overlap_lines,
+            workers=self.workers,
+        )
+        if report.failed:
+            raise OSError(f"{report.failed[0][0]}: {report.failed[0][1]}")
+        return report.indexed
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def search(
+        self, query: str, top_k: int = 10, source_prefix: str | os.PathLike[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Hybrid (dense + BM25) search; dicts carry content, source, heading,
+        chunk_hash, heading_level, start_line, end_line and score."""
+        prefix = str(Path(source_prefix).expanduser().resolve()) if source_prefix is not None else None
+        vector = await self.provider.embed_query(query)
+        return self.store.search(vector, query, top_k=top_k, source_prefix=prefix)
+
+    def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
+        """The stored chunk plus its context from the markdown file."""
+        from memsearch_fast.expand import expand_chunk
+
+        store = self._read_store()
+        try:
+            row = store.get(chunk_hash)
+        finally:
+            if store is not self._store:
+                store.close()
+        if row is None:
+            return None
+        return expand_chunk(row, section=section, lines=lines)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._provider is not None:
+            self._provider.close()
+            self._provider = None
+
+    def __enter__(self) -> MemSearch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _split_error(message: str) -> tuple[str, str]:
+    path, sep, reason = message.partition(": ")
+    return (path, reason) if sep else ("", message)

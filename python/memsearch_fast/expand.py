@@ -1,0 +1,106 @@
+"""Expand: a stored chunk plus its context, read back from the markdown file.
+
+The file is the source of truth, so the context comes from disk, not the
+index: the chunk's whole heading section (found with the same fence-aware
+heading rule as the chunker) or N lines around it. Session anchors
+(``<!-- session:… turn:… transcript:… -->``) in that context are parsed so
+an agent can go on to ``memsearch transcript``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+
+ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)\s+turn:(\S+)\s+transcript:(\S+)\s*-->")
+_HEADING_RE = re.compile(r"^(#{1,6})\s+(.+)$")
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+class ExpandError(Exception):
+    """The chunk's file is gone or unreadable (one-line message)."""
+
+
+def heading_levels(lines: list[str]) -> list[int]:
+    """Heading level per line (0 = not a heading); lines inside fenced code
+    blocks are never headings, as in the chunker."""
+    levels = [0] * len(lines)
+    fence: tuple[str, int] | None = None
+    for i, line in enumerate(lines):
+        m = _FENCE_RE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= fence[1] and not m.group(2).strip():
+                fence = None
+            continue
+        if m and (m.group(1)[0] == "~" or "`" not in m.group(2)):
+            fence = (m.group(1)[0], len(m.group(1)))
+            continue
+        h = _HEADING_RE.match(line)
+        if h:
+            levels[i] = len(h.group(1))
+    return levels
+
+
+def section_bounds(lines: list[str], start_line: int, heading_level: int) -> tuple[int, int]:
+    """0-based [start, end) of the section holding a chunk that starts at
+    1-based `start_line`: back to its heading, forward to the next heading of
+    the same or a higher level."""
+    start = max(0, start_line - 1)
+    end = len(lines)
+    if heading_level <= 0:
+        return min(start, len(lines)), end
+    levels = heading_levels(lines)
+    for i in range(min(start_line, len(lines)) - 1, -1, -1):
+        if 0 < levels[i] <= heading_level:
+            start = i
+            break
+    for i in range(start_line, len(lines)):
+        if 0 < levels[i] <= heading_level:
+            end = i
+            break
+    return start, end
+
+
+def parse_anchor(text: str) -> dict[str, str]:
+    m = ANCHOR_RE.search(text)
+    return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)} if m else {}
+
+
+def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None = None) -> dict[str, Any]:
+    """Context for a stored row: keys chunk_hash, source, heading,
+    start_line, end_line, content, anchor (when found), warning (when the
+    index is behind the file)."""
+    source = row["source"]
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ExpandError(f"source file not found: {source}") from None
+    except OSError as exc:
+        raise ExpandError(f"cannot read {source}: {exc.strerror or exc}") from None
+    all_lines = data.decode("utf-8", errors="replace").splitlines()
+    start_line, end_line = int(row["start_line"]), int(row["end_line"])
+    result: dict[str, Any] = {"chunk_hash": row["chunk_hash"], "source": source, "heading": row.get("heading", "")}
+    if start_line > len(all_lines):
+        result["warning"] = (
+            f"chunk starts at line {start_line} but {source} has {len(all_lines)} lines; "
+            "the index is behind the file (run 'memsearch index' to refresh it)"
+        )
+    if lines is None and not section:
+        lines = 0
+    if lines is not None:
+        lo = max(0, start_line - 1 - max(0, lines))
+        hi = min(len(all_lines), end_line + max(0, lines))
+    else:
+        lo, hi = section_bounds(all_lines, start_line, int(row.get("heading_level", 0) or 0))
+    text = "\n".join(all_lines[lo:hi])
+    result.update(start_line=lo + 1, end_line=hi, content=text)
+    anchor = parse_anchor(text)
+    if anchor:
+        result["anchor"] = anchor
+    return result
+
+
+__all__ = ["ExpandError", "expand_chunk", "heading_levels", "parse_anchor", "section_bounds"]

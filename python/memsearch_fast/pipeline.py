@@ -1,0 +1,190 @@
+"""The index run: scan → chunk → dedup → embed → upsert → flush.
+
+Chunk batches come from the Rust stream on a worker thread; each batch is
+diffed against the stored ids, its new chunks are packed into cross-file
+embedding batches, and embedded rows are upserted while the next batches are
+embedded. Every queue is bounded, so memory does not grow with the corpus.
+Stale rows are deleted only after the new rows are written, and the run ends
+with an explicit flush; an interrupted run leaves rows that the next run
+recognises by id and completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memsearch_fast._core import content_hash
+from memsearch_fast.chunk import chunk_files, default_workers
+from memsearch_fast.dedup import Dedup, FilePlan
+from memsearch_fast.embed import EmbedStage, Pending
+from memsearch_fast.upsert import UpsertStage
+
+
+@dataclass
+class IndexReport:
+    """What an index run did; `failed` lists (path, one-line reason)."""
+
+    files: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    invalid_utf8: list[str] = field(default_factory=list)
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+    deleted: int = 0
+    sources_removed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def indexed(self) -> int:
+        """Chunks written in this run (embedded or with a reused vector)."""
+        return self.embedded + self.reused
+
+
+class Progress(Protocol):
+    """Receives progress; the CLI draws it, library callers may ignore it."""
+
+    def start(self, files: int) -> None: ...
+    def files_done(self, files: int, chunks: int) -> None: ...
+    def chunks_embedded(self, n: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+class _NoProgress:
+    def start(self, files: int) -> None: ...
+    def files_done(self, files: int, chunks: int) -> None: ...
+    def chunks_embedded(self, n: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+def _embed_batch_size(provider: Any) -> int:
+    """Large cross-file batches let the provider sort by length and keep
+    all workers busy; remote APIs get their own batch size."""
+    own = int(getattr(provider, "batch_size", 0) or 32)
+    return max(64, min(1024, own * 8))
+
+
+async def run_index(
+    store: Any,
+    provider: Any,
+    files: Sequence[Any],
+    *,
+    cleanup_roots: Sequence[str] = (),
+    only_sources: Sequence[str] | None = None,
+    force: bool = False,
+    max_chunk_size: int = 1500,
+    overlap_lines: int = 2,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> IndexReport:
+    """Index *files* into *store* with *provider*.
+
+    ``cleanup_roots`` are directory roots whose vanished files are removed
+    from the index; ``only_sources`` limits the stored ids consulted to those
+    sources (explicit-file runs, which prune nothing else).
+    """
+    started = time.perf_counter()
+    progress = progress or _NoProgress()
+    report = IndexReport(files=len(files))
+    progress.start(len(files))
+    model = provider.model_name
+
+    stored = await asyncio.to_thread(lambda: list(store.iter_ids_by_source(only_sources)))
+    dedup = Dedup(model, stored, force=force)
+    del stored
+
+    upsert = UpsertStage(store)
+
+    async def deliver(items: list[Pending]) -> None:
+        await upsert.add(items)
+        progress.chunks_embedded(len(items))
+
+    embed = EmbedStage(provider.embed, deliver, batch_size=_embed_batch_size(provider))
+    stream = chunk_files(
+        files,
+        max_chunk_size=max_chunk_size,
+        overlap_lines=overlap_lines,
+        workers=workers or default_workers(),
+    )
+    stale: list[str] = []
+    failed = True
+    try:
+        while True:
+            batch = await asyncio.to_thread(next, stream, None)
+            if batch is None:
+                break
+            reusable: list[FilePlan] = []
+            to_embed: list[Pending] = []
+            for fc in batch:
+                if fc.error is not None:
+                    report.failed.append((fc.path, fc.error))
+                    dedup.keep(fc.path)
+                    continue
+                try:
+                    fc.path.encode("utf-8")
+                except UnicodeEncodeError:
+                    report.failed.append((fc.path, "file name is not valid UTF-8"))
+                    dedup.keep(fc.path)
+                    continue
+                if fc.invalid_utf8:
+                    report.invalid_utf8.append(fc.path)
+                report.chunks += len(fc.chunks)
+                plan = dedup.plan(fc)
+                if plan.new or plan.stale:
+                    report.changed += 1
+                else:
+                    report.unchanged += 1
+                stale.extend(plan.stale)
+                if plan.new and plan.had_rows and not force:
+                    reusable.append(plan)
+                else:
+                    to_embed.extend(Pending(cid, c) for cid, c in plan.new)
+            if reusable:
+                reused = await _reuse_vectors(store, reusable, to_embed)
+                report.reused += len(reused)
+                await upsert.add(reused)
+            await embed.add(to_embed)
+            progress.files_done(len(batch), sum(len(fc.chunks) for fc in batch))
+        await embed.finish()
+        await upsert.finish()
+        await upsert.delete_ids(stale)
+        orphans = dedup.orphans(cleanup_roots)
+        await upsert.delete_sources(orphans)
+        report.sources_removed = len(orphans)
+        failed = False
+    except BaseException:
+        await embed.cancel()
+        raise
+    finally:
+        # Whatever was written is made durable, even on Ctrl-C or an error.
+        try:
+            await upsert.flush()
+        except Exception:  # noqa: BLE001 - the original error matters more
+            if not failed:
+                raise
+        progress.finish()
+    report.embedded = embed.embedded
+    report.deleted = upsert.deleted
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def _reuse_vectors(store: Any, plans: list[FilePlan], to_embed: list[Pending]) -> list[Pending]:
+    """Reuse stored vectors of identical content (one query for the batch);
+    what has no stored twin goes to `to_embed`."""
+    rows = await asyncio.to_thread(store.rows_for_sources, [p.source for p in plans], ["content", "embedding"])
+    by_hash = {content_hash(r["content"]): r["embedding"] for r in rows}
+    reused: list[Pending] = []
+    for plan in plans:
+        for cid, chunk in plan.new:
+            vector = by_hash.get(chunk.content_hash)
+            if vector is None:
+                to_embed.append(Pending(cid, chunk))
+            else:
+                reused.append(Pending(cid, chunk, list(vector)))
+    return reused

@@ -1,0 +1,233 @@
+"""The index pipeline on real files, real Milvus Lite and the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memsearch_fast import MemSearch
+from memsearch_fast.pipeline import run_index
+from memsearch_fast.scan import scan_paths
+from memsearch_fast.store import MilvusStore
+
+
+@pytest.fixture(scope="module")
+def provider(model_dir: Path):
+    from memsearch_fast.embeddings import get_provider
+
+    p = get_provider("onnx", model=str(model_dir), workers=1)
+    yield p
+    p.close()
+
+
+class CountingProvider:
+    """The real provider, counting the texts it is asked to embed."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.dimension = inner.dimension
+        self.batch_size = inner.batch_size
+        self.texts: list[str] = []
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return await self.inner.embed(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        return await self.inner.embed_query(text)
+
+
+@pytest.fixture
+def store(tmp_path: Path, provider):
+    s = MilvusStore(str(tmp_path / "m.db"), dimension=provider.dimension)
+    yield s
+    s.close()
+
+
+def index(store, provider, root: Path, **kw):
+    counting = CountingProvider(provider)
+    files = scan_paths([root])
+    report = asyncio.run(run_index(store, counting, files, cleanup_roots=[str(root.resolve())], **kw))
+    return report, counting
+
+
+def rows_by_source(store) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _, source in store.iter_ids_by_source():
+        out[source] = out.get(source, 0) + 1
+    return out
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+LONG = "\n\n".join(
+    f"## Part {i}\n" + " ".join(f"Paragraph {i} explains detail {j} of the storage engine." for j in range(12))
+    for i in range(20)
+)
+
+
+def test_index_search_and_noop_reindex(tmp_path: Path, store, provider, sample_dir: Path) -> None:
+    root = tmp_path / "notes"
+    import shutil
+
+    shutil.copytree(sample_dir, root)
+    report, counting = index(store, provider, root)
+    assert report.failed == [] and report.files == 3 and report.changed == 3
+    assert report.embedded == report.chunks == store.count() == len(counting.texts) > 0
+    # The model sees chunk text without the HTML-comment anchors.
+    assert not any("<!--" in t for t in counting.texts)
+
+    vector = asyncio.run(provider.embed_query("which image library made thumbnails faster"))
+    hits = store.search(vector, "which image library made thumbnails faster", top_k=3)
+    assert hits[0]["source"].endswith("2026-11-21.md") and "libvips" in hits[0]["content"]
+
+    again, counting = index(store, provider, root)
+    assert again.embedded == 0 and again.reused == 0 and again.deleted == 0 and counting.texts == []
+    assert again.unchanged == 3 and store.count() == report.chunks
+
+
+def test_edit_insert_delete_and_line_shift_reuse(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    long_file = write(root / "long.md", LONG)
+    write(root / "other.md", "# Other\nunrelated text about gardening\n")
+    first, _ = index(store, provider, root, max_chunk_size=400)
+    before = rows_by_source(store)
+    assert before[str(long_file)] >= 20
+
+    # One line inserted at the top shifts every line number: every id changes,
+    # but only the chunks whose text changed are embedded again.
+    long_file.write_text("# Title line added on top\n" + LONG, encoding="utf-8")
+    shifted, counting = index(store, provider, root, max_chunk_size=400)
+    assert shifted.changed == 1 and shifted.unchanged == 1
+    assert len(counting.texts) <= 2, counting.texts
+    assert shifted.reused >= before[str(long_file)] - 2
+    assert rows_by_source(store)[str(long_file)] == len(
+        [c for c in __import__("memsearch_fast").chunk_markdown(long_file.read_text(), str(long_file), max_chunk_size=400)]
+    )
+
+    # Editing one paragraph re-embeds that chunk only.
+    text = long_file.read_text().replace("Paragraph 7 explains detail 3", "Paragraph 7 now explains the WAL format")
+    long_file.write_text(text, encoding="utf-8")
+    edited, counting = index(store, provider, root, max_chunk_size=400)
+    assert 1 <= len(counting.texts) <= 2 and any("WAL format" in t for t in counting.texts)
+    assert edited.deleted >= 1
+
+    # A deleted file's rows go away; the other file is untouched.
+    (root / "other.md").unlink()
+    removed, counting = index(store, provider, root, max_chunk_size=400)
+    assert removed.sources_removed == 1 and counting.texts == []
+    assert str(root / "other.md") not in rows_by_source(store)
+
+
+def test_force_reembeds_everything(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    write(root / "a.md", "# A\nalpha text here\n\n# B\nbeta text here\n")
+    index(store, provider, root)
+    forced, counting = index(store, provider, root, force=True)
+    assert forced.embedded == 2 == len(counting.texts) and store.count() == 2
+
+
+def test_unreadable_file_does_not_stop_the_run(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    write(root / "good.md", "# Good\nthis file is fine\n")
+    write(root / "bad.md", "# Bad\n").unlink()
+    (root / "bad.md").mkdir()  # a directory named like a file cannot be read
+    files = [str(root / "good.md"), str(root / "bad.md")]
+    report = asyncio.run(run_index(store, provider, files))
+    assert [p for p, _ in report.failed] == [str(root / "bad.md")]
+    assert report.embedded == 1 and store.count() == 1
+
+
+def test_file_that_becomes_unreadable_keeps_its_rows(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    f = write(root / "a.md", "# A\nkeep me indexed\n")
+    index(store, provider, root)
+    files = [str(f)]
+    f.unlink()
+    f.mkdir()
+    report = asyncio.run(run_index(store, provider, files, cleanup_roots=[str(root)]))
+    assert report.failed and store.count() == 1
+
+
+def test_invalid_utf8_is_indexed_and_reported(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "log.md").write_bytes(b"# Log\nbuild output \xff\xfe garbage then the fix worked\n")
+    report, _ = index(store, provider, root)
+    assert report.invalid_utf8 == [str(root / "log.md")] and report.embedded == 1
+
+
+@pytest.mark.parametrize(
+    "name", ['quote"d.md', "back\\slash.md", "it's.md", "new\nline.md", "100%_done.md", "空 白.md"]
+)
+def test_hostile_file_names_round_trip(tmp_path: Path, store, provider, name: str) -> None:
+    root = tmp_path / "notes"
+    write(root / name, "# Hostile\nthe file name is hostile but the text is plain\n")
+    write(root / "plain.md", "# Plain\nan ordinary file\n")
+    first, _ = index(store, provider, root)
+    assert first.failed == [] and store.count() == 2
+    again, counting = index(store, provider, root)
+    assert counting.texts == [] and again.unchanged == 2
+    (root / name).unlink()
+    removed, _ = index(store, provider, root)
+    assert removed.sources_removed == 1 and store.count() == 1
+
+
+def test_explicit_file_paths_prune_nothing_else(tmp_path: Path, provider, model_dir: Path) -> None:
+    root = tmp_path / "notes"
+    a = write(root / "a.md", "# A\nalpha facts\n")
+    write(root / "b.md", "# B\nbeta facts\n")
+    uri = str(tmp_path / "m.db")
+    with MemSearch([root], embedding_model=str(model_dir), milvus_uri=uri) as ms:
+        assert asyncio.run(ms.index()) == 2
+        a.write_text("# A\nalpha facts, revised\n")
+        assert asyncio.run(ms.index_file(a)) == 1
+        assert rows_by_source(ms.store) == {str(a): 1, str(root / "b.md"): 1}
+    with MemSearch([a], embedding_model=str(model_dir), milvus_uri=uri) as ms:
+        report = asyncio.run(ms.index_with_report())
+        assert report.sources_removed == 0 and ms.store.count() == 2
+
+
+def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path) -> None:
+    from benches.corpus import write_corpus
+
+    root = tmp_path / "corpus"
+    write_corpus(root, total_bytes=400_000, seed=5)
+    uri = str(tmp_path / "m.db")
+    code = (
+        "import asyncio, sys\n"
+        "from memsearch_fast import MemSearch\n"
+        f"ms = MemSearch([{str(root)!r}], embedding_model={str(model_dir)!r}, milvus_uri={uri!r}, workers=1)\n"
+        "print(asyncio.run(ms.index()), flush=True)\n"
+        "ms.close()\n"
+    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(12)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 or out, err  # either interrupted or (very fast machine) done
+
+    with MemSearch([root], embedding_model=str(model_dir), milvus_uri=uri) as ms:
+        report = asyncio.run(ms.index_with_report())
+        assert report.failed == []
+        expected = sum(
+            len(fc.chunks)
+            for batch in __import__("memsearch_fast").chunk_files(scan_paths([root]))
+            for fc in batch
+        )
+        assert ms.store.count() == expected
+        again = asyncio.run(ms.index_with_report())
+        assert again.embedded == 0 and again.reused == 0
