@@ -204,7 +204,7 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
     from benches.corpus import write_corpus
 
     root = tmp_path / "corpus"
-    write_corpus(root, total_bytes=400_000, seed=5)
+    write_corpus(root, total_bytes=600_000, seed=5)
     uri = str(tmp_path / "m.db")
     code = (
         "import asyncio, sys\n"
@@ -215,10 +215,17 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(12)
+    # Interrupt once some rows are visible (read through the shared database).
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(2)
+        if os.path.exists(uri):
+            with MilvusStore(uri) as peek:
+                if peek.count() > 0:
+                    break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0 or out, err  # either interrupted or (very fast machine) done
+    assert proc.returncode != 0, (out, err)  # interrupted mid-run
 
     with MemSearch([root], embedding_model=str(model_dir), milvus_uri=uri) as ms:
         report = asyncio.run(ms.index_with_report())
@@ -229,5 +236,7 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
             for fc in batch
         )
         assert ms.store.count() == expected
+        # What the interrupted run wrote was kept and not embedded again.
+        assert 0 < report.embedded < expected
         again = asyncio.run(ms.index_with_report())
         assert again.embedded == 0 and again.reused == 0

@@ -63,10 +63,11 @@ class _NoProgress:
 
 
 def _embed_batch_size(provider: Any) -> int:
-    """Large cross-file batches let the provider sort by length and keep
-    all workers busy; remote APIs get their own batch size."""
+    """Cross-file batches of a few provider batches: enough for the provider
+    to sort by length and keep its workers busy, small enough that little
+    work is lost when a run is interrupted."""
     own = int(getattr(provider, "batch_size", 0) or 32)
-    return max(64, min(1024, own * 8))
+    return max(32, min(512, own * 4))
 
 
 async def run_index(
@@ -104,7 +105,9 @@ async def run_index(
         await upsert.add(items)
         progress.chunks_embedded(len(items))
 
-    embed = EmbedStage(provider.embed, deliver, batch_size=_embed_batch_size(provider))
+    embed = EmbedStage(
+        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=(workers or default_workers()) + 1
+    )
     stream = chunk_files(
         files,
         max_chunk_size=max_chunk_size,
@@ -161,8 +164,11 @@ async def run_index(
         await embed.cancel()
         raise
     finally:
-        # Whatever was written is made durable, even on Ctrl-C or an error.
+        # Vectors already computed are written and made durable, even on
+        # Ctrl-C or an error, so the next run does not embed them again.
         try:
+            if failed:
+                await upsert.finish()
             await upsert.flush()
         except Exception:  # noqa: BLE001 - the original error matters more
             if not failed:
