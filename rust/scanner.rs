@@ -53,7 +53,7 @@ fn mtime_of(meta: &fs::Metadata) -> f64 {
 /// Python's `Path.suffix.lower()`: the last dot-suffix of the final
 /// component, ignoring a leading dot.
 fn suffix_lower(path: &Path) -> String {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy()) else {
         return String::new();
     };
     let trimmed = name.trim_start_matches('.');
@@ -184,6 +184,13 @@ impl Collector<'_> {
                 return;
             }
         };
+        if !meta.is_file() {
+            // A FIFO, socket or device would block or fail the reader.
+            if !meta.is_dir() {
+                self.errors.push(format!("{}: not a regular file", path.display()));
+            }
+            return;
+        }
         let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         if !self.seen.insert(real) {
             return;

@@ -45,6 +45,23 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         error: None,
         invalid_utf8: false,
     };
+    // Never open what is not a regular file: a FIFO would block forever.
+    let meta = match fs::metadata(&result.path) {
+        Ok(meta) if !meta.is_file() => {
+            result.error = Some(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });
+            return result;
+        }
+        Err(e) => {
+            result.error = Some(crate::scanner::io_message(&e));
+            return result;
+        }
+        Ok(meta) => meta,
+    };
+    result.mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64());
     let bytes = match fs::read(&result.path) {
         Ok(b) => b,
         Err(e) => {
@@ -52,13 +69,6 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
             return result;
         }
     };
-    if let Ok(meta) = fs::metadata(&result.path) {
-        result.mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0.0, |d| d.as_secs_f64());
-    }
     result.size = bytes.len() as u64;
     result.fingerprint = fingerprint(&bytes);
     let text = match std::str::from_utf8(&bytes) {

@@ -159,3 +159,25 @@ def test_scanned_file_is_pathlike(tree: Path) -> None:
     (f,) = ms.scan_paths([tree / "a.md"])
     assert open(f).read().startswith("# T")
     assert f == ms.ScannedFile(f.path, f.mtime, f.size)
+
+
+def test_fifo_named_like_markdown_is_reported_not_opened(tree: Path) -> None:
+    fifo = tree / "pipe.md"
+    os.mkfifo(fifo)
+    code = (
+        "import memsearch_fast as ms\n"
+        f"errors = []\nfiles = ms.scan_paths([{str(tree)!r}], on_error=errors.append)\n"
+        f"batches = list(ms.chunk_files([{str(fifo)!r}]))\n"
+        "print(len(files), errors, batches[0][0].error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"7 ['{fifo}: not a regular file'] not a regular file"
+
+
+def test_non_utf8_file_name_is_listed(tmp_path: Path) -> None:
+    raw = os.fsencode(tmp_path) + b"/caf\xe9.md"
+    with open(raw, "wb") as fh:
+        fh.write(b"# Cafe\nsome text\n")
+    (f,) = ms.scan_paths([tmp_path])
+    assert os.fsencode(f.path) == raw

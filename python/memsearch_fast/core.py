@@ -145,8 +145,31 @@ class MemSearch:
         """Hybrid (dense + BM25) search; dicts carry content, source, heading,
         chunk_hash, heading_level, start_line, end_line and score."""
         prefix = str(Path(source_prefix).expanduser().resolve()) if source_prefix is not None else None
+        store = self._search_store()
+        if store is None:
+            return []  # nothing indexed yet
         vector = await self.provider.embed_query(query)
-        return self.store.search(vector, query, top_k=top_k, source_prefix=prefix)
+        return store.search(vector, query, top_k=top_k, source_prefix=prefix)
+
+    def _search_store(self) -> Any:
+        """The store for search: never creates a collection, and checks that
+        the model matches the collection's dimension."""
+        if self._store is None:
+            from memsearch_fast.store import DimensionMismatchError, MilvusStore
+
+            store = MilvusStore(**self._store_args)
+            if not store.exists():
+                store.close()
+                return None
+            if store.dimension != self.provider.dimension:
+                store.close()
+                raise DimensionMismatchError(
+                    f"collection {self._store_args['collection']!r} has dimension {store.dimension} but the "
+                    f"embedding model produces {self.provider.dimension}; run 'memsearch reset' or use the "
+                    "model it was built with"
+                )
+            self._store = store
+        return self._store
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""

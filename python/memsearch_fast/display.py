@@ -1,0 +1,212 @@
+"""What the CLI prints: the index progress bar and text forms of results.
+
+rich is imported only when a progress bar is actually drawn (an interactive
+terminal without ``--quiet``), so other commands never pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+#: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
+SNIPPET_CHARS = 500
+
+
+class NullProgress:
+    """Draws nothing: pipes, logs, CI and ``--quiet``."""
+
+    def start(self, files: int) -> None: ...
+    def files_done(self, files: int, chunks: int) -> None: ...
+    def chunks_embedded(self, n: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+class RichProgress:
+    """A live bar on stderr: files done, chunks seen and embedded, chunks/s, ETA."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("[bold]indexing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("files"),
+            TextColumn("{task.fields[chunks]} chunks, {task.fields[embedded]} embedded ({task.fields[rate]}/s)"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(file=stream or sys.stderr),
+            transient=True,
+        )
+        self._task: Any = None
+        self._chunks = 0
+        self._embedded = 0
+        self._started = 0.0
+
+    def start(self, files: int) -> None:
+        self._started = time.perf_counter()
+        self._task = self._progress.add_task("index", total=files, chunks=0, embedded=0, rate="0")
+        self._progress.start()
+
+    def files_done(self, files: int, chunks: int) -> None:
+        self._chunks += chunks
+        self._progress.update(self._task, advance=files, chunks=self._chunks)
+
+    def chunks_embedded(self, n: int) -> None:
+        self._embedded += n
+        elapsed = max(time.perf_counter() - self._started, 1e-6)
+        self._progress.update(self._task, embedded=self._embedded, rate=f"{self._embedded / elapsed:.0f}")
+
+    def finish(self) -> None:
+        self._progress.stop()
+
+
+def make_progress(quiet: bool = False, stream: TextIO | None = None) -> NullProgress | RichProgress:
+    """A bar only when a person is watching: stderr is a terminal and not ``--quiet``."""
+    stream = stream or sys.stderr
+    if quiet or not _isatty(stream):
+        return NullProgress()
+    return RichProgress(stream)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# -- JSON --------------------------------------------------------------------------------
+
+
+def _json_default(obj: Any) -> Any:
+    """numpy scalars/arrays and other odd values from Milvus rows."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+
+
+# -- text forms ---------------------------------------------------------------------------
+
+
+def format_search(results: list[dict[str, Any]]) -> str:
+    """Hits as memsearch 0.4.23 prints them; long ones end with an expand hint."""
+    if not results:
+        return "No results found."
+    out: list[str] = []
+    for i, r in enumerate(results, 1):
+        out.append("")
+        out.append(f"--- Result {i} (score: {float(r.get('score') or 0):.4f}) ---")
+        out.append(f"Source: {r.get('source', '?')}")
+        if r.get("heading"):
+            out.append(f"Heading: {r['heading']}")
+        content = r.get("content") or ""
+        if len(content) > SNIPPET_CHARS:
+            out.append(content[:SNIPPET_CHARS])
+            out.append(f"  ... [truncated, run 'memsearch expand {r.get('chunk_hash', '')}' for full content]")
+        else:
+            out.append(content)
+    return "\n".join(out)
+
+
+def format_expand(result: dict[str, Any]) -> str:
+    out = [f"Source: {result['source']} (lines {result['start_line']}-{result['end_line']})"]
+    if result.get("heading"):
+        out.append(f"Heading: {result['heading']}")
+    anchor = result.get("anchor")
+    if anchor:
+        out.append(f"Session: {anchor['session']}  Turn: {anchor['turn']}")
+        out.append(f"Transcript: {anchor['transcript']}")
+    out.append("")
+    out.append(result.get("content", ""))
+    return "\n".join(out)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def format_index_report(report: Any) -> str:
+    """The summary on stdout; failures are listed separately (see `format_failures`)."""
+    return "\n".join(
+        [
+            f"Indexed {report.indexed} chunks.",
+            f"  files:   {report.files} scanned, {report.changed} changed, "
+            f"{report.unchanged} unchanged, {len(report.failed)} failed",
+            f"  chunks:  {report.embedded} embedded, {report.reused} reused, {report.deleted} deleted "
+            f"({report.chunks} in scanned files)",
+            f"  sources: {report.sources_removed} removed",
+            f"  time:    {report.seconds:.2f} s",
+        ]
+    )
+
+
+def format_failures(report: Any) -> list[str]:
+    """One line per failed file (``path: reason``) and a note on lossy decoding."""
+    lines: list[str] = []
+    if report.failed:
+        lines.append(f"{_plural(len(report.failed), 'file')} could not be indexed:")
+        lines.extend(f"  {path}: {reason}" if path else f"  {reason}" for path, reason in report.failed)
+    if report.invalid_utf8:
+        lines.append(
+            f"warning: {_plural(len(report.invalid_utf8), 'file')} had invalid UTF-8 "
+            "(indexed with replacement characters):"
+        )
+        lines.extend(f"  {path}" for path in report.invalid_utf8)
+    return lines
+
+
+def index_report_dict(report: Any) -> dict[str, Any]:
+    return {
+        "indexed": report.indexed,
+        "files": report.files,
+        "changed": report.changed,
+        "unchanged": report.unchanged,
+        "failed": [{"path": p, "reason": r} for p, r in report.failed],
+        "invalid_utf8": list(report.invalid_utf8),
+        "chunks": report.chunks,
+        "embedded": report.embedded,
+        "reused": report.reused,
+        "deleted": report.deleted,
+        "sources_removed": report.sources_removed,
+        "seconds": round(report.seconds, 3),
+    }
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    lines = [
+        f"Total indexed chunks: {stats['chunks']}",
+        f"Files: {stats['files']}",
+        f"Dimension: {stats['dimension'] if stats['dimension'] is not None else '-'}",
+        f"Collection: {stats['collection']}",
+        f"URI: {stats['uri']}",
+    ]
+    if stats.get("model"):
+        lines.append(f"Model (configured): {stats['provider']}/{stats['model']}")
+    return "\n".join(lines)
+
+
+def format_config(data: dict[str, Any], label: str) -> str:
+    """A config dict as TOML under a ``# label`` line."""
+    import tomli_w
+
+    body = tomli_w.dumps(data).rstrip() if data else "(empty)"
+    return f"# {label}\n\n{body}"

@@ -1,0 +1,337 @@
+"""The `memsearch` command, run as a real subprocess against Milvus Lite in a
+temporary directory and the shared ONNX model.
+
+Runs that load the model cost a second or two each, so the index → search →
+expand → stats → re-index → edit → delete → reset life cycle is one test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HEAVY = ("onnxruntime", "pymilvus", "numpy", "tokenizers", "rich", "memsearch_fast._core", "pandas", "grpc")
+REFERENCE_COMMANDS = (
+    "compact",
+    "config",
+    "expand",
+    "index",
+    "reset",
+    "search",
+    "skills",
+    "stats",
+    "summarize",
+    "transcript",
+    "watch",
+)
+COMMON_FLAGS = (
+    "--milvus-token",
+    "--milvus-uri",
+    "--default-collection",
+    "--collection",
+    "--api-key",
+    "--base-url",
+    "--batch-size",
+    "--model",
+    "--provider",
+)
+
+
+def make_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
+    env.update(
+        HOME=str(home),
+        MEMSEARCH_LITE_IDLE_TIMEOUT="120",
+        MEMSEARCH_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        PYTHONIOENCODING="utf-8",
+    )
+    home.mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def run(
+    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsearch_fast", *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The command failed with exactly one line on stderr (no traceback)."""
+    assert proc.returncode != 0, proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def env(home: Path) -> dict[str, str]:
+    return make_env(home)
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    """A Milvus Lite database; its shared server is stopped afterwards."""
+    path = tmp_path / "m.db"
+    yield path
+    from memsearch_fast import lite_server
+
+    lite_server.stop_server(str(path))
+
+
+# -- start-up, help, stubs ---------------------------------------------------------------
+
+
+def test_help_is_light_and_lists_every_reference_command(env: dict[str, str], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "memsearch_fast.cli", "--help"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    heavy = sorted(m for m in imported if m in HEAVY or m.split(".")[0] in HEAVY)
+    assert heavy == [], f"--help imported {heavy}"
+    for command in REFERENCE_COMMANDS:
+        assert f"  {command} " in proc.stdout, command
+
+    version = ok(run(["--version"], env))
+    assert version.stdout.startswith("memsearch-fast, version ")
+
+    index_help = ok(run(["index", "--help"], env)).stdout
+    for flag in (*COMMON_FLAGS, "--exclude", "--ignore-file", "--force", "--max-chunk-size", "--description"):
+        assert flag in index_help, flag
+    assert "--workers" in index_help and "--quiet" in index_help
+
+
+def test_unbuilt_commands_report_not_available(env: dict[str, str], tmp_path: Path) -> None:
+    for args in (["watch", str(tmp_path), "--debounce-ms", "10"], ["compact", "-s", "x"], ["transcript", "x", "-t", "1"]):
+        proc = run(args, env)
+        assert proc.returncode == 2
+        one_line_error(proc, "not available")
+
+
+# -- errors that need no model -----------------------------------------------------------
+
+
+def test_errors_are_one_line(env: dict[str, str], tmp_path: Path, sample_dir: Path) -> None:
+    missing = tmp_path / "nope"
+    one_line_error(run(["index", str(missing), "--milvus-uri", str(tmp_path / "a.db")], env), "nope")
+
+    one_line_error(
+        run(["index", str(sample_dir), "-p", "bogus", "--milvus-uri", str(tmp_path / "a.db")], env),
+        "Error:",
+        "bogus",
+    )
+    one_line_error(
+        run(["index", str(sample_dir), "-m", str(tmp_path / "no-model"), "--milvus-uri", str(tmp_path / "a.db")], env),
+        "Error:",
+        "no-model",
+    )
+    # Nothing was created by the failed runs.
+    assert not (tmp_path / "a.db").exists()
+
+    # An unknown collection in a database that does not exist yet: no model is loaded.
+    for args in (["search", "anything"], ["stats"], ["expand", "0123abcd"]):
+        one_line_error(run([*args, "--milvus-uri", str(tmp_path / "b.db"), "-c", "ghost"], env), "'ghost'", "index")
+
+    one_line_error(run(["stats", "--milvus-uri", "http://127.0.0.1:9"], env), "Error:", "unreachable")
+    one_line_error(run(["reset", "--milvus-uri", str(tmp_path / "b.db")], env), "--yes")
+
+
+# -- the whole life cycle ----------------------------------------------------------------
+
+
+def _index(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    return json.loads(ok(run(["index", *args, "-j"], env)).stdout)
+
+
+def test_index_search_expand_stats_reindex_reset(
+    env: dict[str, str], tmp_path: Path, sample_dir: Path, model_dir: Path, db: Path
+) -> None:
+    notes = tmp_path / "notes"
+    shutil.copytree(sample_dir, notes)
+    common = ["--milvus-uri", str(db)]
+    model = ["-m", str(model_dir)]
+
+    # First index: text summary.
+    first = ok(run(["index", str(notes), *model, *common], env))
+    assert first.stdout.startswith("Indexed ")
+    assert "3 scanned, 3 changed, 0 unchanged, 0 failed" in first.stdout
+    total = int(first.stdout.split()[1])
+    assert total > 0
+
+    # Search: JSON schema and the planted facts.
+    hits = json.loads(ok(run(["search", "libvips thumbnails", "-j", *model, *common], env)).stdout)
+    assert isinstance(hits, list) and 0 < len(hits) <= 5
+    types = {
+        "content": str,
+        "source": str,
+        "heading": str,
+        "chunk_hash": str,
+        "heading_level": int,
+        "start_line": int,
+        "end_line": int,
+        "score": float,
+    }
+    for hit in hits:
+        assert set(types) <= set(hit)
+        for key, typ in types.items():
+            assert isinstance(hit[key], typ) and not isinstance(hit[key], bool), (key, hit[key])
+    top = hits[0]
+    assert top["source"] == str((notes / "memory" / "2026-11-21.md").resolve())
+    assert "libvips" in top["content"]
+
+    cjk = json.loads(ok(run(["search", "搜索页面改版", "-k", "2", "-j", *model, *common], env)).stdout)
+    assert len(cjk) <= 2
+    assert "搜索页面" in cjk[0]["content"] and cjk[0]["heading"].startswith("会议记录")
+
+    text = ok(run(["search", "deploy key rotation", "-k", "3", *model, *common], env)).stdout
+    assert "--- Result 1 (score: " in text and "Source: " in text and "Heading: Session 10:02" in text
+
+    # Expand: text, JSON with a parsed anchor, chunk-only view, unknown hash.
+    shown = ok(run(["expand", top["chunk_hash"], *common], env)).stdout
+    assert shown.startswith(f"Source: {top['source']} (lines ")
+    assert "Heading: Session 18:20" in shown and "libvips" in shown
+
+    deploy = next(h for h in json.loads(ok(run(["search", "deploy key rotation", "-j", *model, *common], env)).stdout)
+                  if h["heading"] == "Session 10:02")
+    ctx = json.loads(ok(run(["expand", deploy["chunk_hash"], "-j", *common], env)).stdout)
+    assert set(ctx) == {"chunk_hash", "source", "heading", "start_line", "end_line", "content", "anchor"}
+    assert ctx["anchor"] == {
+        "session": "91bd04",
+        "turn": "3",
+        "transcript": "~/.claude/projects/demo/91bd04.jsonl",
+    }
+    assert ctx["heading"] == "Session 10:02" and ctx["content"].startswith("## Session 10:02")
+    own = json.loads(ok(run(["expand", deploy["chunk_hash"], "--no-section", "-j", *common], env)).stdout)
+    assert own["start_line"] == deploy["start_line"]
+    anchored = ok(run(["expand", deploy["chunk_hash"], *common], env)).stdout
+    assert "Session: 91bd04  Turn: 3" in anchored and "Transcript: ~/.claude/projects/demo/91bd04.jsonl" in anchored
+    one_line_error(run(["expand", "f" * 16, *common], env), "chunk not found")
+
+    # Stats.
+    stats = json.loads(ok(run(["stats", "-j", *common], env)).stdout)
+    assert stats["chunks"] == total and stats["files"] == 3 and stats["dimension"] == 384
+    assert stats["collection"] == "memsearch_chunks"
+    assert f"Total indexed chunks: {total}" in ok(run(["stats", *common], env)).stdout
+
+    # Re-index: nothing to do.
+    again = _index([str(notes), *model, *common], env)
+    assert again["embedded"] == 0 and again["unchanged"] == 3 and again["changed"] == 0 and again["deleted"] == 0
+
+    # Edit one section: only its chunk is embedded.
+    edited = notes / "memory" / "2026-11-21.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "Also tried vipsthumbnail from the CLI.\n", encoding="utf-8")
+    after_edit = _index([str(notes), *model, *common], env)
+    assert after_edit["changed"] == 1 and after_edit["unchanged"] == 2
+    assert 1 <= after_edit["embedded"] <= 2 and after_edit["deleted"] >= 1
+
+    # Delete a file: its rows go.
+    gone = notes / "memory" / "2026-11-20.md"
+    gone.unlink()
+    after_delete = _index([str(notes), *model, *common], env)
+    assert after_delete["sources_removed"] == 1 and after_delete["embedded"] == 0
+    assert json.loads(ok(run(["stats", "-j", *common], env)).stdout)["files"] == 2
+    leftover = ok(run(["search", "anything", "--source-prefix", str(gone), "-j", *model, *common], env)).stdout
+    assert json.loads(leftover) == []
+
+    # A collection built with another dimension: the error names `memsearch reset`.
+    from memsearch_fast.store import MilvusStore
+
+    with MilvusStore(str(db), collection="dim8", dimension=8):
+        pass
+    one_line_error(run(["index", str(notes), *model, *common, "-c", "dim8"], env), "memsearch reset")
+
+    # Reset: refused without --yes and a terminal, done with --yes.
+    one_line_error(run(["reset", *common], env), "--yes")
+    assert json.loads(ok(run(["stats", "-j", *common], env)).stdout)["chunks"] > 0
+    assert "Dropped collection 'memsearch_chunks'" in ok(run(["reset", "--yes", *common], env)).stdout
+    one_line_error(run(["stats", *common], env), "does not exist")
+
+
+def test_failed_file_is_listed_and_exit_code_is_1(
+    env: dict[str, str], tmp_path: Path, model_dir: Path, db: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "good.md").write_text("# Good\n\nReadable note about caching layers.\n", encoding="utf-8")
+    bad = notes / "dangling.md"
+    bad.symlink_to(tmp_path / "missing.md")
+    proc = run(["index", str(notes), "-m", str(model_dir), "--milvus-uri", str(db)], env)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("Indexed ") and "1 failed" in proc.stdout
+    assert any(line.strip().startswith(f"{bad}: ") for line in proc.stderr.splitlines()), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -- Ctrl-C and unexpected errors (in-process, no model) ---------------------------------
+
+
+def _main(args: list[str]) -> int:
+    from memsearch_fast.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    return int(exc.value.code or 0)
+
+
+def test_ctrl_c_and_unexpected_errors(
+    tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memsearch_fast.core import MemSearch
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MEMSEARCH_DEBUG", raising=False)
+    args = ["index", str(sample_dir), "--milvus-uri", str(tmp_path / "m.db")]
+
+    async def interrupted(self: MemSearch, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemSearch, "index_with_report", interrupted)
+    assert _main(args) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted; what was written is kept, rerun to finish"
+
+    async def broken(self: MemSearch, **kwargs: Any) -> Any:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(MemSearch, "index_with_report", broken)
+    assert _main(args) == 1
+    assert capsys.readouterr().err.strip() == "Error: RuntimeError: boom second line"
+
+    monkeypatch.setenv("MEMSEARCH_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        _main(args)
