@@ -1,0 +1,103 @@
+"""Embedding providers: turn chunk texts into L2-normalised vectors.
+
+``get_provider`` is the single entry point the index pipeline uses. Provider
+modules (and onnxruntime, tokenizers, numpy, HTTP clients) are imported only
+when a provider is built, so importing this package stays cheap for CLI start-up
+and agent hooks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+from memsearch_fast.embeddings.errors import (
+    EmbeddingAPIError,
+    EmbeddingError,
+    ModelConversionError,
+    ModelNotFoundError,
+    UnknownProviderError,
+)
+
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "EmbeddingAPIError",
+    "EmbeddingError",
+    "EmbeddingProvider",
+    "ModelConversionError",
+    "ModelNotFoundError",
+    "PROVIDERS",
+    "UnknownProviderError",
+    "get_provider",
+]
+
+DEFAULT_PROVIDER = "onnx"
+
+# name -> (module, class); resolved lazily by get_provider.
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "onnx": ("memsearch_fast.embeddings.onnx", "OnnxEmbedding"),
+    "openai": ("memsearch_fast.embeddings.openai", "OpenAIEmbedding"),
+    "ollama": ("memsearch_fast.embeddings.ollama", "OllamaEmbedding"),
+}
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """What the index pipeline needs from an embedding backend.
+
+    ``embed`` returns one L2-normalised vector (a list of Python floats, the
+    form pymilvus accepts) per input text, in input order. It may be awaited
+    concurrently from several tasks.
+    """
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def embed_query(self, text: str) -> list[float]: ...
+
+    def close(self) -> None: ...
+
+
+def get_provider(
+    name: str = DEFAULT_PROVIDER,
+    *,
+    model: str | None = None,
+    batch_size: int = 0,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    workers: int | None = None,
+    **options: Any,
+) -> EmbeddingProvider:
+    """Build the provider called *name* ("onnx", "openai" or "ollama").
+
+    ``model=None`` and ``batch_size=0`` pick the provider's defaults.
+    ``workers`` is the number of inference workers (onnx) or concurrent
+    requests (HTTP providers). ``base_url``/``api_key`` are ignored by the
+    local onnx provider. Extra keyword ``options`` go to the provider (for
+    example ``quantized=False`` for onnx, ``dimensions=256`` for openai).
+    """
+    key = (name or "").strip().lower()
+    target = PROVIDERS.get(key)
+    if target is None:
+        known = ", ".join(sorted(PROVIDERS))
+        raise UnknownProviderError(f"unknown embedding provider {name!r}; known providers: {known}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+        raise ValueError(f"batch_size must be an integer >= 0 (0 = provider default), got {batch_size!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    module_name, class_name = target
+    cls = getattr(importlib.import_module(module_name), class_name)
+    provider: EmbeddingProvider
+    if key == "onnx":
+        provider = cls(model, batch_size=batch_size, workers=workers, **options)
+    else:
+        provider = cls(model, batch_size=batch_size, base_url=base_url, api_key=api_key, workers=workers, **options)
+    return provider

