@@ -17,7 +17,7 @@ fn main() {
         }
     }
     let total: usize = texts.iter().map(|t| t.len()).sum();
-    for _ in 0..1 {
+    for _ in 0..3 {
         let t = Instant::now();
         let n: usize = texts.iter().map(|x| _core::chunker::chunk_markdown(x, 1500, 2).len()).sum();
         let dt = t.elapsed().as_secs_f64();

@@ -9,6 +9,12 @@ pub mod stream;
 
 use std::path::PathBuf;
 
+// Chunks are allocated on worker threads and freed on the Python thread;
+// mimalloc handles that cross-thread traffic far better than the system
+// allocator (pydantic-core makes the same choice).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;

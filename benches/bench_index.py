@@ -1,0 +1,253 @@
+"""Index pipeline benchmarks (issue targets in README).
+
+Run: python -m pytest benches/bench_index.py --benchmark-enable -s
+Sizes: MEMSEARCH_BENCH_SMALL_MB (default 20), MEMSEARCH_BENCH_LARGE_MB
+(default 100), MEMSEARCH_BENCH_MODEL_MB (real-model run, default 1),
+MEMSEARCH_BENCH_REF_MB (reference comparison, default 5; 0 skips it).
+
+Each measured index run happens in a fresh subprocess so that peak RSS
+(ru_maxrss) belongs to that run alone. The zero-cost embedder returns a fixed
+vector: it isolates what the pipeline itself costs (scan, chunk, dedup,
+upsert, flush) from the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benches.corpus import write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_DIR = Path(os.environ.get("MEMSEARCH_TEST_MODEL_DIR", ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"))
+SMALL_MB = int(os.environ.get("MEMSEARCH_BENCH_SMALL_MB", "20"))
+LARGE_MB = int(os.environ.get("MEMSEARCH_BENCH_LARGE_MB", "100"))
+MODEL_MB = float(os.environ.get("MEMSEARCH_BENCH_MODEL_MB", "1"))
+REF_MB = float(os.environ.get("MEMSEARCH_BENCH_REF_MB", "5"))
+
+RESULTS: dict[str, dict] = {}
+
+ZERO_COST = """
+class ZeroCost:
+    model_name = "zero-cost"
+    dimension = 384
+    batch_size = 256
+    def __init__(self):
+        v = [0.0] * 384
+        v[0] = 1.0
+        self.v = v
+    async def embed(self, texts):
+        return [self.v] * len(texts)
+    async def embed_query(self, text):
+        return self.v
+    def close(self):
+        pass
+"""
+
+OURS = ZERO_COST + """
+import asyncio, json, resource, sys, time
+from memsearch_fast.pipeline import run_index
+from memsearch_fast.scan import scan_paths
+from memsearch_fast.store import MilvusStore
+from memsearch_fast.embeddings import get_provider
+
+root, uri, mode, model_dir = sys.argv[1:5]
+t_open = time.perf_counter()
+provider = ZeroCost() if mode == "zero" else get_provider("onnx", model=model_dir)
+store = MilvusStore(uri, dimension=provider.dimension)
+t0 = time.perf_counter()
+open_s = t0 - t_open
+files = scan_paths([root])
+report = asyncio.run(run_index(store, provider, files, cleanup_roots=[root]))
+wall = time.perf_counter() - t0
+t1 = time.perf_counter()
+again = asyncio.run(run_index(store, provider, scan_paths([root]), cleanup_roots=[root]))
+noop = time.perf_counter() - t1
+rows = store.count()
+store.close()
+print(json.dumps({"wall": wall, "open": open_s, "noop": noop, "chunks": report.chunks, "embedded": report.embedded,
+                  "rows": rows, "again_embedded": again.embedded,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+FLOOR = """
+import asyncio, json, sys, time
+from memsearch_fast.chunk import chunk_files
+from memsearch_fast.embed import embedding_text
+from memsearch_fast.scan import scan_paths
+from memsearch_fast.embeddings import get_provider
+
+root, model_dir = sys.argv[1:3]
+provider = get_provider("onnx", model=model_dir)
+texts = [embedding_text(c) for b in chunk_files(scan_paths([root])) for fc in b for c in fc.chunks]
+asyncio.run(provider.embed(texts[:64]))  # warm-up, as the pipeline's session is warm too
+t0 = time.perf_counter()
+async def run():
+    step = 128
+    for i in range(0, len(texts), step):
+        await provider.embed(texts[i:i + step])
+asyncio.run(run())
+print(json.dumps({"floor": time.perf_counter() - t0, "texts": len(texts)}))
+"""
+
+REFERENCE = ZERO_COST + """
+import asyncio, json, resource, sys, time
+import memsearch.core as core
+
+root, uri = sys.argv[1:3]
+core.get_provider = lambda *a, **k: ZeroCost()
+ms = core.MemSearch([root], milvus_uri=uri)
+t0 = time.perf_counter()
+n = asyncio.run(ms.index())
+wall = time.perf_counter() - t0
+ms.close()
+print(json.dumps({"wall": wall, "chunks": n,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_script(script: str, *args: str, timeout: int = 3600) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for name, mb in (("small", SMALL_MB), ("large", LARGE_MB), ("model", MODEL_MB), ("ref", REF_MB)):
+        if mb <= 0:
+            continue
+        root = tmp_path_factory.mktemp(f"corpus-{name}")
+        write_corpus(root, total_bytes=int(mb * 1_000_000), seed=11)
+        out[name] = root
+    return out
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_zero_cost_pipeline(benchmark, corpora, tmp_path: Path, size: str) -> None:
+    root = corpora[size]
+    result = benchmark.pedantic(
+        lambda: run_script(OURS, str(root), str(tmp_path / "m.db"), "zero", str(MODEL_DIR)), rounds=1, iterations=1
+    )
+    assert result["rows"] <= result["chunks"] and result["again_embedded"] == 0
+    result["mb"] = SMALL_MB if size == "small" else LARGE_MB
+    result["us_per_chunk"] = result["wall"] / result["chunks"] * 1e6
+    RESULTS[size] = result
+    benchmark.extra_info.update(result)
+    print(f"\nzero-cost {size} ({result['mb']} MB): {json.dumps(result)}")
+    if "small" in RESULTS and "large" in RESULTS:
+        s, lg = RESULTS["small"], RESULTS["large"]
+        print(
+            f"per-chunk cost large/small: {lg['us_per_chunk'] / s['us_per_chunk']:.2f}x; "
+            f"RSS large/small: {lg['rss_mb'] / s['rss_mb']:.2f}x"
+        )
+
+
+def test_reference_zero_cost_pipeline(benchmark, corpora, tmp_path: Path) -> None:
+    pytest.importorskip("memsearch.core")
+    if "ref" not in corpora:
+        pytest.skip("MEMSEARCH_BENCH_REF_MB=0")
+    root = corpora["ref"]
+    ours = run_script(OURS, str(root), str(tmp_path / "ours.db"), "zero", str(MODEL_DIR))
+    ref = benchmark.pedantic(
+        lambda: run_script(REFERENCE, str(root), str(tmp_path / "ref.db")), rounds=1, iterations=1
+    )
+    RESULTS["ref"] = {"ours": ours, "reference": ref}
+    benchmark.extra_info.update(ours=ours, reference=ref)
+    print(
+        f"\nzero-cost pipeline at {REF_MB} MB: ours {ours['wall']:.1f} s, reference {ref['wall']:.1f} s "
+        f"({ref['wall'] / ours['wall']:.1f}x); RSS ours {ours['rss_mb']:.0f} MB, reference {ref['rss_mb']:.0f} MB"
+    )
+
+
+def test_real_model_against_inference_floor(benchmark, corpora, tmp_path: Path) -> None:
+    root = corpora["model"]
+    floor = run_script(FLOOR, str(root), str(MODEL_DIR))
+    ours = benchmark.pedantic(
+        lambda: run_script(OURS, str(root), str(tmp_path / "m.db"), "model", str(MODEL_DIR)), rounds=1, iterations=1
+    )
+    assert ours["embedded"] == floor["texts"] or ours["embedded"] <= floor["texts"]
+    RESULTS["model"] = {"floor": floor, "ours": ours}
+    benchmark.extra_info.update(floor=floor, ours=ours)
+    print(
+        f"\nreal model at {MODEL_MB} MB: index wall {ours['wall']:.1f} s vs inference floor {floor['floor']:.1f} s "
+        f"= {ours['wall'] / floor['floor']:.2f}x ({floor['texts']} chunks); model load + store open "
+        f"{ours['open']:.1f} s; no-op re-index {ours['noop']:.2f} s"
+    )
+
+
+REFERENCE_E2E = """
+import asyncio, json, resource, sys, time
+import memsearch.core as core
+from memsearch.embeddings import onnx as ref_onnx
+
+root, uri, model_dir = sys.argv[1:4]
+files = (model_dir + "/tokenizer.json", model_dir + "/onnx/model_quantized.onnx")
+ref_onnx.OnnxEmbedding._download_model_files = staticmethod(lambda *a: files)
+t_open = time.perf_counter()
+ms = core.MemSearch([root], embedding_provider="onnx", embedding_model="local", milvus_uri=uri)
+t0 = time.perf_counter()
+n = asyncio.run(ms.index())
+wall = time.perf_counter() - t0
+ms.close()
+print(json.dumps({"wall": wall, "open": t0 - t_open, "chunks": n,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+SEARCH = """
+import asyncio, json, statistics, sys, time
+from memsearch_fast import MemSearch
+
+root, uri, model_dir = sys.argv[1:4]
+queries = ["which library made thumbnails faster", "database migration lock timeout", "deploy key fingerprint",
+           "flaky test shared temp directory", "retry backoff jitter", "搜索页面改版", "idempotency keys replay"]
+async def main():
+    with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
+        t = time.perf_counter(); await ms.search(queries[0]); first = time.perf_counter() - t
+        times = []
+        for i in range(70):
+            t = time.perf_counter(); await ms.search(queries[i % len(queries)], top_k=5); times.append(time.perf_counter() - t)
+        return first, times
+first, times = asyncio.run(main())
+times.sort()
+print(json.dumps({"first_ms": first * 1e3, "p50_ms": statistics.median(times) * 1e3,
+                  "p90_ms": times[int(len(times) * 0.9)] * 1e3}))
+"""
+
+
+def test_end_to_end_against_reference(benchmark, corpora, tmp_path: Path) -> None:
+    pytest.importorskip("memsearch.core")
+    root = corpora["model"]
+    ours = run_script(OURS, str(root), str(tmp_path / "ours.db"), "model", str(MODEL_DIR))
+    ref = benchmark.pedantic(
+        lambda: run_script(REFERENCE_E2E, str(root), str(tmp_path / "ref.db"), str(MODEL_DIR)), rounds=1, iterations=1
+    )
+    RESULTS["e2e"] = {"ours": ours, "reference": ref}
+    benchmark.extra_info.update(ours=ours, reference=ref)
+    print(
+        f"\nend to end, int8 model, {MODEL_MB} MB: ours {ours['wall']:.1f} s (+{ours['open']:.1f} s open), "
+        f"reference {ref['wall']:.1f} s (+{ref['open']:.1f} s open) = {ref['wall'] / ours['wall']:.1f}x"
+    )
+
+
+def test_warm_search_latency(benchmark, corpora, tmp_path: Path) -> None:
+    root = corpora["model"]
+    uri = str(tmp_path / "m.db")
+    run_script(OURS, str(root), uri, "model", str(MODEL_DIR))
+    result = benchmark.pedantic(lambda: run_script(SEARCH, str(root), uri, str(MODEL_DIR)), rounds=1, iterations=1)
+    RESULTS["search"] = result
+    benchmark.extra_info.update(result)
+    print(f"\nsearch (in process, hybrid, top 5): {json.dumps(result)}")
