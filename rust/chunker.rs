@@ -8,7 +8,7 @@
 //! incrementally instead of re-joining lines.
 
 use crate::hashing::sha256_hex16;
-use crate::pytext::{char_len, is_py_space, py_splitlines, py_strip, strip_html_comments};
+use crate::pytext::{char_len, is_line_break, is_py_space, py_strip, strip_html_comments};
 
 /// One chunk, before it crosses into Python.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,20 +92,66 @@ fn fence_marker(s: &str) -> Option<(u8, usize, &str)> {
 
 /// True when the section has at least two non-whitespace characters outside
 /// HTML comments and heading lines (the reference drops emptier sections).
+///
+/// Equivalent to counting over `splitlines()` of the comment-free text, but
+/// it stops at the second such character and only looks at whole lines when
+/// a line could be a heading or a fence.
 fn has_meaningful_content(section: &str) -> bool {
     let stripped = strip_html_comments(section);
+    let s: &str = &stripped;
+    let bytes = s.as_bytes();
     let mut fence = FenceState::default();
     let mut seen = 0usize;
-    for line in py_splitlines(&stripped) {
-        if !fence.in_fence(line) && heading_of(line).is_some() {
+    let mut pos = 0usize;
+    while pos < s.len() {
+        let rest = &s[pos..];
+        let first = bytes[pos];
+        let maybe_special = fence.open.is_some() || matches!(first, b'#' | b'`' | b'~' | b' ');
+        if maybe_special {
+            let (end, next) = line_bounds(rest);
+            let line = &rest[..end];
+            if fence.in_fence(line) || heading_of(line).is_none() {
+                seen += line.chars().filter(|&c| !is_py_space(c)).take(2 - seen).count();
+                if seen >= 2 {
+                    return true;
+                }
+            }
+            pos += next;
             continue;
         }
-        seen += line.chars().filter(|&c| !is_py_space(c)).take(2 - seen).count();
-        if seen >= 2 {
-            return true;
+        let mut advanced = rest.len();
+        for (i, c) in rest.char_indices() {
+            if is_line_break(c) {
+                advanced = i + c.len_utf8();
+                if c == '\r' && rest.as_bytes().get(advanced) == Some(&b'\n') {
+                    advanced += 1;
+                }
+                break;
+            }
+            if !is_py_space(c) {
+                seen += 1;
+                if seen >= 2 {
+                    return true;
+                }
+            }
         }
+        pos += advanced;
     }
     false
+}
+
+/// `(end of line, start of next line)` for `str.splitlines()` semantics.
+fn line_bounds(rest: &str) -> (usize, usize) {
+    for (i, c) in rest.char_indices() {
+        if is_line_break(c) {
+            let mut next = i + c.len_utf8();
+            if c == '\r' && rest.as_bytes().get(next) == Some(&b'\n') {
+                next += 1;
+            }
+            return (i, next);
+        }
+    }
+    (rest.len(), rest.len())
 }
 
 /// The input split on `\n` with the byte span and code point length of each
@@ -120,11 +166,9 @@ impl<'a> Lines<'a> {
     fn new(text: &'a str) -> Self {
         let mut spans = Vec::new();
         let mut start = 0;
-        for (i, b) in text.bytes().enumerate() {
-            if b == b'\n' {
-                spans.push((start, i));
-                start = i + 1;
-            }
+        for i in memchr::memchr_iter(b'\n', text.as_bytes()) {
+            spans.push((start, i));
+            start = i + 1;
         }
         spans.push((start, text.len()));
         let chars = spans.iter().map(|&(s, e)| char_len(&text[s..e])).collect();

@@ -41,7 +41,7 @@ pub fn char_len(s: &str) -> usize {
 
 /// True when a code point ends a line for CPython's `str.splitlines()`.
 #[inline]
-fn is_line_break(c: char) -> bool {
+pub fn is_line_break(c: char) -> bool {
     matches!(
         c,
         '\n' | '\r' | '\x0b' | '\x0c' | '\x1c' | '\x1d' | '\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}'
@@ -77,19 +77,21 @@ pub fn py_splitlines(s: &str) -> impl Iterator<Item = &str> {
 /// Removes every `<!-- ... -->` comment, leftmost first and non-greedy,
 /// like `re.sub(r"<!--.*?-->", "", s, flags=re.DOTALL)`.
 pub fn strip_html_comments(s: &str) -> std::borrow::Cow<'_, str> {
-    let Some(first) = s.find("<!--") else {
+    let open_finder = memchr::memmem::Finder::new("<!--");
+    let close_finder = memchr::memmem::Finder::new("-->");
+    let Some(first) = open_finder.find(s.as_bytes()) else {
         return std::borrow::Cow::Borrowed(s);
     };
     let mut out = String::with_capacity(s.len());
     let mut pos = 0;
     let mut open = Some(first);
     while let Some(o) = open {
-        let Some(close_rel) = s[o + 4..].find("-->") else {
+        let Some(close_rel) = close_finder.find(&s.as_bytes()[o + 4..]) else {
             break;
         };
         out.push_str(&s[pos..o]);
         pos = o + 4 + close_rel + 3;
-        open = s[pos..].find("<!--").map(|i| i + pos);
+        open = open_finder.find(&s.as_bytes()[pos..]).map(|i| i + pos);
     }
     if pos == 0 {
         return std::borrow::Cow::Borrowed(s);
