@@ -212,7 +212,7 @@ import asyncio, json, statistics, sys, time
 from memsearch_fast import MemSearch
 
 root, uri, model_dir = sys.argv[1:4]
-queries = ["which library made thumbnails faster", "database migration lock timeout", "deploy key fingerprint",
+queries = ["thumbnail benchmark with libvips", "database migration lock timeout", "deploy key fingerprint",
            "flaky test shared temp directory", "retry backoff jitter", "搜索页面改版", "idempotency keys replay"]
 async def main():
     with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:

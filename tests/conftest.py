@@ -30,3 +30,19 @@ def model_dir() -> Path:
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
     return SAMPLE_DIR
+
+
+# Per-database Milvus Lite servers started by tests exit soon after their last
+# client, and any still running are stopped when the session ends.
+os.environ.setdefault("MEMSEARCH_LITE_IDLE_TIMEOUT", "30")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_lite_servers(tmp_path_factory: pytest.TempPathFactory):
+    yield
+    from memsearch_fast import lite_server
+
+    base = tmp_path_factory.getbasetemp()
+    for state in base.rglob("*.server.json"):
+        db = str(state)[: -len(".server.json")]
+        lite_server.stop_server(db)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast import MemSearch
+from memsearch_fast import MemSearch, chunk_files, chunk_markdown
 from memsearch_fast.pipeline import run_index
 from memsearch_fast.scan import scan_paths
 from memsearch_fast.store import MilvusStore
@@ -89,8 +89,8 @@ def test_index_search_and_noop_reindex(tmp_path: Path, store, provider, sample_d
     # The model sees chunk text without the HTML-comment anchors.
     assert not any("<!--" in t for t in counting.texts)
 
-    vector = asyncio.run(provider.embed_query("which image library made thumbnails faster"))
-    hits = store.search(vector, "which image library made thumbnails faster", top_k=3)
+    vector = asyncio.run(provider.embed_query("thumbnail benchmark with libvips and Pillow"))
+    hits = store.search(vector, "thumbnail benchmark with libvips and Pillow", top_k=3)
     assert hits[0]["source"].endswith("2026-11-21.md") and "libvips" in hits[0]["content"]
 
     again, counting = index(store, provider, root)
@@ -114,7 +114,7 @@ def test_edit_insert_delete_and_line_shift_reuse(tmp_path: Path, store, provider
     assert len(counting.texts) <= 2, counting.texts
     assert shifted.reused >= before[str(long_file)] - 2
     assert rows_by_source(store)[str(long_file)] == len(
-        [c for c in __import__("memsearch_fast").chunk_markdown(long_file.read_text(), str(long_file), max_chunk_size=400)]
+        chunk_markdown(long_file.read_text(), str(long_file), max_chunk_size=400)
     )
 
     # Editing one paragraph re-embeds that chunk only.
@@ -204,39 +204,47 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
     from benches.corpus import write_corpus
 
     root = tmp_path / "corpus"
-    write_corpus(root, total_bytes=600_000, seed=5)
+    write_corpus(root, total_bytes=500_000, seed=5)
     uri = str(tmp_path / "m.db")
+    # The real model, paced (0.3 s per batch) so that SIGINT lands mid-run on
+    # any machine; the child reports each written batch on stdout.
     code = (
-        "import asyncio, sys\n"
-        "from memsearch_fast import MemSearch\n"
-        f"ms = MemSearch([{str(root)!r}], embedding_model={str(model_dir)!r}, milvus_uri={uri!r}, workers=1)\n"
-        "print(asyncio.run(ms.index()), flush=True)\n"
-        "ms.close()\n"
+        "import asyncio\n"
+        "from memsearch_fast.embeddings import get_provider\n"
+        "from memsearch_fast.pipeline import run_index\n"
+        "from memsearch_fast.scan import scan_paths\n"
+        "from memsearch_fast.store import MilvusStore\n"
+        f"p = get_provider('onnx', model={str(model_dir)!r}, workers=1)\n"
+        "inner = p.embed\n"
+        "async def paced(texts):\n"
+        "    await asyncio.sleep(0.3)\n"
+        "    out = await inner(texts)\n"
+        "    print('batch', len(texts), flush=True)\n"
+        "    return out\n"
+        "p.embed = paced\n"
+        f"store = MilvusStore({uri!r}, dimension=p.dimension)\n"
+        f"asyncio.run(run_index(store, p, scan_paths([{str(root)!r}]), cleanup_roots=[{str(root)!r}]))\n"
+        "print('done', flush=True)\n"
     )
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    # Interrupt once some rows are visible (read through the shared database).
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(2)
-        if os.path.exists(uri):
-            with MilvusStore(uri) as peek:
-                if peek.count() > 0:
-                    break
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    batches = 0
+    for line in proc.stdout:
+        batches += line.startswith("batch")
+        if batches == 1:
+            break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0, (out, err)  # interrupted mid-run
+    assert "done" not in out and proc.returncode != 0, (out, err)
 
     with MemSearch([root], embedding_model=str(model_dir), milvus_uri=uri) as ms:
         report = asyncio.run(ms.index_with_report())
         assert report.failed == []
-        expected = sum(
-            len(fc.chunks)
-            for batch in __import__("memsearch_fast").chunk_files(scan_paths([root]))
-            for fc in batch
-        )
+        expected = sum(len(fc.chunks) for batch in chunk_files(scan_paths([root])) for fc in batch)
         assert ms.store.count() == expected
-        # What the interrupted run wrote was kept and not embedded again.
+        # What the interrupted run embedded was kept and not embedded again.
         assert 0 < report.embedded < expected
         again = asyncio.run(ms.index_with_report())
         assert again.embedded == 0 and again.reused == 0

@@ -158,7 +158,7 @@ class MemSearch:
             from memsearch_fast.store import DimensionMismatchError, MilvusStore
 
             store = MilvusStore(**self._store_args)
-            if not store.exists():
+            if not store.exists:
                 store.close()
                 return None
             if store.dimension != self.provider.dimension:

@@ -1,0 +1,855 @@
+"""Milvus store: the rebuildable index behind the markdown files.
+
+One collection holds one row per chunk: a dense embedding for semantic search
+and a BM25 sparse vector (computed by Milvus from ``content``) for keyword
+search. The schema matches memsearch 0.4.23 field for field, so an index built
+by either tool is searchable by the other.
+
+``uri`` picks the backend: a local path is a Milvus Lite database (shared
+between processes through :mod:`memsearch_fast.lite_server`), ``http(s)://``
+is a Milvus server or Zilliz Cloud. pymilvus is imported lazily so that
+importing this module stays cheap for the CLI and hooks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_URI = "~/.memsearch/milvus.db"
+DEFAULT_COLLECTION = "memsearch_chunks"
+
+#: Largest ``content`` a row may carry, in UTF-8 bytes. Milvus server counts
+#: VARCHAR length in bytes (Milvus Lite 3.x in characters), so bytes are the
+#: safe unit. Longer content is split by :func:`split_long_rows`.
+MAX_CONTENT_BYTES = 65535
+MAX_SOURCE_BYTES = 1024
+MAX_HEADING_BYTES = 1024
+RRF_K = 60
+
+#: BM25 analyzer for new collections. jieba segments Chinese (and passes Latin
+#: words through whole); the lowercase filter makes English case-insensitive on
+#: Milvus server, where jieba alone keeps case (Milvus Lite 3.x lowercases
+#: itself and ignores the filter). Built into Milvus >= 2.5 and Milvus Lite
+#: 2.5; Milvus Lite 3.x needs the ``jieba`` package in the serving process.
+CJK_ANALYZER: dict[str, Any] = {"tokenizer": "jieba", "filter": ["lowercase"]}
+#: Fallback when the engine has no jieba: Milvus's default "standard" analyzer.
+STANDARD_ANALYZER: dict[str, Any] = {"tokenizer": "standard", "filter": ["lowercase"]}
+
+QUERY_FIELDS = ["content", "source", "heading", "chunk_hash", "heading_level", "start_line", "end_line"]
+ROW_FIELDS = ["chunk_hash", "embedding", *QUERY_FIELDS[:3], *QUERY_FIELDS[4:]]
+
+# Values per ``IN [...]`` filter and rows per iterator page: keeps every
+# expression and response bounded whatever the size of the input set.
+FILTER_BATCH = 512
+ITER_BATCH = 2000
+# Rows per upsert call. Milvus Lite 2.5 slows ~10x on 5,000-row calls (see
+# docs/store.md); 1,000 is at or near the best for both engines.
+UPSERT_BATCH = 1000
+UPSERT_MAX_BYTES = 32 * 1024 * 1024
+
+# Sorts after every valid string that starts with a given prefix (Milvus
+# compares VARCHAR by UTF-8 bytes; U+10FFFF encodes as the largest sequence).
+_MAX_CHAR = "\U0010ffff"
+
+_T = TypeVar("_T")
+
+# Embedded Lite engines are per path and per process, shared by every store
+# (and pymilvus client) on that path: release one only when its last store closes.
+_EMBEDDED_REFS: dict[str, int] = {}
+_EMBEDDED_LOCK = threading.Lock()
+
+
+class StoreError(Exception):
+    """A store operation failed; the message is one line, fit for a CLI."""
+
+
+class DimensionMismatchError(StoreError):
+    """The collection was built with a different embedding dimension."""
+
+
+class StoreUnavailableError(StoreError):
+    """Milvus could not be reached or opened (server down, database held)."""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """Collapse an error text to a single bounded line."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def escape_filter_value(value: str) -> str:
+    """Escape ``value`` for use inside a double-quoted Milvus filter string.
+
+    Backslash and double quote are escaped, and newline/CR become ``\\n``/``\\r``
+    (a raw newline ends the literal). Other characters, including tabs and
+    non-ASCII text, pass through unchanged: several engines reject ``\\uXXXX``
+    escapes. Milvus Lite 2.5 cannot match a value containing a newline at all;
+    the store's read paths handle such values with a prefix range plus an exact
+    check in Python (see :meth:`MilvusStore._in_filter`). LIKE wildcards are
+    never needed: prefix filters use a range instead of ``like``.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"filter values must be str, not {type(value).__name__}")
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+
+
+def quote_filter_value(value: str) -> str:
+    """Return ``value`` as a double-quoted, escaped filter literal."""
+    return '"' + escape_filter_value(value) + '"'
+
+
+def prefix_filter(field: str, prefix: str) -> str:
+    """Filter for ``field`` starting with ``prefix``, free of LIKE wildcards.
+
+    ``%`` and ``_`` in file names would be wildcards in ``like``, and engines
+    disagree on escaping them, so a string range is used. A prefix holding a
+    newline is cut before it (the caller re-checks with ``startswith``).
+    """
+    head = re.split(r"[\r\n]", prefix, maxsplit=1)[0]
+    if not head:
+        return ""
+    return f"({field} >= {quote_filter_value(head)} and {field} < {quote_filter_value(head + _MAX_CHAR)})"
+
+
+def _utf8_cut(text: str, max_bytes: int) -> int:
+    """Length in characters of the longest prefix of ``text`` within ``max_bytes``."""
+    raw = text.encode("utf-8")[:max_bytes]
+    return len(raw.decode("utf-8", errors="ignore"))
+
+
+def _split_text(text: str, max_bytes: int) -> list[tuple[str, int]]:
+    """Split ``text`` into parts of at most ``max_bytes``; returns (part, first line offset).
+
+    Parts end on line boundaries when possible; a single over-long line is cut
+    on a character boundary.
+    """
+    parts: list[tuple[str, int]] = []
+    buf: list[str] = []
+    buf_bytes = 0
+    buf_line = 0
+    line_no = 0
+    for line in text.splitlines(keepends=True):
+        size = len(line.encode("utf-8"))
+        if buf and buf_bytes + size > max_bytes:
+            parts.append(("".join(buf), buf_line))
+            buf, buf_bytes = [], 0
+        if not buf:
+            buf_line = line_no
+        while size > max_bytes:
+            cut = _utf8_cut(line, max_bytes)
+            parts.append((line[:cut], line_no))
+            line = line[cut:]
+            size = len(line.encode("utf-8"))
+        if line:
+            buf.append(line)
+            buf_bytes += size
+        line_no += 1
+    if buf:
+        parts.append(("".join(buf), buf_line))
+    return parts
+
+
+def split_long_rows(rows: Iterable[dict[str, Any]], max_bytes: int = MAX_CONTENT_BYTES) -> list[dict[str, Any]]:
+    """Split rows whose ``content`` exceeds ``max_bytes`` into several rows.
+
+    Each part keeps the row's source, heading and embedding, gets the line
+    range it covers, and a deterministic id ``sha256("<chunk_hash>#<i>")`` so
+    re-indexing the same file yields the same ids. :meth:`MilvusStore.upsert`
+    applies this itself; the pipeline may call it first so that the ids it
+    diffs against the store are the ones actually stored.
+    """
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        content = row.get("content") or ""
+        if len(content) * 4 <= max_bytes or len(content.encode("utf-8")) <= max_bytes:
+            out.append(row)
+            continue
+        start = int(row.get("start_line") or 0)
+        end = int(row.get("end_line") or start)
+        for i, (part, line_off) in enumerate(_split_text(content, max_bytes)):
+            piece = dict(row)
+            piece["content"] = part
+            piece["chunk_hash"] = hashlib.sha256(f"{row['chunk_hash']}#{i}".encode()).hexdigest()
+            first = start + line_off
+            last = first + max(part.count("\n") - (1 if part.endswith("\n") else 0), 0)
+            piece["start_line"] = min(first, end)
+            piece["end_line"] = min(last, end)
+            out.append(piece)
+    return out
+
+
+def is_local_uri(uri: str) -> bool:
+    """True when ``uri`` names a Milvus Lite database rather than a server."""
+    return not uri.startswith(("http://", "https://", "tcp://", "unix:", "grpc://"))
+
+
+def milvus_lite_major() -> int | None:
+    """Major version of the installed milvus-lite (None when absent)."""
+    import importlib.metadata
+
+    try:
+        return int(importlib.metadata.version("milvus-lite").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def _quiet_pymilvus() -> None:
+    """Stop pymilvus printing tracebacks for errors the store reports itself.
+
+    Only applies while the logger is at pymilvus's own default level, so an
+    application that configured it keeps its setting.
+    """
+    log = logging.getLogger("pymilvus")
+    if log.level in (logging.NOTSET, logging.WARNING):
+        log.setLevel(logging.CRITICAL)
+
+
+def drop_unimplemented(record: logging.LogRecord) -> bool:
+    """Logging filter hiding grpc's traceback for RPCs Milvus Lite does not implement.
+
+    pymilvus probes optional RPCs (e.g. AllocTimestamp for iterators) and
+    falls back; the in-process gRPC server would print a traceback for each.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, NotImplementedError)
+
+
+def _quiet_grpc_server() -> None:
+    log = logging.getLogger("grpc._server")
+    if drop_unimplemented not in log.filters:
+        log.addFilter(drop_unimplemented)
+
+
+def _own_connection_kwargs() -> dict[str, Any]:
+    """MilvusClient arguments giving this store a connection of its own.
+
+    pymilvus shares one connection per URI between clients: in 3.x it stays
+    open after the last client closes (so a Lite server could never see its
+    clients leave and exit when idle); in 2.5 one client's close() cuts the
+    connection of every other. A dedicated connection (3.x) or a unique alias
+    (2.5) makes close() close exactly this store's connection.
+    """
+    import importlib.metadata
+    import uuid
+
+    try:
+        major = int(importlib.metadata.version("pymilvus").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        major = 3
+    return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
+
+
+def _quiet_lite_embedded() -> None:
+    """Silence the in-process engine's tracebacks (held database, failed request).
+
+    Each failure reaches the store as an error it reports in one line; in
+    server mode the same logs go to the server's log file instead.
+    """
+    log = logging.getLogger("milvus_lite")
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.CRITICAL)
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means Milvus could not be reached (as opposed to a bad request)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        name = type(e).__name__
+        if name in ("MilvusUnavailableException", "ConnectionNotExistException", "ConnectionConfigException"):
+            return True
+        code = getattr(e, "code", None)
+        if callable(code):  # grpc.RpcError
+            try:
+                if getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
+                    return True
+            except Exception:  # noqa: BLE001 - a broken error object must not mask the real one
+                pass
+        text = str(getattr(e, "message", "") or e).lower()
+        if any(
+            s in text
+            for s in ("fail connecting", "server unavailable", "failed to connect", "connection refused", "closed client")
+        ):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class MilvusStore:
+    """Chunk storage and hybrid search on one Milvus collection.
+
+    The collection is created when ``dimension`` is given and it does not
+    exist; an existing one is checked against ``dimension`` and loaded, so
+    queries never hit "collection not loaded" in a fresh process. With no
+    ``dimension`` and no collection, reads return nothing and writes raise.
+    """
+
+    def __init__(
+        self,
+        uri: str = DEFAULT_URI,
+        *,
+        token: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        dimension: int | None = None,
+        description: str = "",
+    ) -> None:
+        self.uri = uri
+        self.collection = collection
+        self.dimension: int | None = dimension
+        self.description = description
+        self.analyzer: dict[str, Any] | None = None
+        self.content_max_bytes = MAX_CONTENT_BYTES
+        self._token = token
+        self._client: Any = None
+        self._exists = False
+        self._managed = False  # connected through the per-database Lite server
+        self._write_lock = threading.RLock()
+        self._local = is_local_uri(uri)
+        self._path = str(Path(uri).expanduser().resolve()) if self._local else None
+        self._display = self._path or uri
+
+        if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
+            raise StoreError(f"embedding dimension must be a positive integer, got {dimension!r}")
+        if self._local and self._path is not None and not os.path.exists(self._path) and dimension is None:
+            return  # read-only open of a database that does not exist yet: nothing to read
+        self._connect()
+        try:
+            self._open_collection()
+        except BaseException:
+            self._close_client()
+            raise
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        """Open the client: through the shared Lite server, embedded, or remote."""
+        from pymilvus import MilvusClient
+
+        _quiet_pymilvus()
+        _quiet_grpc_server()
+        if not self._local:
+            kwargs: dict[str, Any] = {"uri": self.uri, "timeout": 10, **_own_connection_kwargs()}
+            if self._token:
+                kwargs["token"] = self._token
+            try:
+                self._client = MilvusClient(**kwargs)
+            except Exception as exc:
+                raise self._translate(exc, "connect") from None
+            return
+
+        from memsearch_fast import lite_server
+
+        assert self._path is not None
+        lite_server.check_layout(self._path)
+        if lite_server.lite_mode() == "embedded":
+            if not self._path.endswith(".db"):
+                raise StoreError(f"embedded Milvus Lite needs a path ending in .db, got {self._path}")
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            _quiet_lite_embedded()
+            try:
+                self._client = MilvusClient(uri=self._path, **_own_connection_kwargs())
+            except Exception as exc:
+                raise StoreUnavailableError(
+                    f"cannot open Milvus Lite database {self._path}: {one_line(exc)} "
+                    "(is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server)"
+                ) from None
+            with _EMBEDDED_LOCK:
+                _EMBEDDED_REFS[self._path] = _EMBEDDED_REFS.get(self._path, 0) + 1
+            return
+
+        def connect(server_uri: str) -> Any:
+            return MilvusClient(uri=server_uri, timeout=10, **_own_connection_kwargs())
+
+        self._client = lite_server.attach(self._path, connect)
+        self._managed = True
+
+    def _reconnect(self) -> None:
+        """Re-attach after the shared server went away (idle exit, crash, kill)."""
+        self._close_client()
+        self._connect()
+        if self._exists:
+            self._call("load_collection", lambda c: c.load_collection(self.collection), retry=False)
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection is not an error
+            pass
+        if self._local and not self._managed and self._path is not None:
+            # Embedded Lite: stop the in-process engine once its last store in
+            # this process closes, so the database lock is released now rather
+            # than at interpreter exit.
+            with _EMBEDDED_LOCK:
+                left = _EMBEDDED_REFS.get(self._path, 1) - 1
+                if left > 0:
+                    _EMBEDDED_REFS[self._path] = left
+                    return
+                _EMBEDDED_REFS.pop(self._path, None)
+            try:
+                from milvus_lite.server_manager import server_manager_instance
+
+                server_manager_instance.release_server(self._path)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _call(self, op: str, fn: Callable[[Any], _T], *, retry: bool = True) -> _T:
+        """Run ``fn(client)``, translating errors; re-attach once if the Lite server died."""
+        if self._client is None:
+            if not self._local or self._path is None or not os.path.exists(self._path):
+                raise StoreUnavailableError(f"store for {self._display} is closed")
+            self._connect()
+        try:
+            return fn(self._client)
+        except StoreError:
+            raise
+        except Exception as exc:
+            err = self._translate(exc, op)
+        if retry and self._managed and isinstance(err, StoreUnavailableError):
+            self._reconnect()
+            return self._call(op, fn, retry=False)
+        raise err
+
+    def _translate(self, exc: BaseException, op: str) -> StoreError:
+        """Map a pymilvus/grpc error to a one-line StoreError."""
+        msg = one_line(getattr(exc, "message", None) or exc)
+        if _is_unavailable(exc):
+            return StoreUnavailableError(f"Milvus at {self._display} is unreachable during {op}: {msg}")
+        code = getattr(exc, "code", None)
+        low = msg.lower()
+        if code == 100 or ("collection" in low and ("not exist" in low or "not found" in low)):
+            self._exists = False
+            return StoreError(
+                f"collection '{self.collection}' does not exist at {self._display}; run 'memsearch index' to build it"
+            )
+        return StoreError(f"Milvus {op} failed on {self._display}: {msg}")
+
+    # -- collection ---------------------------------------------------------------------
+
+    def _open_collection(self) -> None:
+        exists = self._call("has_collection", lambda c: c.has_collection(self.collection))
+        if exists:
+            self._adopt_existing()
+        elif self.dimension is not None:
+            try:
+                self._create()
+            except StoreError as exc:
+                # another process created it between our check and our create
+                if "exist" not in str(exc).lower() or not self._call(
+                    "has_collection", lambda c: c.has_collection(self.collection)
+                ):
+                    raise
+                self._adopt_existing()
+        self._exists = exists or self.dimension is not None
+        if self._exists:
+            self._call("load_collection", lambda c: c.load_collection(self.collection))
+
+    def _adopt_existing(self) -> None:
+        """Read dimension, content length and analyzer from the existing schema."""
+        info = self._call("describe_collection", lambda c: c.describe_collection(self.collection))
+        dim = None
+        for field in info.get("fields", []):
+            params = field.get("params") or {}
+            if field.get("name") == "embedding":
+                raw_dim = params.get("dim")
+                dim = int(raw_dim) if raw_dim is not None else None
+            elif field.get("name") == "content":
+                if params.get("max_length"):
+                    self.content_max_bytes = int(params["max_length"])
+                analyzer = params.get("analyzer_params")
+                if isinstance(analyzer, str):
+                    import json
+
+                    try:
+                        analyzer = json.loads(analyzer)
+                    except ValueError:
+                        analyzer = None
+                self.analyzer = analyzer if isinstance(analyzer, dict) else None
+        if dim is None:
+            raise StoreError(f"collection '{self.collection}' at {self._display} has no 'embedding' vector field")
+        if self.dimension is not None and dim != self.dimension:
+            raise DimensionMismatchError(
+                f"collection '{self.collection}' at {self._display} holds {dim}-d embeddings but the model "
+                f"produces {self.dimension}-d; run 'memsearch reset' to drop it and re-index"
+            )
+        self.dimension = dim
+
+    def _create(self) -> None:
+        """Create the collection (schema of memsearch 0.4.23 plus a CJK-aware analyzer)."""
+        try:
+            self._create_with(CJK_ANALYZER)
+            self.analyzer = dict(CJK_ANALYZER)
+        except StoreError as exc:
+            low = str(exc).lower()
+            if not any(s in low for s in ("jieba", "tokenizer", "analyzer")):
+                raise
+            logger.warning("BM25 analyzer 'jieba' unavailable (%s); using 'standard' (no CJK word splitting)", exc)
+            self._create_with(STANDARD_ANALYZER)
+            self.analyzer = dict(STANDARD_ANALYZER)
+
+    def _create_with(self, analyzer: dict[str, Any]) -> None:
+        from pymilvus import DataType, Function, FunctionType
+
+        assert self.dimension is not None
+        client = self._client
+        schema = client.create_schema(enable_dynamic_field=True, description=self.description)
+        schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64, is_primary=True)
+        schema.add_field(field_name="embedding", datatype=DataType.FLOAT_VECTOR, dim=self.dimension)
+        schema.add_field(
+            field_name="content",
+            datatype=DataType.VARCHAR,
+            max_length=MAX_CONTENT_BYTES,
+            enable_analyzer=True,
+            analyzer_params=analyzer,
+        )
+        schema.add_field(field_name="sparse_vector", datatype=DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=MAX_SOURCE_BYTES)
+        schema.add_field(field_name="heading", datatype=DataType.VARCHAR, max_length=MAX_HEADING_BYTES)
+        schema.add_field(field_name="heading_level", datatype=DataType.INT64)
+        schema.add_field(field_name="start_line", datatype=DataType.INT64)
+        schema.add_field(field_name="end_line", datatype=DataType.INT64)
+        schema.add_function(
+            Function(
+                name="bm25_fn",
+                function_type=FunctionType.BM25,
+                input_field_names=["content"],
+                output_field_names=["sparse_vector"],
+            )
+        )
+        index_params = client.prepare_index_params()
+        index_params.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+        index_params.add_index(field_name="sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        with self._write_lock:
+            self._call(
+                "create_collection",
+                lambda c: c.create_collection(
+                    collection_name=self.collection, schema=schema, index_params=index_params
+                ),
+            )
+
+    @property
+    def exists(self) -> bool:
+        """Whether the collection exists (False for a read-only open of an empty location)."""
+        return self._exists
+
+    def _require_writable(self) -> None:
+        if not self._exists:
+            if self.dimension is None:
+                raise StoreError(
+                    f"collection '{self.collection}' does not exist at {self._display}; "
+                    "open the store with the embedding dimension to create it"
+                )
+            if self._client is None:
+                self._connect()
+            self._open_collection()
+
+    # -- filters --------------------------------------------------------------------------
+
+    @staticmethod
+    def _in_filter(field: str, values: list[str]) -> str:
+        """``field in [...]`` for ``values``; values holding a newline use a prefix range.
+
+        Callers must re-check results for exact membership: the range part can
+        match more than the value (Milvus Lite 2.5 cannot express a newline).
+        """
+        plain = [v for v in values if "\n" not in v and "\r" not in v]
+        parts = []
+        if plain:
+            parts.append(f"{field} in [{', '.join(quote_filter_value(v) for v in plain)}]")
+        for v in values:
+            if "\n" in v or "\r" in v:
+                parts.append(prefix_filter(field, v) or f'{field} != ""')
+        return " or ".join(parts)
+
+    def _iterate(self, expr: str, fields: list[str], batch_size: int = ITER_BATCH) -> Iterator[list[dict[str, Any]]]:
+        """Page through every row matching ``expr`` with a query iterator."""
+        it = self._call(
+            "query_iterator",
+            lambda c: c.query_iterator(
+                collection_name=self.collection, batch_size=batch_size, filter=expr, output_fields=fields
+            ),
+        )
+        try:
+            while True:
+                page = self._call("query_iterator", lambda _c: it.next(), retry=False)
+                if not page:
+                    return
+                yield page
+        finally:
+            try:
+                it.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def upsert(self, rows: list[dict[str, Any]]) -> int:
+        """Insert or replace rows keyed by ``chunk_hash``; returns rows written.
+
+        Over-long content is split (see :func:`split_long_rows`), over-long
+        headings are truncated, ``sparse_vector`` is always left to Milvus.
+        """
+        if not rows:
+            return 0
+        self._require_writable()
+        prepared = [self._prepare_row(r) for r in split_long_rows(rows, self.content_max_bytes)]
+        written = 0
+        with self._write_lock:
+            for batch in self._batches(prepared):
+
+                def send(c: Any, b: list[dict[str, Any]] = batch) -> Any:
+                    return c.upsert(collection_name=self.collection, data=b)
+
+                res = self._call("upsert", send)
+                n = res.get("upsert_count") if isinstance(res, dict) else None
+                written += int(n) if isinstance(n, int) else len(batch)
+        return written
+
+    def _prepare_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        out.pop("sparse_vector", None)
+        emb = out.get("embedding")
+        if emb is None:
+            raise StoreError(f"row {out.get('chunk_hash')!r} has no embedding")
+        if hasattr(emb, "tolist"):
+            emb = emb.tolist()
+            out["embedding"] = emb
+        if len(emb) != self.dimension:
+            raise DimensionMismatchError(
+                f"row {out.get('chunk_hash')!r} has a {len(emb)}-d embedding but collection "
+                f"'{self.collection}' holds {self.dimension}-d; run 'memsearch reset' after changing the model"
+            )
+        source = out.get("source") or ""
+        if len(source.encode("utf-8")) > MAX_SOURCE_BYTES:
+            raise StoreError(f"source path longer than {MAX_SOURCE_BYTES} bytes: {source[:80]}…")
+        heading = out.get("heading") or ""
+        if len(heading.encode("utf-8")) > MAX_HEADING_BYTES:
+            heading = heading[: _utf8_cut(heading, MAX_HEADING_BYTES)]
+        out["heading"] = heading
+        out["source"] = source
+        for key in ("heading_level", "start_line", "end_line"):
+            out[key] = int(out.get(key) or 0)
+        return out
+
+    @staticmethod
+    def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+        """Split rows into calls bounded by count and payload size."""
+        batch: list[dict[str, Any]] = []
+        size = 0
+        for r in rows:
+            rsize = len(r["content"]) * 2 + len(r["embedding"]) * 4 + 512
+            if batch and (len(batch) >= UPSERT_BATCH or size + rsize > UPSERT_MAX_BYTES):
+                yield batch
+                batch, size = [], 0
+            batch.append(r)
+            size += rsize
+        if batch:
+            yield batch
+
+    def delete_ids(self, ids: Iterable[str]) -> int:
+        """Delete rows by primary key in bounded batches; returns ids submitted.
+
+        Milvus does not report how many of them existed.
+        """
+        if not self._exists:
+            return 0
+        ids = list(dict.fromkeys(ids))
+        with self._write_lock:
+            for i in range(0, len(ids), FILTER_BATCH):
+                expr = f"chunk_hash in [{', '.join(quote_filter_value(v) for v in ids[i : i + FILTER_BATCH])}]"
+
+                def delete(c: Any, e: str = expr) -> Any:
+                    return c.delete(collection_name=self.collection, filter=e)
+
+                self._call("delete", delete)
+        return len(ids)
+
+    def delete_sources(self, sources: Iterable[str]) -> int:
+        """Delete every row of the given source files; returns rows deleted.
+
+        Ids are looked up first, so the count is exact and hostile file names
+        never reach a delete expression.
+        """
+        ids = [h for h, _ in self.iter_ids_by_source(list(sources))]
+        return self.delete_ids(ids) if ids else 0
+
+    def flush(self) -> None:
+        """Persist buffered writes (segments) so a restart does not replay them."""
+        if not self._exists:
+            return
+        with self._write_lock:
+            self._call("flush", lambda c: c.flush(self.collection))
+
+    def drop(self) -> None:
+        """Drop the collection (``memsearch reset``)."""
+        if self._client is None:
+            return
+        with self._write_lock:
+            if self._call("has_collection", lambda c: c.has_collection(self.collection)):
+                self._call("drop_collection", lambda c: c.drop_collection(self.collection))
+        self._exists = False
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def iter_ids_by_source(self, sources: Iterable[str] | None = None) -> Iterator[tuple[str, str]]:
+        """Yield ``(chunk_hash, source)`` for the given sources, or for all rows when None."""
+        if not self._exists:
+            return
+        if sources is None:
+            for page in self._iterate("", ["chunk_hash", "source"]):
+                for r in page:
+                    yield r["chunk_hash"], r["source"]
+            return
+        wanted = list(dict.fromkeys(sources))
+        for i in range(0, len(wanted), FILTER_BATCH):
+            chunk = wanted[i : i + FILTER_BATCH]
+            exact = set(chunk)
+            for page in self._iterate(self._in_filter("source", chunk), ["chunk_hash", "source"]):
+                for r in page:
+                    if r["source"] in exact:
+                        yield r["chunk_hash"], r["source"]
+
+    def rows_for_sources(self, sources: list[str], fields: list[str]) -> list[dict[str, Any]]:
+        """Rows of the given sources with ``fields`` (e.g. content + embedding for reuse)."""
+        if not self._exists or not sources:
+            return []
+        fields = list(dict.fromkeys([*fields, "source"]))
+        out: list[dict[str, Any]] = []
+        wanted = list(dict.fromkeys(sources))
+        for i in range(0, len(wanted), FILTER_BATCH):
+            chunk = wanted[i : i + FILTER_BATCH]
+            exact = set(chunk)
+            for page in self._iterate(self._in_filter("source", chunk), fields):
+                out.extend(_plain(r) for r in page if r.get("source") in exact)
+        return out
+
+    def get(self, chunk_hash: str, fields: list[str] | None = None) -> dict[str, Any] | None:
+        """One row by id (the display fields unless ``fields`` is given), or None."""
+        if not self._exists:
+            return None
+        rows = self._call(
+            "query",
+            lambda c: c.query(
+                collection_name=self.collection,
+                filter=f"chunk_hash == {quote_filter_value(chunk_hash)}",
+                output_fields=fields or QUERY_FIELDS,
+                limit=1,
+            ),
+        )
+        return _plain(rows[0]) if rows else None
+
+    def search(
+        self,
+        dense: list[float],
+        query_text: str,
+        *,
+        top_k: int = 10,
+        source_prefix: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Hybrid search: dense (COSINE) + BM25, fused by RRF (k=60).
+
+        Scores are RRF sums divided by their maximum (retrievers / (k + 1)),
+        as memsearch 0.4.23 does, so a hit ranked first by both scores 1.0.
+        An empty query text searches by the dense vector alone.
+        """
+        if not self._exists or top_k <= 0:
+            return []
+        from pymilvus import AnnSearchRequest, RRFRanker
+
+        if hasattr(dense, "tolist"):
+            dense = dense.tolist()
+        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        kw: dict[str, Any] = {"expr": expr} if expr else {}
+        reqs = [
+            AnnSearchRequest(
+                data=[list(dense)],
+                anns_field="embedding",
+                param={"metric_type": "COSINE", "params": {}},
+                limit=top_k,
+                **kw,
+            )
+        ]
+        if query_text and query_text.strip():
+            reqs.append(
+                AnnSearchRequest(
+                    data=[query_text], anns_field="sparse_vector", param={"metric_type": "BM25"}, limit=top_k, **kw
+                )
+            )
+        try:
+            res = self._call(
+                "search",
+                lambda c: c.hybrid_search(
+                    collection_name=self.collection,
+                    reqs=reqs,
+                    ranker=RRFRanker(k=RRF_K),
+                    limit=top_k,
+                    output_fields=QUERY_FIELDS,
+                ),
+            )
+        except StoreUnavailableError:
+            raise
+        except StoreError:
+            # Some engines fail BM25 on an empty collection (average doc length
+            # 0); an empty collection has no results rather than an error.
+            if self._exists and self.count() == 0:
+                return []
+            raise
+        if not res or not res[0]:
+            return []
+        scale = len(reqs) / (RRF_K + 1)
+        hits = []
+        for hit in res[0]:
+            entity = hit.get("entity", hit)
+            row = {f: entity.get(f) for f in QUERY_FIELDS}
+            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
+                continue
+            row["score"] = min(1.0, max(0.0, float(hit["distance"]) / scale))
+            hits.append(row)
+        return hits
+
+    def count(self) -> int:
+        """Rows in the collection, by ``count(*)`` (metadata row counts lag)."""
+        if not self._exists:
+            return 0
+        rows = self._call(
+            "count",
+            lambda c: c.query(
+                collection_name=self.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+            ),
+        )
+        if not rows:
+            return 0
+        return int(rows[0]["count(*)"])
+
+    def count_sources(self) -> int:
+        """Distinct source files, read with the iterator."""
+        return len({s for _, s in self.iter_ids_by_source(None)})
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the connection; a shared Lite server stays up for other processes."""
+        self._close_client()
+
+    def __enter__(self) -> MilvusStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    """A plain dict copy of a result row (pymilvus may return lazy row types)."""
+    return {k: row[k] for k in row}

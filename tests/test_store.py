@@ -1,0 +1,557 @@
+"""MilvusStore against real Milvus Lite (a fresh database per test) and a real Lite TCP server.
+
+Most tests open the database in-process (``MEMSEARCH_LITE_MODE=embedded``) to
+stay fast; sharing through the per-database server is covered in
+test_store_sharing.py. Vectors are deterministic random unit vectors.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsearch_fast import lite_server
+from memsearch_fast import store as store_mod
+from memsearch_fast.store import (
+    MAX_CONTENT_BYTES,
+    DimensionMismatchError,
+    MilvusStore,
+    StoreError,
+    StoreUnavailableError,
+    escape_filter_value,
+    prefix_filter,
+    split_long_rows,
+)
+
+DIM = 8
+PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
+
+HOSTILE = ['a"b', "a\\b", "it's", "new\nline", "pct%x", "under_x", "underAx", "uni\u00e9\u4e2d\U0001f600", 'a\\"b', "tab\tx"]
+
+
+def unit(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def make_row(i: int, vec, content: str = "", source: str = "notes/a.md", **kw) -> dict:
+    row = {
+        "chunk_hash": f"{i:064x}",
+        "embedding": list(map(float, vec)),
+        "content": content or f"chunk number {i}",
+        "source": source,
+        "heading": "Heading",
+        "heading_level": 2,
+        "start_line": 1,
+        "end_line": 3,
+    }
+    row.update(kw)
+    return row
+
+
+@pytest.fixture
+def embedded(monkeypatch):
+    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+
+
+@pytest.fixture
+def db(tmp_path, embedded):
+    return str(tmp_path / "milvus.db")
+
+
+@pytest.fixture
+def store(db):
+    s = MilvusStore(db, dimension=DIM)
+    yield s
+    s.close()
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+
+
+def test_escape_filter_value_escapes_quote_backslash_newline():
+    assert escape_filter_value('a"b') == 'a\\"b'
+    assert escape_filter_value("a\\b") == "a\\\\b"
+    assert escape_filter_value('a\\"b') == 'a\\\\\\"b'
+    assert escape_filter_value("x\ny\rz") == "x\\ny\\rz"
+    # unicode, tabs, single quotes and LIKE wildcards pass through
+    assert escape_filter_value("é中😀\tit's%_") == "é中😀\tit's%_"
+    with pytest.raises(TypeError):
+        escape_filter_value(3)  # type: ignore[arg-type]
+
+
+def test_prefix_filter_uses_a_range_not_like():
+    expr = prefix_filter("source", 'a%_"')
+    assert "like" not in expr
+    assert expr.startswith('(source >= "a%_\\""')
+    assert prefix_filter("source", "\nx") == ""  # nothing usable before the newline
+
+
+def test_split_long_rows_keeps_short_rows_untouched():
+    rows = [make_row(1, unit(1)[0], content="short")]
+    assert split_long_rows(rows) == rows
+    assert split_long_rows(rows)[0] is rows[0]
+
+
+def test_split_long_rows_splits_on_lines_and_char_boundaries():
+    lines = [f"line {i} " + "中" * 30 for i in range(40)]  # ~100 bytes a line
+    content = "\n".join(lines) + "\n" + "é" * 700  # last line of 1,400 bytes
+    row = make_row(7, unit(1)[0], content=content, start_line=10, end_line=10 + 40)
+    parts = split_long_rows([row], max_bytes=500)
+    assert len(parts) > 4
+    assert all(len(p["content"].encode()) <= 500 for p in parts)
+    assert "".join(p["content"] for p in parts) == content  # nothing lost, nothing cut mid-character
+    assert len({p["chunk_hash"] for p in parts}) == len(parts)
+    assert all(len(p["chunk_hash"]) == 64 for p in parts)
+    assert [p["chunk_hash"] for p in split_long_rows([row], max_bytes=500)] == [p["chunk_hash"] for p in parts]
+    assert parts[0]["start_line"] == 10
+    starts = [p["start_line"] for p in parts]
+    assert starts == sorted(starts) and all(10 <= s <= 50 for s in starts)
+    assert all(p["end_line"] <= 50 and p["end_line"] >= p["start_line"] for p in parts)
+    assert parts[-1]["start_line"] == 50  # the long last line is line 40 after the first
+    assert all(p["source"] == row["source"] and p["embedding"] == row["embedding"] for p in parts)
+
+
+def test_import_is_cheap():
+    code = "import sys, memsearch_fast.store, memsearch_fast.lite_server; print('pymilvus' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=PKG_ROOT), capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# -- collection lifecycle ----------------------------------------------------------------------
+
+
+def test_read_only_open_of_missing_database_creates_nothing(db):
+    s = MilvusStore(db)
+    assert not s.exists and s.dimension is None
+    assert s.count() == 0 and s.count_sources() == 0
+    assert s.search(list(unit(1)[0]), "anything") == []
+    assert list(s.iter_ids_by_source(None)) == [] and s.get("x") is None
+    assert not os.path.exists(db)
+    with pytest.raises(StoreError, match="dimension"):
+        s.upsert([make_row(1, unit(1)[0])])
+    s.close()
+
+
+def test_empty_collection_searches_to_nothing(store):
+    assert store.exists and store.count() == 0
+    assert store.search(list(unit(1)[0]), "hello world") == []
+    assert store.search(list(unit(1)[0]), "") == []
+    assert list(store.iter_ids_by_source(["x.md"])) == []
+
+
+def test_schema_matches_memsearch_0423(store):
+    info = store._client.describe_collection(store.collection)
+    fields = {f["name"]: f for f in info["fields"]}
+    assert set(fields) == {
+        "chunk_hash",
+        "embedding",
+        "content",
+        "sparse_vector",
+        "source",
+        "heading",
+        "heading_level",
+        "start_line",
+        "end_line",
+    }
+    assert fields["chunk_hash"].get("is_primary") and int(fields["chunk_hash"]["params"]["max_length"]) == 64
+    assert int(fields["embedding"]["params"]["dim"]) == DIM
+    assert int(fields["content"]["params"]["max_length"]) == MAX_CONTENT_BYTES
+    assert fields["content"]["params"]["enable_analyzer"] in (True, "true")
+    funcs = info.get("functions") or []
+    if funcs:  # Milvus Lite 2.5 omits functions but flags their output field
+        assert [f["name"] for f in funcs] == ["bm25_fn"]
+    else:
+        assert fields["sparse_vector"].get("is_function_output") is True
+    assert info.get("enable_dynamic_field") in (True, None)  # some engines omit it
+
+
+def test_upsert_count_get_flush_reopen(db):
+    vecs = unit(6)
+    s = MilvusStore(db, dimension=DIM)
+    rows = [make_row(i, vecs[i], source=f"notes/{i % 3}.md") for i in range(6)]
+    assert s.upsert(rows) == 6
+    assert s.upsert(rows[:2]) == 2  # replacing by primary key does not duplicate
+    assert s.count() == 6 and s.count_sources() == 3
+    got = s.get(rows[4]["chunk_hash"])
+    assert got is not None
+    assert {k: got[k] for k in ("content", "source", "heading", "heading_level", "start_line", "end_line")} == {
+        "content": "chunk number 4",
+        "source": "notes/1.md",
+        "heading": "Heading",
+        "heading_level": 2,
+        "start_line": 1,
+        "end_line": 3,
+    }
+    assert s.get("0" * 63 + "z") is None
+    s.flush()
+    s.close()
+    s2 = MilvusStore(db)  # dimension adopted from the collection
+    assert s2.dimension == DIM and s2.count() == 6
+    assert s2.search(list(vecs[0]), "chunk")[0]["chunk_hash"] == rows[0]["chunk_hash"]
+    s2.close()
+
+
+def test_new_process_searches_without_load_errors(db):
+    vecs = unit(3)
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert([make_row(i, vecs[i], content=f"alpha beta {i}") for i in range(3)])
+    s.close()
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from memsearch_fast.store import MilvusStore
+        s = MilvusStore(sys.argv[1])
+        hits = s.search({list(map(float, vecs[1]))!r}, "alpha", top_k=2)
+        print(json.dumps([s.count(), hits[0]["chunk_hash"]]))
+        s.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, db],
+        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, f"{1:064x}"]
+
+
+def test_dimension_mismatch_raises_one_line_error(db):
+    MilvusStore(db, dimension=DIM).close()
+    with pytest.raises(DimensionMismatchError) as ei:
+        MilvusStore(db, dimension=DIM * 2)
+    msg = str(ei.value)
+    assert "memsearch reset" in msg and "\n" not in msg and str(DIM) in msg
+    assert isinstance(ei.value, StoreError)
+
+
+def test_wrong_vector_length_in_row_is_rejected(store):
+    with pytest.raises(DimensionMismatchError, match="memsearch reset"):
+        store.upsert([make_row(1, unit(1, dim=DIM + 1)[0])])
+
+
+def test_numpy_embeddings_are_accepted(store):
+    row = make_row(1, unit(1)[0])
+    row["embedding"] = unit(1)[0]
+    assert store.upsert([row]) == 1 and store.count() == 1
+
+
+def test_drop_then_recreate(store):
+    store.upsert([make_row(1, unit(1)[0])])
+    store.drop()
+    assert not store.exists and store.count() == 0 and store.search(list(unit(1)[0]), "x") == []
+    store.upsert([make_row(2, unit(1)[0])])  # dimension known: recreated on write
+    assert store.count() == 1
+
+
+def test_collection_dropped_elsewhere_gives_store_error(db, capfd):
+    a = MilvusStore(db, dimension=DIM)
+    a.upsert([make_row(1, unit(1)[0])])
+    b = MilvusStore(db)
+    b._client.drop_collection(b.collection)  # another handle resets the index
+    with pytest.raises(StoreError) as ei:
+        a.get("x")
+    assert "does not exist" in str(ei.value) and "\n" not in str(ei.value)
+    assert "Traceback" not in capfd.readouterr().err
+    a.close()
+    b.close()
+
+
+# -- search ----------------------------------------------------------------------------------
+
+
+def test_hybrid_scores_are_normalised(store):
+    vecs = unit(12, seed=3)
+    texts = [f"topic{i} common words here" for i in range(12)]
+    store.upsert([make_row(i, vecs[i], content=texts[i], source=f"d/{i}.md") for i in range(12)])
+    hits = store.search(list(vecs[5]), "topic5", top_k=5)
+    assert hits[0]["chunk_hash"] == f"{5:064x}"
+    assert hits[0]["score"] == pytest.approx(1.0, abs=1e-6)  # first in both lists
+    assert all(0.0 <= h["score"] <= 1.0 for h in hits)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert set(hits[0]) == {"content", "source", "heading", "chunk_hash", "heading_level", "start_line", "end_line", "score"}
+    dense_only = store.search(list(vecs[7]), "", top_k=3)
+    assert dense_only[0]["chunk_hash"] == f"{7:064x}" and dense_only[0]["score"] == pytest.approx(1.0, abs=1e-6)
+
+
+def _bm25_only_hit(store, texts: list[str], target: int, query: str) -> bool:
+    """Whether ``query`` surfaces ``texts[target]`` when the dense side ranks it last.
+
+    The query vector is the target's embedding negated, so only the BM25 list
+    can bring it into a top 3 of 20.
+    """
+    vecs = unit(len(texts), seed=11)
+    store.upsert([make_row(i, vecs[i], content=t, source=f"k/{i}.md") for i, t in enumerate(texts)])
+    hits = store.search(list(-vecs[target]), query, top_k=3)
+    return f"{target:064x}" in [h["chunk_hash"] for h in hits]
+
+
+FRUIT = ["kiwi", "mango", "lemon", "peach", "plum"]
+FILLER = [f"unrelated filler paragraph number {i} about gardening" for i in range(17)]
+
+
+def test_bm25_finds_chinese_keyword(store):
+    if store.analyzer != store_mod.CJK_ANALYZER:
+        pytest.fail(f"CJK analyzer unavailable on this engine (got {store.analyzer}); install jieba for Milvus Lite 3.x")
+    texts = [*FILLER, "我喜欢机器学习和深度学习", "数据库索引的设计原则", "Quick Brown Fox jumps"]
+    assert _bm25_only_hit(store, texts, 17, "机器学习")
+    assert not _bm25_only_hit(store, texts, 17, "园艺")  # control: a word it does not contain
+
+
+def test_bm25_english_is_case_insensitive(store):
+    texts = [*FILLER, "我喜欢机器学习和深度学习", "数据库索引的设计原则", "Quick Brown Fox jumps"]
+    assert _bm25_only_hit(store, texts, 19, "quick FOX")
+
+
+def test_source_prefix_filter_is_literal(store):
+    sources = ["pre%/a.md", "preX/a.md", "pre_/b.md", "preY/b.md", 'q"/c.md', "q\\/c.md", "it's/d.md", "nl\n/e.md", "nl/f.md"]
+    vecs = unit(len(sources), seed=5)
+    store.upsert([make_row(i, vecs[i], content="same words", source=s) for i, s in enumerate(sources)])
+    q = list(unit(1, seed=99)[0])
+
+    def found(prefix):
+        return sorted(h["source"] for h in store.search(q, "same", top_k=20, source_prefix=prefix))
+
+    assert found("pre%") == ["pre%/a.md"]
+    assert found("pre_") == ["pre_/b.md"]
+    assert found("pre") == sorted(["pre%/a.md", "pre_/b.md", "preX/a.md", "preY/b.md"])
+    assert found('q"') == ['q"/c.md']
+    assert found("q\\") == ["q\\/c.md"]
+    assert found("it's") == ["it's/d.md"]
+    assert found("nl\n") == ["nl\n/e.md"]
+    assert found("zzz") == []
+
+
+# -- hostile names through every filter path -----------------------------------------------
+
+
+def _load_hostile(store) -> dict[str, str]:
+    vecs = unit(len(HOSTILE), seed=8)
+    ids = {}
+    rows = []
+    for i, src in enumerate(HOSTILE):
+        rows.append(make_row(i, vecs[i], content=f"content {i}", source=src))
+        ids[src] = rows[-1]["chunk_hash"]
+    store.upsert(rows)
+    return ids
+
+
+def test_iter_and_rows_for_hostile_sources(store):
+    ids = _load_hostile(store)
+    for src in HOSTILE:
+        assert list(store.iter_ids_by_source([src])) == [(ids[src], src)], repr(src)
+        rows = store.rows_for_sources([src], ["chunk_hash", "content", "embedding"])
+        assert [r["chunk_hash"] for r in rows] == [ids[src]], repr(src)
+        assert len(rows[0]["embedding"]) == DIM and rows[0]["content"].startswith("content")
+    assert sorted(store.iter_ids_by_source(HOSTILE)) == sorted((ids[s], s) for s in HOSTILE)
+    assert sorted(store.iter_ids_by_source(None)) == sorted((ids[s], s) for s in HOSTILE)
+
+
+def test_delete_hostile_sources_deletes_exactly_those(store):
+    ids = _load_hostile(store)
+    assert store.delete_sources(['a"b', "new\nline", "pct%x"]) == 3
+    left = {s for _, s in store.iter_ids_by_source(None)}
+    assert left == set(HOSTILE) - {'a"b', "new\nline", "pct%x"}
+    assert store.delete_sources(["under%", "a\\"]) == 0  # no wildcard or partial match
+    assert store.delete_ids([ids["it's"], ids["a\\b"], "no-such-id"]) == 3
+    assert store.count() == len(HOSTILE) - 5
+
+
+def test_large_sets_are_paged(store, monkeypatch):
+    monkeypatch.setattr(store_mod, "FILTER_BATCH", 3)
+    monkeypatch.setattr(store_mod, "ITER_BATCH", 4)
+    vecs = unit(40, seed=2)
+    store.upsert([make_row(i, vecs[i], source=f"f/{i % 10}.md") for i in range(40)])
+    assert sum(1 for _ in store.iter_ids_by_source(None)) == 40
+    wanted = [f"f/{i}.md" for i in range(7)]
+    assert sum(1 for _ in store.iter_ids_by_source(wanted)) == 28
+    assert len(store.rows_for_sources(wanted, ["chunk_hash"])) == 28
+    assert store.count_sources() == 10
+    assert store.delete_ids([f"{i:064x}" for i in range(0, 40, 2)]) == 20
+    assert store.count() == 20
+
+
+def test_upsert_batches_by_count(store, monkeypatch):
+    monkeypatch.setattr(store_mod, "UPSERT_BATCH", 7)
+    vecs = unit(30)
+    assert store.upsert([make_row(i, vecs[i]) for i in range(30)]) == 30
+    assert store.count() == 30
+
+
+# -- field limits ----------------------------------------------------------------------------
+
+
+def test_overlong_content_is_split_not_rejected(store):
+    content = "\n".join(f"paragraph {i} " + "机器学习" * 400 for i in range(30))  # ~145 KB
+    row = make_row(1, unit(1)[0], content=content, source="big.md", start_line=1, end_line=30)
+    written = store.upsert([row])
+    assert written >= 3
+    assert store.count() == written
+    rows = store.rows_for_sources(["big.md"], ["chunk_hash", "content", "start_line"])
+    assert all(len(r["content"].encode()) <= MAX_CONTENT_BYTES for r in rows)
+    assert "".join(r["content"] for r in sorted(rows, key=lambda r: r["start_line"])) == content
+    store.upsert([row])  # same ids again: no duplicates
+    assert store.count() == written
+
+
+def test_long_heading_truncated_long_source_rejected(store):
+    row = make_row(1, unit(1)[0], heading="标" * 600)  # 1,800 bytes
+    store.upsert([row])
+    assert len(store.get(row["chunk_hash"])["heading"].encode()) <= 1024
+    with pytest.raises(StoreError, match="source path longer"):
+        store.upsert([make_row(2, unit(1)[0], source="x" * 1100)])
+
+
+# -- memsearch 0.4.23 interoperability ------------------------------------------------------
+
+
+def _reference():
+    return pytest.importorskip("memsearch.store")
+
+
+def test_reference_collection_is_readable_by_us(db):
+    ref_mod = _reference()
+    vecs = unit(4, seed=21)
+    ref = ref_mod.MilvusStore(db, dimension=DIM, _create_if_missing=True)
+    ref.upsert([make_row(i, vecs[i], content=f"reference row {FRUIT[i]}", source=f"r/{i}.md") for i in range(4)])
+    ref.close()
+    s = MilvusStore(db)
+    assert s.dimension == DIM and s.count() == 4 and s.count_sources() == 4
+    hits = s.search(list(vecs[2]), "lemon", top_k=2)
+    assert hits[0]["chunk_hash"] == f"{2:064x}" and hits[0]["score"] == pytest.approx(1.0, abs=1e-6)
+    assert list(s.iter_ids_by_source(["r/3.md"])) == [(f"{3:064x}", "r/3.md")]
+    s.upsert([make_row(9, vecs[0], content="ours in theirs", source="o.md")])
+    assert s.count() == 5
+    with pytest.raises(DimensionMismatchError):
+        MilvusStore(db, dimension=DIM + 1)
+    s.close()
+
+
+def test_our_collection_is_readable_by_reference(db):
+    ref_mod = _reference()
+    vecs = unit(4, seed=22)
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert([make_row(i, vecs[i], content=f"our row {FRUIT[i]}", source=f"o/{i}.md") for i in range(4)])
+    s.close()
+    ref = ref_mod.MilvusStore(db, dimension=DIM)
+    hits = ref.search(list(vecs[1]), query_text="mango", top_k=2)
+    assert hits[0]["chunk_hash"] == f"{1:064x}" and hits[0]["score"] == pytest.approx(1.0, abs=1e-6)
+    assert ref.indexed_sources() == {f"o/{i}.md" for i in range(4)}
+    assert ref.hashes_by_source("o/2.md") == {f"{2:064x}"}
+    ref.close()
+
+
+# -- Milvus server URI (a real milvus-lite gRPC server) ---------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def milvus_server(tmp_path_factory):
+    """A Milvus-protocol server on 127.0.0.1 (``milvus-lite server`` on 3.x)."""
+    data = tmp_path_factory.mktemp("server") / "server.db"
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    if LITE_MAJOR >= 3:
+        port = _free_port()
+        cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data), "--host", "127.0.0.1"]
+        cmd += ["--port", str(port)]
+    else:  # milvus-lite 2.x has no server command: serve through our wrapper
+        port = None
+        cmd = [sys.executable, "-m", "memsearch_fast.lite_server", "serve", str(data), "--idle-timeout", "3600"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if port is None:
+                st = lite_server.read_state(str(data))
+                port = st.get("port") if st and st.get("status") == "ready" else None
+            if port and lite_server._port_open(port, 0.2):
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        else:
+            pytest.fail("Milvus server did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_server_uri_roundtrip(milvus_server):
+    vecs = unit(5, seed=31)
+    s = MilvusStore(milvus_server, collection="roundtrip", dimension=DIM)
+    try:
+        s.upsert([make_row(i, vecs[i], content=f"server row {FRUIT[i]}", source=f"s/{i}.md") for i in range(5)])
+        assert s.count() == 5 and s.count_sources() == 5
+        hits = s.search(list(vecs[3]), "peach", top_k=3, source_prefix="s/")
+        assert hits[0]["chunk_hash"] == f"{3:064x}"
+        assert s.delete_sources(["s/0.md", "s/1.md"]) == 2 and s.count() == 3
+        with pytest.raises(DimensionMismatchError, match="memsearch reset"):
+            MilvusStore(milvus_server, collection="roundtrip", dimension=DIM + 2)
+        other = MilvusStore(milvus_server, collection="roundtrip")
+        assert other.dimension == DIM and other.count() == 3
+        other.close()
+    finally:
+        s.drop()
+        s.close()
+
+
+def test_server_uri_missing_collection_reads_empty(milvus_server):
+    s = MilvusStore(milvus_server, collection="never_created")
+    assert not s.exists and s.count() == 0 and s.search(list(unit(1)[0]), "x") == []
+    s.close()
+
+
+def test_unreachable_server_is_one_line_unavailable_error(capfd):
+    with pytest.raises(StoreUnavailableError) as ei:
+        MilvusStore(f"http://127.0.0.1:{_free_port()}", dimension=DIM)
+    assert "unreachable" in str(ei.value) and "\n" not in str(ei.value)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.skipif(LITE_MAJOR < 3, reason="Milvus Lite 2.x has jieba built in")
+def test_without_jieba_falls_back_to_standard_analyzer(db):
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["jieba"] = None  # as if the package were not installed
+        from memsearch_fast.store import MilvusStore
+        s = MilvusStore(sys.argv[1], dimension=8)
+        s.upsert([dict(chunk_hash="a", embedding=[0.1] * 8, content="Quick Brown Fox", source="x.md")])
+        print(s.analyzer["tokenizer"], len(s.search([0.1] * 8, "quick")))
+        s.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, db],
+        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["standard", "1"]
+    assert "jieba" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,277 @@
+"""Several processes sharing one Milvus Lite database through its server.
+
+Real subprocesses, a real detached server per database, real kill -9. Every
+test stops the server it caused (``lite_server.stop_server``) so no Milvus
+process outlives the test.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsearch_fast import lite_server
+from memsearch_fast import store as store_mod
+from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
+
+DIM = 8
+PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
+
+
+def rows(start: int, n: int, source: str = "notes/a.md") -> list[dict]:
+    v = np.random.default_rng(start).standard_normal((n, DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return [
+        {
+            "chunk_hash": f"{start + i:064x}",
+            "embedding": v[i].tolist(),
+            "content": f"shared memory row {start + i} apple",
+            "source": source,
+            "heading": "H",
+            "heading_level": 1,
+            "start_line": 1,
+            "end_line": 2,
+        }
+        for i in range(n)
+    ]
+
+
+def wait_until(cond, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    monkeypatch.delenv(lite_server.ENV_MODE, raising=False)
+    path = str(tmp_path / "milvus.db")
+    yield path
+    lite_server.stop_server(path)
+    st = lite_server.read_state(path)
+    assert st is None, st
+
+
+def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.Popen:
+    full_env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    full_env.pop(lite_server.ENV_MODE, None)
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_first_open_spawns_server_others_attach(db):
+    s = MilvusStore(db, dimension=DIM)
+    st = lite_server.read_state(db)
+    assert st and st["status"] == "ready" and st["uri"].startswith("http://127.0.0.1:")
+    assert lite_server.server_status(db)["pid"] == st["pid"] != os.getpid()
+    s.upsert(rows(0, 10))
+    s2 = MilvusStore(db)  # attaches to the same server, no second engine
+    assert s2.count() == 10 and lite_server.read_state(db)["pid"] == st["pid"]
+    s.close()
+    s2.close()
+    assert lite_server.server_status(db)["pid"] == st["pid"]  # outlives its clients until idle
+    assert lite_server.stop_server(db) is True
+    assert not lite_server._pid_alive(st["pid"]) and lite_server.read_state(db) is None
+
+
+WRITER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from test_store_sharing import rows
+from memsearch_fast.store import MilvusStore
+s = MilvusStore(sys.argv[1], dimension=8)
+for b in range(20):
+    s.upsert(rows(b * 25, 25, source=f"notes/{b}.md"))
+s.flush()
+from memsearch_fast import lite_server
+print(json.dumps({"count": s.count(), "pid": lite_server.read_state(sys.argv[1])["pid"]}))
+s.close()
+"""
+
+SEARCHER = """
+import json, sys, time
+from memsearch_fast.store import MilvusStore
+n = 0
+deadline = time.monotonic() + 120
+s = None
+while time.monotonic() < deadline:
+    s = MilvusStore(sys.argv[1], dimension=8)
+    hits = s.search([0.35] * 8, "apple memory", top_k=5)
+    n += 1
+    if s.count() >= 500 and n >= 5:
+        break
+    s.close()
+from memsearch_fast import lite_server
+print(json.dumps({"searches": n, "hits": len(hits), "pid": lite_server.read_state(sys.argv[1])["pid"]}))
+s.close()
+"""
+
+
+def test_two_processes_insert_and_search_concurrently(db):
+    here = str(Path(__file__).resolve().parent)
+    procs = [run_py(WRITER, db, here), run_py(SEARCHER, db)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    writer, searcher = outs
+    assert writer["count"] == 500
+    assert searcher["searches"] >= 5 and searcher["hits"] == 5
+    assert writer["pid"] == searcher["pid"]  # one server owned the database throughout
+
+
+def test_kill_9_server_then_next_open_recovers(db):
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert(rows(0, 40))
+    s.flush()
+    s.upsert(rows(1000, 10))  # acknowledged but not flushed
+    old = lite_server.read_state(db)["pid"]
+    os.kill(old, signal.SIGKILL)
+    assert wait_until(lambda: not lite_server._pid_alive(old), 10)
+    # the open store re-attaches on its own: a new server recovers the database
+    assert s.count() == 50
+    new = lite_server.read_state(db)["pid"]
+    assert new != old and lite_server._pid_alive(new)
+    hits = s.search(rows(1000, 10)[3]["embedding"], "", top_k=3)
+    assert hits and hits[0]["chunk_hash"] == f"{1003:064x}"
+    s.close()
+    # and a fresh process sees the same data
+    p = run_py(
+        """
+        import sys
+        from memsearch_fast.store import MilvusStore
+        s = MilvusStore(sys.argv[1]); print(s.count()); s.close()
+        """,
+        db,
+    )
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err[-2000:]
+    assert out.strip().splitlines()[-1] == "50"
+
+
+def test_stale_record_with_dead_pid_is_replaced(db):
+    MilvusStore(db, dimension=DIM).close()
+    lite_server.stop_server(db)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    Path(db + ".server.json").write_text(
+        json.dumps({"pid": dead.pid, "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
+    )
+    s = MilvusStore(db)
+    assert s.exists and lite_server.read_state(db)["pid"] != dead.pid
+    s.close()
+
+
+def test_record_naming_a_foreign_live_pid_is_not_killed(db):
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    Path(db + ".server.json").write_text(
+        json.dumps({"pid": os.getpid(), "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
+    )
+    s = MilvusStore(db, dimension=DIM)  # our own pid is alive but is not a server for this db
+    assert lite_server.read_state(db)["pid"] != os.getpid()
+    s.close()
+
+
+def test_idle_server_exits_and_removes_its_record(db, monkeypatch):
+    monkeypatch.setenv(lite_server.ENV_IDLE, "1.5")
+    s = MilvusStore(db, dimension=DIM)
+    pid = lite_server.read_state(db)["pid"]
+    time.sleep(3.5)  # a connected client keeps it alive past the timeout
+    assert lite_server._pid_alive(pid)
+    assert s.count() == 0
+    s.close()
+    assert wait_until(lambda: not lite_server._pid_alive(pid), 20)
+    assert lite_server.read_state(db) is None
+    s2 = MilvusStore(db)  # and the next open starts a new one
+    assert s2.exists and lite_server.read_state(db)["pid"] != pid
+    s2.close()
+
+
+def test_database_held_elsewhere_is_a_clear_error(db, monkeypatch, capfd):
+    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+    holder = MilvusStore(db, dimension=DIM)  # this process holds the database
+    monkeypatch.delenv(lite_server.ENV_MODE)
+    try:
+        with pytest.raises(StoreUnavailableError) as ei:
+            MilvusStore(db)
+        msg = str(ei.value)
+        assert "\n" not in msg and db in msg
+        assert lite_server.read_state(db) is None
+    finally:
+        holder.close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_embedded_second_process_fails_cleanly(db, monkeypatch):
+    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+    holder = MilvusStore(db, dimension=DIM)
+    try:
+        p = run_py(
+            """
+            import sys
+            from memsearch_fast.store import MilvusStore, StoreError
+            try:
+                MilvusStore(sys.argv[1])
+            except StoreError as e:
+                print("ERR", type(e).__name__, e)
+            """,
+            db,
+            env={lite_server.ENV_MODE: "embedded"},
+        )
+        out, err = p.communicate(timeout=120)
+    finally:
+        holder.close()
+    assert p.returncode == 0, err[-2000:]
+    assert out.startswith("ERR StoreUnavailableError") and "Traceback" not in err
+
+
+def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv(lite_server.ENV_MODE, raising=False)
+    path = tmp_path / "old.db"
+    if LITE_MAJOR >= 3:
+        path.write_bytes(b"SQLite format 3\0")  # a 2.x database is a file
+        expected = "2.x"
+    else:
+        path.mkdir()  # a 3.x database is a directory
+        expected = "3.x"
+    with pytest.raises(StoreError, match=expected) as ei:
+        MilvusStore(str(path), dimension=DIM)
+    assert "memsearch index" in str(ei.value)
+    assert lite_server.read_state(str(path)) is None
+
+
+def test_cli_status_and_stop(db):
+    MilvusStore(db, dimension=DIM).close()
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.lite_server", "status", db], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and json.loads(out.stdout)["status"] == "ready"
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.lite_server", "stop", db], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and lite_server.server_status(db) is None
