@@ -102,9 +102,14 @@ def _not_available(command: str) -> NoReturn:
 
 
 def _run(coro: Any) -> Any:
-    import asyncio
+    """Run a coroutine, on uvloop when it is installed (the `uvloop` extra)."""
+    try:
+        import uvloop
+    except ImportError:
+        import asyncio
 
-    return asyncio.run(coro)
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 # -- configuration ------------------------------------------------------------------------
