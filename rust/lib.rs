@@ -189,7 +189,8 @@ fn check_max_chunk_size(max_chunk_size: i64) -> PyResult<usize> {
     Ok(max_chunk_size as usize)
 }
 
-/// Scans roots; returns `(files, errors)` — errors are one-line messages.
+/// Scans roots; returns `(files, errors, incomplete directories)` — errors
+/// are one-line messages; files under an incomplete directory may exist.
 #[pyfunction]
 #[pyo3(signature = (paths, extensions, ignore_hidden, ignore_files, exclude))]
 fn scan_paths(
@@ -199,7 +200,8 @@ fn scan_paths(
     ignore_hidden: bool,
     ignore_files: Vec<String>,
     exclude: Vec<String>,
-) -> PyResult<(Vec<Py<ScannedFile>>, Vec<String>)> {
+) -> PyResult<(Vec<Py<ScannedFile>>, Vec<String>, Vec<PathBuf>)> {
+    scanner::validate_excludes(&exclude).map_err(PyValueError::new_err)?;
     let opts = scanner::ScanOptions { extensions, ignore_hidden, ignore_files, exclude };
     let outcome = py.allow_threads(|| scanner::scan(&paths, &opts));
     let files = outcome
@@ -207,7 +209,7 @@ fn scan_paths(
         .into_iter()
         .map(|f| Py::new(py, ScannedFile { path: f.path, mtime: f.mtime, size: f.size }))
         .collect::<PyResult<Vec<_>>>()?;
-    Ok((files, outcome.errors))
+    Ok((files, outcome.errors, outcome.incomplete))
 }
 
 /// Splits markdown text into chunks (see `memsearch_fast.chunk_markdown`).

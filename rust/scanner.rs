@@ -29,6 +29,19 @@ pub struct Found {
 pub struct ScanOutcome {
     pub files: Vec<Found>,
     pub errors: Vec<String>,
+    /// Directories that could not be listed: files under them may exist,
+    /// so nothing under them may be treated as deleted.
+    pub incomplete: Vec<PathBuf>,
+}
+
+/// Checks `exclude` patterns up front, so a typo fails the scan instead of
+/// silently skipping a whole root (which would look like deleted files).
+pub fn validate_excludes(patterns: &[String]) -> Result<(), String> {
+    let mut b = GitignoreBuilder::new("/");
+    for pat in patterns {
+        b.add_line(None, pat).map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
+    }
+    b.build().map(|_| ()).map_err(|e| format!("invalid exclude patterns: {e}"))
 }
 
 /// An I/O error as one line, without Rust's "(os error N)" suffix.
@@ -169,10 +182,13 @@ struct Collector<'a> {
     seen: HashSet<PathBuf>,
     files: Vec<Found>,
     errors: Vec<String>,
+    incomplete: Vec<PathBuf>,
 }
 
 impl Collector<'_> {
-    fn maybe_add(&mut self, path: PathBuf) {
+    /// `root` is set for walked entries: their resolved path must stay
+    /// inside it, so a symlink cannot pull in a file from elsewhere.
+    fn maybe_add(&mut self, path: PathBuf, root: Option<&Path>) {
         let suffix = suffix_lower(&path);
         if !self.opts.extensions.iter().any(|e| *e == suffix) {
             return;
@@ -192,6 +208,12 @@ impl Collector<'_> {
             return;
         }
         let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if let Some(root) = root {
+            if !real.starts_with(root) {
+                self.errors.push(format!("{}: links outside {}", path.display(), root.display()));
+                return;
+            }
+        }
         if !self.seen.insert(real) {
             return;
         }
@@ -213,6 +235,7 @@ impl Collector<'_> {
                 Ok(rd) => rd,
                 Err(e) => {
                     self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                    self.incomplete.push(dir.clone());
                     continue;
                 }
             };
@@ -223,6 +246,7 @@ impl Collector<'_> {
                     Ok(e) => e,
                     Err(e) => {
                         self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                        self.incomplete.push(dir.clone());
                         continue;
                     }
                 };
@@ -250,7 +274,7 @@ impl Collector<'_> {
                 if matcher.enabled() && matcher.is_ignored(&path, false) {
                     continue;
                 }
-                self.maybe_add(path);
+                self.maybe_add(path, Some(root));
             }
             subdirs.retain(|d| !(matcher.enabled() && matcher.is_ignored(d, true)));
             subdirs.sort();
@@ -262,7 +286,8 @@ impl Collector<'_> {
 /// Scans `roots` (already expanded by the caller). Missing roots and
 /// unreadable entries are reported in `errors`, never fatal.
 pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
-    let mut c = Collector { opts, seen: HashSet::new(), files: Vec::new(), errors: Vec::new() };
+    let mut c =
+        Collector { opts, seen: HashSet::new(), files: Vec::new(), errors: Vec::new(), incomplete: Vec::new() };
     for raw in roots {
         let root = match fs::canonicalize(raw) {
             Ok(r) => r,
@@ -272,11 +297,11 @@ pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
             }
         };
         if root.is_file() {
-            c.maybe_add(root);
+            c.maybe_add(root, None);
         } else if root.is_dir() {
             c.walk(&root);
         }
     }
     c.files.sort_by(|a, b| a.path.cmp(&b.path));
-    ScanOutcome { files: c.files, errors: c.errors }
+    ScanOutcome { files: c.files, errors: c.errors, incomplete: c.incomplete }
 }

@@ -34,7 +34,10 @@ pub struct ChunkParams {
 }
 
 pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
-    let source = path.to_string_lossy().into_owned();
+    let (source, bad_name) = match path.to_str() {
+        Some(s) => (s.to_string(), false),
+        None => (path.to_string_lossy().into_owned(), true),
+    };
     let mut result = FileResult {
         path,
         source,
@@ -46,6 +49,11 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         invalid_utf8: false,
     };
     // Never open what is not a regular file: a FIFO would block forever.
+    if bad_name {
+        // Two such names could map to one lossy source string and collide.
+        result.error = Some("file name is not valid UTF-8".into());
+        return result;
+    }
     let meta = match fs::metadata(&result.path) {
         Ok(meta) if !meta.is_file() => {
             result.error = Some(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });

@@ -156,3 +156,14 @@ def test_content_hash_and_id_shape() -> None:
     cid = c.chunk_id("all-MiniLM-L6-v2")
     assert cid == ms.compute_chunk_id("/a/b.md", 1, 2, c.content_hash, "all-MiniLM-L6-v2")
     assert len(cid) == 16 and int(cid, 16) >= 0
+
+
+def test_non_utf8_file_name_fails_that_file_only(tmp_path) -> None:
+    raw = os.fsencode(tmp_path) + b"/caf\xe9.md"
+    with open(raw, "wb") as fh:
+        fh.write(b"# Cafe\nsome text\n")
+    ok = tmp_path / "ok.md"
+    ok.write_text("# Ok\nfine text\n")
+    results = [fc for batch in ms.chunk_files([os.fsdecode(raw), ok]) for fc in batch]
+    assert results[0].error == "file name is not valid UTF-8" and results[0].chunks == []
+    assert results[1].error is None and results[1].chunks

@@ -204,3 +204,27 @@ def test_config_init_without_terminal(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     written = cfgmod.flatten(cfgmod.load_file(project / ".memsearch.toml"))
     assert set(written) == set(cfgmod.PROJECT_ALLOWED)
+
+
+def test_project_file_cannot_read_the_environment() -> None:
+    from memsearch_fast.config import filter_project
+
+    allowed, rejected = filter_project({"milvus": {"collection": "env:SECRET_TOKEN"}, "chunking": {"overlap_lines": 3}})
+    assert rejected == ["milvus.collection"]
+    assert allowed == {"chunking": {"overlap_lines": 3}}
+
+
+def test_chunking_values_are_bounded() -> None:
+    from memsearch_fast.config import ConfigError, filter_project
+
+    for key, value in (("max_chunk_size", 100_000), ("overlap_lines", 10**6)):
+        with pytest.raises(ConfigError):
+            filter_project({"chunking": {key: value}})
+
+
+def test_saved_config_is_owner_only(tmp_path) -> None:
+    from memsearch_fast.config import save_file
+
+    path = tmp_path / "config.toml"
+    save_file({"embedding": {"api_key": "sk-test"}}, path)
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -340,3 +340,20 @@ def test_conversion_errors_are_one_line(tmp_path: Path) -> None:
     fails(src, "module 'Dense' is not supported")
     assert not (cache / "bad").exists()
     assert [p for p in cache.iterdir() if not p.name.endswith(".lock")] == []  # no half-written folders
+
+
+def test_bare_model_name_ignores_same_named_folder(tmp_path, monkeypatch) -> None:
+    from memsearch_fast.embeddings.models import resolve_model
+
+    planted = tmp_path / "planted-model"
+    planted.mkdir()
+    (planted / "tokenizer.json").write_text("{}")
+    (planted / "model.onnx").write_bytes(b"not a model")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSEARCH_OFFLINE", "1")
+    monkeypatch.setenv("MEMSEARCH_MODELS_DIR", str(tmp_path / "cache"))
+    from memsearch_fast.embeddings import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError):
+        resolve_model("planted-model")
+    assert resolve_model("./planted-model").resolve() == (tmp_path / "planted-model").resolve()

@@ -248,3 +248,32 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
         assert 0 < report.embedded < expected
         again = asyncio.run(ms.index_with_report())
         assert again.embedded == 0 and again.reused == 0
+
+
+def test_vectors_of_another_model_are_never_reused(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    f = write(root / "a.md", "# A\nalpha text\n\n# B\nbeta text\n")
+    other = CountingProvider(provider)
+    other.model_name = "another-model"
+    asyncio.run(run_index(store, other, scan_paths([root]), cleanup_roots=[str(root)]))
+    f.write_text("# New\nfirst\n\n# A\nalpha text\n\n# B\nbeta text\n")
+    report, counting = index(store, provider, root)
+    assert report.reused == 0 and len(counting.texts) == 3
+
+
+def test_unlisted_directories_are_not_pruned(tmp_path: Path, store, provider) -> None:
+    root = tmp_path / "notes"
+    write(root / "sub" / "a.md", "# A\nalpha text\n")
+    write(root / "b.md", "# B\nbeta text\n")
+    index(store, provider, root)
+    # The scan could not list "sub": its file is unseen but must be kept.
+    files = [str(root / "b.md")]
+    report = asyncio.run(
+        run_index(store, provider, files, cleanup_roots=[str(root)], unlisted=[str(root / "sub")])
+    )
+    assert report.sources_removed == 0 and store.count() == 2
+
+
+def test_chunk_size_is_bounded_to_fit_the_store(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="max_chunk_size"):
+        MemSearch([], embedding_model=str(model_dir), max_chunk_size=100_000)

@@ -181,3 +181,20 @@ def test_non_utf8_file_name_is_listed(tmp_path: Path) -> None:
         fh.write(b"# Cafe\nsome text\n")
     (f,) = ms.scan_paths([tmp_path])
     assert os.fsencode(f.path) == raw
+
+
+def test_invalid_exclude_pattern_fails_before_walking(tree: Path) -> None:
+    with pytest.raises(ValueError, match="invalid exclude pattern"):
+        ms.scan_paths([tree], exclude=["a{b"])
+
+
+def test_symlink_to_a_file_outside_the_root_is_not_followed(tree: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Secret\ntoken text\n")
+    (tree / "innocent.md").symlink_to(secret)
+    errors: list[str] = []
+    files = ms.scan_paths([tree], on_error=errors.append)
+    assert "innocent.md" not in names(files, tree)
+    assert any("innocent.md" in e and "outside" in e for e in errors)
+    # Given explicitly, the file is what the user asked for.
+    assert [f.path for f in ms.scan_paths([tree / "innocent.md"])] == [str(secret)]

@@ -47,7 +47,7 @@ def _str(value: Any) -> str:
     return value
 
 
-def _int(minimum: int) -> Callable[[Any], int]:
+def _int(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, str):
             try:
@@ -58,6 +58,8 @@ def _int(minimum: int) -> Callable[[Any], int]:
             raise ConfigError("expected an integer")
         if value < minimum:
             raise ConfigError(f"must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"must be <= {maximum}")
         return value
 
     return check
@@ -91,8 +93,10 @@ SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "embedding.batch_size": (0, _int(0)),
     "embedding.base_url": ("", _str),
     "embedding.api_key": ("", _str),
-    "chunking.max_chunk_size": (1500, _int(1)),
-    "chunking.overlap_lines": (2, _int(0)),
+    # Bounded so a chunk always fits the store's content field and a project
+    # file cannot make indexing explode.
+    "chunking.max_chunk_size": (1500, _int(1, 16_383)),
+    "chunking.overlap_lines": (2, _int(0, 1000)),
     "indexing.ignore_files": ([], _str_list),
     "indexing.exclude": ([], _str_list),
     "watch.debounce_ms": (1500, _int(0)),
@@ -225,7 +229,10 @@ def filter_project(data: Mapping[str, Any], where: str = PROJECT_CONFIG_NAME) ->
     allowed: dict[str, Any] = {}
     rejected: list[str] = []
     for key, value in flatten(data).items():
-        if key in PROJECT_ALLOWED:
+        if isinstance(value, str) and value.strip().startswith("env:"):
+            # A repository's file must not read the environment (secrets).
+            rejected.append(key)
+        elif key in PROJECT_ALLOWED:
             set_path(allowed, key, parse_value(key, value, where))
         else:
             rejected.append(key)
@@ -239,7 +246,8 @@ def save_file(data: Mapping[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        # Owner-only: the global file may hold an API key or token.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             tomli_w.dump(dict(data), f)
         os.replace(tmp, path)
     finally:

@@ -8,6 +8,7 @@ model.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Any
 from memsearch_fast.pipeline import IndexReport, Progress, run_index
 
 DEFAULT_PROVIDER = "onnx"
+#: Largest chunk, in characters: four UTF-8 bytes each still fit the store's
+#: 65,535-byte content field, so a chunk is always stored under its own id.
+MAX_CHUNK_SIZE = 16_383
 
 
 class MemSearch:
@@ -40,8 +44,10 @@ class MemSearch:
         exclude: Sequence[str] | None = None,
         workers: int | None = None,
     ) -> None:
-        if max_chunk_size < 1:
-            raise ValueError("max_chunk_size must be >= 1")
+        if not 1 <= max_chunk_size <= MAX_CHUNK_SIZE:
+            raise ValueError(f"max_chunk_size must be between 1 and {MAX_CHUNK_SIZE}")
+        if not 0 <= overlap_lines <= 1000:
+            raise ValueError("overlap_lines must be between 0 and 1000")
         self.paths = [os.fspath(p) for p in (paths or [])]
         self.max_chunk_size = max_chunk_size
         self.overlap_lines = overlap_lines
@@ -100,33 +106,37 @@ class MemSearch:
         return (await self.index_with_report(force=force)).indexed
 
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
-        from memsearch_fast.scan import scan_paths
+        from memsearch_fast.scan import scan
 
-        scan_errors: list[str] = []
-        files = scan_paths(
-            self.paths, ignore_files=self.ignore_files, exclude=self.exclude, on_error=scan_errors.append
+        found = await asyncio.to_thread(
+            scan, self.paths, ignore_files=self.ignore_files, exclude=self.exclude
         )
         roots = [str(Path(p).expanduser().resolve()) for p in self.paths if Path(p).expanduser().is_dir()]
+        store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
         report = await run_index(
-            self.store,
-            self.provider,
-            files,
+            store,
+            provider,
+            found.files,
             cleanup_roots=roots,
+            unlisted=found.incomplete,
+            # Explicit files only: consult just their rows, prune nothing else.
+            only_sources=None if roots else [f.path for f in found.files],
             force=force,
             max_chunk_size=self.max_chunk_size,
             overlap_lines=self.overlap_lines,
             workers=self.workers,
             progress=progress,
         )
-        report.failed[:0] = [_split_error(e) for e in scan_errors]
+        report.failed[:0] = [_split_error(e) for e in found.errors]
         return report
 
     async def index_file(self, path: str | os.PathLike[str]) -> int:
         """Index one file; other files' rows are left alone."""
         resolved = str(Path(path).expanduser().resolve())
+        store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
         report = await run_index(
-            self.store,
-            self.provider,
+            store,
+            provider,
             [resolved],
             only_sources=[resolved],
             max_chunk_size=self.max_chunk_size,
@@ -145,11 +155,11 @@ class MemSearch:
         """Hybrid (dense + BM25) search; dicts carry content, source, heading,
         chunk_hash, heading_level, start_line, end_line and score."""
         prefix = str(Path(source_prefix).expanduser().resolve()) if source_prefix is not None else None
-        store = self._search_store()
+        store = await asyncio.to_thread(self._search_store)
         if store is None:
             return []  # nothing indexed yet
         vector = await self.provider.embed_query(query)
-        return store.search(vector, query, top_k=top_k, source_prefix=prefix)
+        return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix)
 
     def _search_store(self) -> Any:
         """The store for search: never creates a collection, and checks that

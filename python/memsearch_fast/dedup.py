@@ -56,9 +56,11 @@ class Dedup:
         """A file that could not be read keeps its rows until it can."""
         self.by_source.pop(source, None)
 
-    def orphans(self, roots: Iterable[str]) -> list[str]:
-        """Stored sources under a directory root that the scan did not see."""
+    def orphans(self, roots: Iterable[str], *, unlisted: Iterable[str] = ()) -> list[str]:
+        """Stored sources under a directory root that the scan did not see,
+        except under directories the scan could not list."""
         prefixes = tuple(r.rstrip("/") + "/" for r in roots)
         if not prefixes:
             return []
-        return sorted(s for s in self.by_source if s.startswith(prefixes))
+        keep = tuple(d.rstrip("/") + "/" for d in unlisted)
+        return sorted(s for s in self.by_source if s.startswith(prefixes) and not (keep and s.startswith(keep)))

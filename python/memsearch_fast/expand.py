@@ -80,7 +80,8 @@ def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None
         raise ExpandError(f"source file not found: {source}") from None
     except OSError as exc:
         raise ExpandError(f"cannot read {source}: {exc.strerror or exc}") from None
-    all_lines = data.decode("utf-8", errors="replace").splitlines()
+    # Split on "\n" only, as the chunker does, so line numbers agree.
+    all_lines = data.decode("utf-8", errors="replace").split("\n")
     start_line, end_line = int(row["start_line"]), int(row["end_line"])
     result: dict[str, Any] = {"chunk_hash": row["chunk_hash"], "source": source, "heading": row.get("heading", "")}
     if start_line > len(all_lines):

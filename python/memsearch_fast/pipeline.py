@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memsearch_fast._core import content_hash
+from memsearch_fast._core import compute_chunk_id, content_hash
 from memsearch_fast.chunk import chunk_files, default_workers
 from memsearch_fast.dedup import Dedup, FilePlan
 from memsearch_fast.embed import EmbedStage, Pending
+from memsearch_fast.store import MAX_SOURCE_BYTES
 from memsearch_fast.upsert import UpsertStage
 
 
@@ -76,6 +77,7 @@ async def run_index(
     files: Sequence[Any],
     *,
     cleanup_roots: Sequence[str] = (),
+    unlisted: Sequence[str] = (),
     only_sources: Sequence[str] | None = None,
     force: bool = False,
     max_chunk_size: int = 1500,
@@ -86,7 +88,8 @@ async def run_index(
     """Index *files* into *store* with *provider*.
 
     ``cleanup_roots`` are directory roots whose vanished files are removed
-    from the index; ``only_sources`` limits the stored ids consulted to those
+    from the index, except under ``unlisted`` directories (the scan could not
+    read them); ``only_sources`` limits the stored ids consulted to those
     sources (explicit-file runs, which prune nothing else).
     """
     started = time.perf_counter()
@@ -128,10 +131,8 @@ async def run_index(
                     report.failed.append((fc.path, fc.error))
                     dedup.keep(fc.path)
                     continue
-                try:
-                    fc.path.encode("utf-8")
-                except UnicodeEncodeError:
-                    report.failed.append((fc.path, "file name is not valid UTF-8"))
+                if len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
+                    report.failed.append((fc.path, f"path longer than {MAX_SOURCE_BYTES} bytes"))
                     dedup.keep(fc.path)
                     continue
                 if fc.invalid_utf8:
@@ -148,7 +149,7 @@ async def run_index(
                 else:
                     to_embed.extend(Pending(cid, c) for cid, c in plan.new)
             if reusable:
-                reused = await _reuse_vectors(store, reusable, to_embed)
+                reused = await _reuse_vectors(store, reusable, to_embed, model)
                 report.reused += len(reused)
                 await upsert.add(reused)
             await embed.add(to_embed)
@@ -156,7 +157,7 @@ async def run_index(
         await embed.finish()
         await upsert.finish()
         await upsert.delete_ids(stale)
-        orphans = dedup.orphans(cleanup_roots)
+        orphans = dedup.orphans(cleanup_roots, unlisted=unlisted)
         await upsert.delete_sources(orphans)
         report.sources_removed = len(orphans)
         failed = False
@@ -180,11 +181,17 @@ async def run_index(
     return report
 
 
-async def _reuse_vectors(store: Any, plans: list[FilePlan], to_embed: list[Pending]) -> list[Pending]:
-    """Reuse stored vectors of identical content (one query for the batch);
-    what has no stored twin goes to `to_embed`."""
-    rows = await asyncio.to_thread(store.rows_for_sources, [p.source for p in plans], ["content", "embedding"])
-    by_hash = {content_hash(r["content"]): r["embedding"] for r in rows}
+async def _reuse_vectors(store: Any, plans: list[FilePlan], to_embed: list[Pending], model: str) -> list[Pending]:
+    """Reuse stored vectors of identical content made by the same model (one
+    query for the batch); what has no stored twin goes to `to_embed`."""
+    fields = ["chunk_hash", "content", "embedding", "source", "start_line", "end_line"]
+    rows = await asyncio.to_thread(store.rows_for_sources, [p.source for p in plans], fields)
+    by_hash: dict[str, Any] = {}
+    for r in rows:
+        h = content_hash(r["content"])
+        # The id encodes the model: a row from another model never matches.
+        if r["chunk_hash"] == compute_chunk_id(r["source"], r["start_line"], r["end_line"], h, model):
+            by_hash[h] = r["embedding"]
     reused: list[Pending] = []
     for plan in plans:
         for cid, chunk in plan.new:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from memsearch_fast._core import ScannedFile
 from memsearch_fast._core import scan_paths as _scan_paths
 
-__all__ = ["ScannedFile", "normalize_ignore_file_names", "scan_paths"]
+__all__ = ["ScanResult", "ScannedFile", "normalize_ignore_file_names", "scan", "scan_paths"]
 
 logger = logging.getLogger("memsearch_fast.scan")
 
@@ -31,6 +32,39 @@ def normalize_ignore_file_names(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(normalized)
 
 
+@dataclass
+class ScanResult:
+    """Files found, one-line errors, and directories that could not be
+    listed (files under them may still exist: never prune there)."""
+
+    files: list[ScannedFile]
+    errors: list[str]
+    incomplete: list[str]
+
+
+def scan(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    extensions: Iterable[str] = (".md", ".markdown"),
+    ignore_hidden: bool = True,
+    ignore_files: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+) -> ScanResult:
+    """Like `scan_paths`, returning errors and incomplete directories too.
+
+    An invalid `exclude` pattern raises ValueError before anything is walked.
+    """
+    roots = [os.path.expanduser(os.fspath(p)) for p in paths]
+    files, errors, incomplete = _scan_paths(
+        roots,
+        [e.lower() for e in extensions],
+        ignore_hidden,
+        list(normalize_ignore_file_names(ignore_files)),
+        [str(p) for p in exclude],
+    )
+    return ScanResult(files, errors, [os.fspath(d) for d in incomplete])
+
+
 def scan_paths(
     paths: Iterable[str | os.PathLike[str]],
     *,
@@ -43,21 +77,17 @@ def scan_paths(
     """Return the markdown files under *paths*, sorted by path.
 
     A path may be a file (always eligible when its extension matches) or a
-    directory (walked recursively, hidden entries and ignored paths skipped).
-    Missing or unreadable paths are reported to *on_error* (default: a
-    warning on the ``memsearch_fast.scan`` logger), never raised.
+    directory (walked recursively, hidden entries and ignored paths skipped;
+    symlinks are followed only to files inside the same root). Missing or
+    unreadable paths are reported to *on_error* (default: a warning on the
+    ``memsearch_fast.scan`` logger), never raised.
     """
-    roots = [os.path.expanduser(os.fspath(p)) for p in paths]
-    files, errors = _scan_paths(
-        roots,
-        [e.lower() for e in extensions],
-        ignore_hidden,
-        list(normalize_ignore_file_names(ignore_files)),
-        [str(p) for p in exclude],
+    result = scan(
+        paths, extensions=extensions, ignore_hidden=ignore_hidden, ignore_files=ignore_files, exclude=exclude
     )
-    for message in errors:
+    for message in result.errors:
         if on_error is not None:
             on_error(message)
         else:
             logger.warning("skipped %s", message)
-    return files
+    return result.files

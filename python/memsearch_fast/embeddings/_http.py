@@ -124,9 +124,17 @@ class JsonClient:
         import urllib.error
         import urllib.request
 
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            """A redirect becomes an error: the Authorization header must
+            never be replayed to another host (as with httpx above)."""
+
+            def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        opener = urllib.request.build_opener(NoRedirect)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as r:  # noqa: S310 - http(s) only
+            with opener.open(request, timeout=self._timeout) as r:  # noqa: S310 - http(s) only
                 return Response(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
         except urllib.error.HTTPError as exc:
             with exc:

@@ -91,6 +91,12 @@ def is_offline(offline: bool | None = None) -> bool:
     return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"} for v in OFFLINE_ENVS)
 
 
+def _is_repo_id(raw: str) -> bool:
+    """`owner/name` with no further separators and no leading dot or slash."""
+    parts = raw.split("/")
+    return len(parts) == 2 and all(parts) and not raw.startswith((".", "/", "~"))
+
+
 def resolve_model(
     model: str | os.PathLike[str] | None = None,
     *,
@@ -105,7 +111,11 @@ def resolve_model(
     """
     raw = DEFAULT_MODEL if model is None else os.fspath(model)
     path = Path(raw).expanduser()
-    if path.exists():
+    # Only something written as a path is a path: a bare name such as the
+    # default model must not pick up a same-named folder in the current
+    # directory (a cloned repository could plant one).
+    looks_like_path = raw.startswith((".", "/", "~")) or os.sep in raw and not _is_repo_id(raw)
+    if looks_like_path and path.exists():
         if is_model_dir(path):
             return path
         if path.is_dir() and any(path.glob("*.safetensors")):

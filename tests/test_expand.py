@@ -1,0 +1,46 @@
+"""expand reads context from the markdown file with the chunker's line rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memsearch_fast import chunk_markdown
+from memsearch_fast.expand import expand_chunk
+
+
+def row_for(path: Path, index: int) -> dict:
+    c = chunk_markdown(path.read_text(encoding="utf-8"), str(path))[index]
+    return {
+        "chunk_hash": "x",
+        "source": str(path),
+        "heading": c.heading,
+        "heading_level": c.heading_level,
+        "start_line": c.start_line,
+        "end_line": c.end_line,
+    }
+
+
+def test_section_uses_newline_only_line_numbers(tmp_path: Path) -> None:
+    f = tmp_path / "a.md"
+    # Form feed and U+2028 are line breaks for str.splitlines(), not for the chunker.
+    f.write_text("# One\nfirst\x0cstill first\u2028same line\n# Two\nsecond section\n", encoding="utf-8")
+    row = row_for(f, 1)
+    assert row["start_line"] == 3
+    out = expand_chunk(row)
+    assert out["start_line"] == 3 and out["content"].startswith("# Two\nsecond section")
+
+
+def test_fenced_hash_does_not_end_a_section(tmp_path: Path) -> None:
+    f = tmp_path / "a.md"
+    f.write_text("## Setup\nrun:\n```\n# not a heading\n```\nend\n## Next\nmore\n", encoding="utf-8")
+    out = expand_chunk(row_for(f, 0))
+    assert out["start_line"] == 1 and out["end_line"] == 6 and "# not a heading" in out["content"]
+
+
+def test_lines_window_and_anchor(tmp_path: Path) -> None:
+    f = tmp_path / "a.md"
+    f.write_text(
+        "# Day\n\n## Session\n<!-- session:abc turn:7 transcript:/t/abc.jsonl -->\nwork done\n", encoding="utf-8"
+    )
+    out = expand_chunk(row_for(f, 0), lines=0)
+    assert out["anchor"] == {"session": "abc", "turn": "7", "transcript": "/t/abc.jsonl"}
