@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
+from memsearch_fast._system import available_cpus
 from memsearch_fast._core import (
     Chunk,
     FileChunks,
@@ -27,16 +28,7 @@ __all__ = [
     "clean_content_for_embedding",
     "compute_chunk_id",
     "content_hash",
-    "default_workers",
 ]
-
-
-def default_workers() -> int:
-    """One worker per core the process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def chunk_markdown(
@@ -75,6 +67,6 @@ def chunk_files(
         paths,
         max_chunk_size=max_chunk_size,
         overlap_lines=overlap_lines,
-        workers=workers or default_workers(),
+        workers=workers or available_cpus(),
         batch_chunks=batch_chunks,
     )

@@ -11,17 +11,10 @@ import sys
 import time
 from typing import Any, TextIO
 
+from memsearch_fast.pipeline import NullProgress
+
 #: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
 SNIPPET_CHARS = 500
-
-
-class NullProgress:
-    """Draws nothing: pipes, logs, CI and ``--quiet``."""
-
-    def start(self, files: int) -> None: ...
-    def files_done(self, files: int, chunks: int) -> None: ...
-    def chunks_embedded(self, n: int) -> None: ...
-    def finish(self) -> None: ...
 
 
 class RichProgress:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memsearch_fast._core import compute_chunk_id, content_hash
-from memsearch_fast.chunk import chunk_files, default_workers
+from memsearch_fast._system import available_cpus
+from memsearch_fast.chunk import chunk_files
 from memsearch_fast.dedup import Dedup, FilePlan
 from memsearch_fast.embed import EmbedStage, Pending
 from memsearch_fast.store import MAX_SOURCE_BYTES
@@ -56,7 +57,9 @@ class Progress(Protocol):
     def finish(self) -> None: ...
 
 
-class _NoProgress:
+class NullProgress:
+    """Draws nothing: library callers, pipes, logs and ``--quiet``."""
+
     def start(self, files: int) -> None: ...
     def files_done(self, files: int, chunks: int) -> None: ...
     def chunks_embedded(self, n: int) -> None: ...
@@ -93,7 +96,7 @@ async def run_index(
     sources (explicit-file runs, which prune nothing else).
     """
     started = time.perf_counter()
-    progress = progress or _NoProgress()
+    progress = progress or NullProgress()
     report = IndexReport(files=len(files))
     progress.start(len(files))
     model = provider.model_name
@@ -109,13 +112,13 @@ async def run_index(
         progress.chunks_embedded(len(items))
 
     embed = EmbedStage(
-        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=(workers or default_workers()) + 1
+        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=(workers or available_cpus()) + 1
     )
     stream = chunk_files(
         files,
         max_chunk_size=max_chunk_size,
         overlap_lines=overlap_lines,
-        workers=workers or default_workers(),
+        workers=workers or available_cpus(),
     )
     stale: list[str] = []
     failed = True

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from memsearch_fast._system import available_cpus
 from memsearch_fast.embeddings._remote import check_texts
 from memsearch_fast.embeddings.errors import EmbeddingError, ModelNotFoundError
 from memsearch_fast.embeddings.models import DEFAULT_MODEL, canonical_name, onnx_file, resolve_model
@@ -31,14 +32,6 @@ WINDOW = 4096  # texts tokenised and sorted together; bounds memory of one embed
 _POOLED_OUTPUTS = ("sentence_embedding", "dense_vecs")
 _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
 _POOLING_MODES = ("mean", "cls", "max")
-
-
-def available_cpus() -> int:
-    """Cores this process may use (respects CPU affinity / container cpusets)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def default_parallelism(cpus: int, workers: int | None = None, threads: int | None = None) -> tuple[int, int]:
