@@ -500,6 +500,9 @@ class _Lite3Engine(_Engine):
         self.server.start()
 
     def stop(self) -> None:
+        if getattr(self, "_stopped", False):
+            return  # idle exit stops under the lock, the caller again on the way out
+        self._stopped = True
         with contextlib.suppress(Exception):
             self.server.stop(grace=2).wait(5)
         self.db.close()
@@ -691,7 +694,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
                 last_client = max(last_client, started)  # nothing observable: idle since start
             if now - max(last_client, activity.last) < idle:
                 continue
-            if _idle_exit(db_path, pid, engine.port, activity, idle):
+            if _idle_exit(db_path, pid, engine, activity, idle):
                 break
     finally:
         _remove_state_if(db_path, pid)
@@ -699,8 +702,10 @@ def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
     return 0
 
 
-def _idle_exit(db_path: str, pid: int, port: int, activity: _Activity, idle: float) -> bool:
-    """Withdraw the record under the broker lock, unless a client arrived meanwhile."""
+def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idle: float) -> bool:
+    """Withdraw the record and stop the engine under the broker lock, unless a
+    client arrived meanwhile: a client that takes the lock next must find the
+    database released, or the server it starts could not open it."""
     import fcntl
 
     fd = os.open(sidecar_paths(db_path)["lock"], os.O_CREAT | os.O_RDWR, 0o644)
@@ -709,9 +714,10 @@ def _idle_exit(db_path: str, pid: int, port: int, activity: _Activity, idle: flo
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # someone is attaching right now
-        if _count_connections(port) or time.monotonic() - activity.last < idle:
+        if _count_connections(engine.port) or time.monotonic() - activity.last < idle:
             return False
         _remove_state_if(db_path, pid)
+        engine.stop()
         return True
     finally:
         os.close(fd)
