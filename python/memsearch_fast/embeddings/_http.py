@@ -51,13 +51,10 @@ def resolve_api_key(api_key: str | None, default_env: str | None) -> Secret | No
     if api_key is None:
         value = os.environ.get(default_env) if default_env else None
         return Secret(value) if value else None
-    if api_key.startswith("env:"):
-        var = api_key[4:].strip()
-        value = os.environ.get(var)
-        if not value:
-            raise ValueError(f"api_key refers to environment variable {var} which is not set")
-        return Secret(value)
-    return Secret(api_key) if api_key else None
+    from memsearch_fast.config import resolve_env_ref
+
+    value = resolve_env_ref(api_key, "api_key")  # ConfigError (a ValueError) when unset
+    return Secret(value) if value else None
 
 
 def safe_url(url: str) -> str:
