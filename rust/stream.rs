@@ -48,12 +48,12 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         error: None,
         invalid_utf8: false,
     };
-    // Never open what is not a regular file: a FIFO would block forever.
     if bad_name {
         // Two such names could map to one lossy source string and collide.
         result.error = Some("file name is not valid UTF-8".into());
         return result;
     }
+    // Never open what is not a regular file: a FIFO would block forever.
     let meta = match fs::metadata(&result.path) {
         Ok(meta) if !meta.is_file() => {
             result.error = Some(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });
