@@ -35,6 +35,17 @@ from memsearch_fast.store import (
 
 DIM = 8
 PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs *code* in a fresh interpreter (a new process opening the store)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
 
 HOSTILE = ['a"b', "a\\b", "it's", "new\nline", "pct%x", "under_x", "underAx", "uni\u00e9\u4e2d\U0001f600", 'a\\"b', "tab\tx"]
@@ -125,9 +136,7 @@ def test_split_long_rows_splits_on_lines_and_char_boundaries():
 
 def test_import_is_cheap():
     code = "import sys, memsearch_fast.store, memsearch_fast.lite_server; print('pymilvus' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=PKG_ROOT), capture_output=True, text=True
-    )
+    out = run_python(code)
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -220,13 +229,7 @@ def test_new_process_searches_without_load_errors(db):
         s.close()
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, db],
-        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_python(code, db)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, f"{1:064x}"]
 
@@ -545,13 +548,7 @@ def test_without_jieba_falls_back_to_standard_analyzer(db):
         s.close()
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, db],
-        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_python(code, db)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["standard", "1"]
     assert "jieba" in out.stderr and "Traceback" not in out.stderr
