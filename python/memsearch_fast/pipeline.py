@@ -111,15 +111,9 @@ async def run_index(
         await upsert.add(items)
         progress.chunks_embedded(len(items))
 
-    embed = EmbedStage(
-        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=(workers or available_cpus()) + 1
-    )
-    stream = chunk_files(
-        files,
-        max_chunk_size=max_chunk_size,
-        overlap_lines=overlap_lines,
-        workers=workers or available_cpus(),
-    )
+    workers = workers or available_cpus()
+    embed = EmbedStage(provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=workers + 1)
+    stream = chunk_files(files, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines, workers=workers)
     stale: list[str] = []
     failed = True
     try:
@@ -130,13 +124,12 @@ async def run_index(
             reusable: list[FilePlan] = []
             to_embed: list[Pending] = []
             for fc in batch:
-                if fc.error is not None:
-                    report.failed.append((fc.path, fc.error))
-                    dedup.keep(fc.path)
-                    continue
-                if len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
-                    report.failed.append((fc.path, f"path longer than {MAX_SOURCE_BYTES} bytes"))
-                    dedup.keep(fc.path)
+                reason = fc.error
+                if reason is None and len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
+                    reason = f"path longer than {MAX_SOURCE_BYTES} bytes"
+                if reason is not None:
+                    report.failed.append((fc.path, reason))
+                    dedup.keep(fc.path)  # its stored rows stay until it can be read
                     continue
                 if fc.invalid_utf8:
                     report.invalid_utf8.append(fc.path)
