@@ -175,11 +175,7 @@ def _missing_collection(cfg: dict[str, Any]) -> str:
 
 def _collection_exists(ms: Any) -> bool:
     """Checked before loading a model: a search must not create an empty collection."""
-    store = ms._read_store()
-    try:
-        return bool(store.exists)
-    finally:
-        store.close()
+    return bool(ms._read_store().exists)  # kept open: the search reuses it
 
 
 # -- shared options ------------------------------------------------------------------------

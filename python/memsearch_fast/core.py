@@ -84,20 +84,36 @@ class MemSearch:
 
     @property
     def store(self) -> Any:
-        """The store, created with the provider's dimension when indexing."""
-        if self._store is None:
+        """The store for writing: the collection is created with the model's
+        dimension when missing, and an existing one must match it."""
+        if self._store is None or not self._store.exists:
             from memsearch_fast.store import MilvusStore
 
+            if self._store is not None:
+                self._store.close()
             self._store = MilvusStore(**self._store_args, dimension=self.provider.dimension)
+        else:
+            self._check_dimension(self._store)
         return self._store
 
     def _read_store(self) -> Any:
-        """The store for reads that need no model (expand, stats)."""
+        """The store opened once, with no model: never creates a collection
+        (expand, stats, and the existence check before a search)."""
         if self._store is None:
             from memsearch_fast.store import MilvusStore
 
-            return MilvusStore(**self._store_args)
+            self._store = MilvusStore(**self._store_args)
         return self._store
+
+    def _check_dimension(self, store: Any) -> None:
+        if store.dimension != self.provider.dimension:
+            from memsearch_fast.store import DimensionMismatchError
+
+            raise DimensionMismatchError(
+                f"collection {self._store_args['collection']!r} has dimension {store.dimension} but the "
+                f"embedding model produces {self.provider.dimension}; run 'memsearch reset' or use the "
+                "model it was built with"
+            )
 
     # -- indexing --------------------------------------------------------------------
 
@@ -162,35 +178,18 @@ class MemSearch:
         return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix)
 
     def _search_store(self) -> Any:
-        """The store for search: never creates a collection, and checks that
-        the model matches the collection's dimension."""
-        if self._store is None:
-            from memsearch_fast.store import DimensionMismatchError, MilvusStore
-
-            store = MilvusStore(**self._store_args)
-            if not store.exists:
-                store.close()
-                return None
-            if store.dimension != self.provider.dimension:
-                store.close()
-                raise DimensionMismatchError(
-                    f"collection {self._store_args['collection']!r} has dimension {store.dimension} but the "
-                    f"embedding model produces {self.provider.dimension}; run 'memsearch reset' or use the "
-                    "model it was built with"
-                )
-            self._store = store
-        return self._store
+        """The store for search, or None when nothing is indexed yet."""
+        store = self._read_store()
+        if not store.exists:
+            return None
+        self._check_dimension(store)
+        return store
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""
         from memsearch_fast.expand import expand_chunk
 
-        store = self._read_store()
-        try:
-            row = store.get(chunk_hash)
-        finally:
-            if store is not self._store:
-                store.close()
+        row = self._read_store().get(chunk_hash)
         if row is None:
             return None
         return expand_chunk(row, section=section, lines=lines)
