@@ -340,6 +340,16 @@ fn split_large_section(lines: &Lines<'_>, start: usize, end: usize, overlap: i64
     }
 }
 
+/// Heading level of each line (0 = not a heading), with the chunker's rules:
+/// lines inside fenced code blocks are never headings.
+pub fn heading_levels<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
+    let mut fence = FenceState::default();
+    lines
+        .into_iter()
+        .map(|line| if fence.in_fence(line) { 0 } else { heading_of(line).map_or(0, |(level, _)| level) })
+        .collect()
+}
+
 #[inline]
 fn is_cjk(c: char) -> bool {
     matches!(c, '\u{4E00}'..='\u{9FFF}' | '\u{3040}'..='\u{30FF}' | '\u{AC00}'..='\u{D7AF}')

@@ -255,6 +255,12 @@ fn content_hash(text: &str) -> String {
     hashing::sha256_hex16(text.as_bytes())
 }
 
+/// Heading level of each line (0 = none), fence-aware as the chunker is.
+#[pyfunction]
+fn heading_levels(lines: Vec<String>) -> Vec<u8> {
+    chunker::heading_levels(lines.iter().map(String::as_str))
+}
+
 /// HTML comments removed, runs of 3+ newlines collapsed, stripped.
 #[pyfunction]
 fn clean_content_for_embedding(text: &str) -> String {
@@ -274,5 +280,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compute_chunk_id, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
+    m.add_function(wrap_pyfunction!(heading_levels, m)?)?;
     Ok(())
 }

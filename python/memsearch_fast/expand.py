@@ -13,34 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._core import heading_levels
 
 ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)\s+turn:(\S+)\s+transcript:(\S+)\s*-->")
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.+)$")
-_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
 
 class ExpandError(Exception):
     """The chunk's file is gone or unreadable (one-line message)."""
-
-
-def heading_levels(lines: list[str]) -> list[int]:
-    """Heading level per line (0 = not a heading); lines inside fenced code
-    blocks are never headings, as in the chunker."""
-    levels = [0] * len(lines)
-    fence: tuple[str, int] | None = None
-    for i, line in enumerate(lines):
-        m = _FENCE_RE.match(line)
-        if fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= fence[1] and not m.group(2).strip():
-                fence = None
-            continue
-        if m and (m.group(1)[0] == "~" or "`" not in m.group(2)):
-            fence = (m.group(1)[0], len(m.group(1)))
-            continue
-        h = _HEADING_RE.match(line)
-        if h:
-            levels[i] = len(h.group(1))
-    return levels
 
 
 def section_bounds(lines: list[str], start_line: int, heading_level: int) -> tuple[int, int]:
@@ -104,4 +83,4 @@ def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None
     return result
 
 
-__all__ = ["ExpandError", "expand_chunk", "heading_levels", "parse_anchor", "section_bounds"]
+__all__ = ["ExpandError", "expand_chunk", "parse_anchor", "section_bounds"]
