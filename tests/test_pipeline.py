@@ -277,3 +277,72 @@ def test_unlisted_directories_are_not_pruned(tmp_path: Path, store, provider) ->
 def test_chunk_size_is_bounded_to_fit_the_store(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="max_chunk_size"):
         MemSearch([], embedding_model=str(model_dir), max_chunk_size=100_000)
+
+
+def _pending(n: int) -> list:
+    from memsearch_fast import compute_chunk_id
+    from memsearch_fast.embed import Pending
+
+    text = "\n\n".join(f"## Note {i}\nFact number {i} about the deploy pipeline." for i in range(n))
+    chunks = chunk_markdown(text, "/notes/facts.md")
+    assert len(chunks) == n
+    vec = [1.0] + [0.0] * 383
+    return [
+        Pending(compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m"), c, vec) for c in chunks
+    ]
+
+
+def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
+    from memsearch_fast.upsert import UpsertStage
+
+    items = _pending(100)
+    with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
+
+        async def run() -> UpsertStage:
+            stage = UpsertStage(store, batch_size=7, in_flight=4)
+            for i in range(0, len(items), 9):
+                await stage.add(items[i : i + 9])
+            await stage.finish()
+            await stage.flush()
+            return stage
+
+        stage = asyncio.run(run())
+        assert stage.upserted == 100 and store.count() == 100
+        assert {h for h, _ in store.iter_ids_by_source()} == {p.chunk_id for p in items}
+
+
+def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
+    from memsearch_fast.store import StoreError
+    from memsearch_fast.upsert import UpsertStage
+
+    class FailingThird:
+        """The real store, except that its third upsert call is refused."""
+
+        def __init__(self, inner: MilvusStore) -> None:
+            self.inner, self.calls = inner, 0
+
+        def upsert(self, rows):
+            self.calls += 1
+            if self.calls == 3:
+                raise StoreError("Milvus upsert failed: refused")
+            return self.inner.upsert(rows)
+
+        def flush(self) -> None:
+            self.inner.flush()
+
+    items = _pending(50)
+    with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
+        failing = FailingThird(store)
+
+        async def run() -> None:
+            stage = UpsertStage(failing, batch_size=10, in_flight=2)
+            try:
+                await stage.add(items)
+                await stage.finish()
+            finally:
+                await stage.flush()
+
+        with pytest.raises(StoreError, match="refused"):
+            asyncio.run(run())
+        # Every call but the refused one wrote its 10 rows and was flushed.
+        assert store.count() == 10 * (failing.calls - 1) and failing.calls >= 3

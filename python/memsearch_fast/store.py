@@ -213,6 +213,24 @@ def _quiet_pymilvus() -> None:
         log.setLevel(logging.CRITICAL)
 
 
+def _skip_client_varchar_check() -> None:
+    """Turn off pymilvus's client-side VARCHAR length check on row inserts.
+
+    In pymilvus 3.0 the row path runs that check over every *character* of
+    every string value (a Python loop), which costs about as much main-process
+    CPU as the rest of the pipeline together. Lengths are enforced before
+    sending (:meth:`MilvusStore._prepare_row`: content split, heading cut,
+    source refused) and Milvus checks them again on the server. The flag is
+    process-wide; it only changes which side reports an over-long string.
+    """
+    try:
+        from pymilvus.client import entity_helper
+    except ImportError:  # pragma: no cover - layout of another pymilvus line
+        return
+    if hasattr(entity_helper, "CHECK_STR_ARRAY"):
+        entity_helper.CHECK_STR_ARRAY = False
+
+
 def drop_unimplemented(record: logging.LogRecord) -> bool:
     """Logging filter hiding grpc's traceback for RPCs Milvus Lite does not implement.
 
@@ -313,7 +331,10 @@ class MilvusStore:
         self._client: Any = None
         self._exists = False
         self._managed = False  # connected through the per-database Lite server
+        # Deletes, flush and drop run one at a time; upserts may overlap
+        # (the upsert stage keeps a few in flight, see upsert.py).
         self._write_lock = threading.RLock()
+        self._conn_lock = threading.RLock()
         self._local = is_local_uri(uri)
         self._path = str(Path(uri).expanduser().resolve()) if self._local else None
         self._display = self._path or uri
@@ -337,6 +358,7 @@ class MilvusStore:
 
         _quiet_pymilvus()
         _quiet_grpc_server()
+        _skip_client_varchar_check()
         if not self._local:
             kwargs: dict[str, Any] = {"uri": self.uri, "timeout": 10, **_own_connection_kwargs()}
             if self._token:
@@ -407,18 +429,26 @@ class MilvusStore:
 
     def _call(self, op: str, fn: Callable[[Any], _T], *, retry: bool = True) -> _T:
         """Run ``fn(client)``, translating errors; re-attach once if the Lite server died."""
-        if self._client is None:
+        client = self._client
+        if client is None:
             if not self._local or self._path is None or not os.path.exists(self._path):
                 raise StoreUnavailableError(f"store for {self._display} is closed")
-            self._connect()
+            with self._conn_lock:
+                if self._client is None:
+                    self._connect()
+                client = self._client
         try:
-            return fn(self._client)
+            return fn(client)
         except StoreError:
             raise
         except Exception as exc:
             err = self._translate(exc, op)
         if retry and self._managed and isinstance(err, StoreUnavailableError):
-            self._reconnect()
+            with self._conn_lock:
+                # Calls in flight on other threads fail together: the first
+                # re-attaches, the others retry on its new client.
+                if self._client is client:
+                    self._reconnect()
             return self._call(op, fn, retry=False)
         raise err
 
@@ -600,21 +630,22 @@ class MilvusStore:
 
         Over-long content is split (see :func:`split_long_rows`), over-long
         headings are truncated, ``sparse_vector`` is always left to Milvus.
+        Several threads may upsert at once: Milvus Lite serves overlapping
+        calls about twice as fast as one after another (docs/store.md).
         """
         if not rows:
             return 0
         self._require_writable()
         prepared = [self._prepare_row(r) for r in split_long_rows(rows, self.content_max_bytes)]
         written = 0
-        with self._write_lock:
-            for batch in self._batches(prepared):
+        for batch in self._batches(prepared):
 
-                def send(c: Any, b: list[dict[str, Any]] = batch) -> Any:
-                    return c.upsert(collection_name=self.collection, data=b)
+            def send(c: Any, b: list[dict[str, Any]] = batch) -> Any:
+                return c.upsert(collection_name=self.collection, data=b)
 
-                res = self._call("upsert", send)
-                n = res.get("upsert_count") if isinstance(res, dict) else None
-                written += int(n) if isinstance(n, int) else len(batch)
+            res = self._call("upsert", send)
+            n = res.get("upsert_count") if isinstance(res, dict) else None
+            written += int(n) if isinstance(n, int) else len(batch)
         return written
 
     def _prepare_row(self, row: dict[str, Any]) -> dict[str, Any]:

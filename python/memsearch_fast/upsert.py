@@ -1,7 +1,10 @@
 """Upsert stage: rows to Milvus in large batches, stale rows out, then flush.
 
-pymilvus calls block, so they run in a worker thread, one at a time, while
-the event loop keeps embedding the next batches.
+pymilvus calls block, so they run in worker threads while the event loop
+keeps embedding the next batches. A few upserts stay in flight at once
+(Milvus Lite serves overlapping calls about twice as fast as serial ones);
+deletes and the flush wait until every write before them has landed, so
+the order the pipeline asks for is the order Milvus sees.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from memsearch_fast.embed import Pending
+
+#: Upsert calls in flight; each holds one batch of rows in memory.
+IN_FLIGHT = 4
 
 
 def row(p: Pending) -> dict[str, Any]:
@@ -29,41 +35,78 @@ def row(p: Pending) -> dict[str, Any]:
 
 
 class UpsertStage:
-    """Buffers rows and writes them `batch_size` at a time, serially."""
+    """Buffers rows and writes them `batch_size` at a time, `in_flight` calls at once."""
 
-    def __init__(self, store: Any, *, batch_size: int = 1000) -> None:
+    def __init__(self, store: Any, *, batch_size: int = 1000, in_flight: int = IN_FLIGHT) -> None:
         self.store = store
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
-        self._lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(max(1, in_flight))
+        self._writes: set[asyncio.Task[None]] = set()
+        self._error: Exception | None = None
         self.upserted = 0
         self.deleted = 0
 
     async def add(self, items: Iterable[Pending]) -> None:
         self._rows.extend(row(p) for p in items)
-        if len(self._rows) >= self.batch_size:
-            await self._write(final=False)
+        while len(self._rows) >= self.batch_size:
+            await self._send()
 
-    async def _write(self, *, final: bool) -> None:
-        async with self._lock:
-            while len(self._rows) >= self.batch_size or (final and self._rows):
-                batch, self._rows = self._rows[: self.batch_size], self._rows[self.batch_size :]
-                self.upserted += await asyncio.to_thread(self.store.upsert, batch)
+    async def _send(self) -> None:
+        """Start one write; waits while `in_flight` writes are running."""
+        self._raise_failure()
+        await self._slots.acquire()
+        batch, self._rows = self._rows[: self.batch_size], self._rows[self.batch_size :]
+        task = asyncio.ensure_future(self._write(batch))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, batch: list[dict[str, Any]]) -> None:
+        try:
+            written = await asyncio.to_thread(self.store.upsert, batch)
+        except Exception as exc:  # noqa: BLE001 - re-raised by the next add/finish
+            if self._error is None:
+                self._error = exc
+        else:
+            self.upserted += written  # after the await: overlapping writes add up
+        finally:
+            self._slots.release()
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def _settle(self) -> None:
+        while self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Wait for every write in flight; re-raise the first one that failed."""
+        await self._settle()
+        self._raise_failure()
 
     async def finish(self) -> None:
-        await self._write(final=True)
+        """Write what is buffered and wait for it."""
+        while self._rows and self._error is None:
+            await self._send()
+        await self.drain()
 
     async def delete_ids(self, ids: list[str]) -> None:
         if ids:
-            async with self._lock:
-                self.deleted += await asyncio.to_thread(self.store.delete_ids, ids)
+            await self.drain()
+            n = await asyncio.to_thread(self.store.delete_ids, ids)
+            self.deleted += n
 
     async def delete_sources(self, sources: list[str]) -> None:
         if sources:
-            async with self._lock:
-                self.deleted += await asyncio.to_thread(self.store.delete_sources, sources)
+            await self.drain()
+            n = await asyncio.to_thread(self.store.delete_sources, sources)
+            self.deleted += n
 
     async def flush(self) -> None:
-        """Make everything written durable and visible to other processes."""
-        async with self._lock:
-            await asyncio.to_thread(self.store.flush)
+        """Make everything written durable and visible to other processes.
+
+        Runs after a failed write too: what did land is kept.
+        """
+        await self._settle()
+        await asyncio.to_thread(self.store.flush)
