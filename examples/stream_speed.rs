@@ -14,7 +14,8 @@ fn main() {
         }
     }
     let total: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
-    for _ in 0..3 {
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    for _ in 0..rounds {
         let t = Instant::now();
         let params = _core::stream::ChunkParams { max_chunk_size: 1500, overlap_lines: 2 };
         let mut s = _core::stream::Stream::start(files.clone(), params, workers).unwrap();

@@ -154,12 +154,11 @@ fn line_bounds(rest: &str) -> (usize, usize) {
     (rest.len(), rest.len())
 }
 
-/// The input split on `\n` with the byte span and code point length of each
-/// line, so any run of lines joined by `\n` is a zero-copy slice.
+/// The input split on `\n` with the byte span of each line, so any run of
+/// lines joined by `\n` is a zero-copy slice.
 struct Lines<'a> {
     text: &'a str,
     spans: Vec<(usize, usize)>,
-    chars: Vec<usize>,
 }
 
 impl<'a> Lines<'a> {
@@ -171,8 +170,7 @@ impl<'a> Lines<'a> {
             start = i + 1;
         }
         spans.push((start, text.len()));
-        let chars = spans.iter().map(|&(s, e)| char_len(&text[s..e])).collect();
-        Lines { text, spans, chars }
+        Lines { text, spans }
     }
 
     fn line(&self, i: usize) -> &'a str {
@@ -280,15 +278,18 @@ fn split_large_section(lines: &Lines<'_>, start: usize, end: usize, overlap: i64
     let mut count = 0usize; // lines in the window
     let mut chars = 0usize; // code points in the window's lines, without separators
 
+    // Code point length of each line, counted only for sections that split.
+    let line_chars: Vec<usize> = (start..end).map(|j| char_len(lines.line(j))).collect();
+    let chars_of = |j: usize| line_chars[j - start];
     let window_len = |count: usize, chars: usize| if count == 0 { 0 } else { chars + count - 1 };
-    let refill = |lo: usize, hi: usize| (lo..hi).map(|j| lines.chars[j]).sum::<usize>();
+    let refill = |lo: usize, hi: usize| (lo..hi).map(chars_of).sum::<usize>();
 
     for i in start..end {
         if count == 0 {
             lo = i;
         }
         count += 1;
-        chars += lines.chars[i];
+        chars += chars_of(i);
         let text_len = window_len(count, chars);
         let line = lines.line(i);
         let is_paragraph_break = py_strip(line).is_empty() && i + 1 < end;

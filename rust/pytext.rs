@@ -4,6 +4,10 @@
 //! so whitespace, `strip()`, `splitlines()` and `len()` follow CPython's
 //! definitions rather than Rust's (which differ on e.g. U+001C..U+001F).
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
 /// CPython's `str.isspace()` for one code point (bidi WS/B/S or category Zs).
 #[inline]
 pub fn is_py_space(c: char) -> bool {
@@ -77,8 +81,10 @@ pub fn py_splitlines(s: &str) -> impl Iterator<Item = &str> {
 /// Removes every `<!-- ... -->` comment, leftmost first and non-greedy,
 /// like `re.sub(r"<!--.*?-->", "", s, flags=re.DOTALL)`.
 pub fn strip_html_comments(s: &str) -> std::borrow::Cow<'_, str> {
-    let open_finder = memchr::memmem::Finder::new("<!--");
-    let close_finder = memchr::memmem::Finder::new("-->");
+    // Built once: building a searcher costs more than most searches here.
+    static OPEN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("<!--"));
+    static CLOSE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("-->"));
+    let (open_finder, close_finder) = (&*OPEN, &*CLOSE);
     let Some(first) = open_finder.find(s.as_bytes()) else {
         return std::borrow::Cow::Borrowed(s);
     };

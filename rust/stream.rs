@@ -6,7 +6,8 @@
 //! runs at most a couple of windows ahead of the consumer (backpressure).
 
 use std::fs;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver};
@@ -53,30 +54,18 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         result.error = Some("file name is not valid UTF-8".into());
         return result;
     }
-    // Never open what is not a regular file: a FIFO would block forever.
-    let meta = match fs::metadata(&result.path) {
-        Ok(meta) if !meta.is_file() => {
-            result.error = Some(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });
+    let (meta, bytes) = match read_regular_file(&result.path) {
+        Ok(found) => found,
+        Err(message) => {
+            result.error = Some(message);
             return result;
         }
-        Err(e) => {
-            result.error = Some(crate::scanner::io_message(&e));
-            return result;
-        }
-        Ok(meta) => meta,
     };
     result.mtime = meta
         .modified()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0.0, |d| d.as_secs_f64());
-    let bytes = match fs::read(&result.path) {
-        Ok(b) => b,
-        Err(e) => {
-            result.error = Some(crate::scanner::io_message(&e));
-            return result;
-        }
-    };
     result.size = bytes.len() as u64;
     result.fingerprint = fingerprint(&bytes);
     let text = match std::str::from_utf8(&bytes) {
@@ -88,6 +77,27 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
     };
     result.chunks = chunk_markdown(&text, params.max_chunk_size, params.overlap_lines);
     result
+}
+
+/// Opens `path` once and reads it if it is a regular file. The open never
+/// blocks (a FIFO named `*.md` would block a plain open forever), and the
+/// type check and the read see the same file.
+fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let mut file = options.open(path).map_err(|e| crate::scanner::io_message(&e))?;
+    let meta = file.metadata().map_err(|e| crate::scanner::io_message(&e))?;
+    if !meta.is_file() {
+        return Err(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    file.read_to_end(&mut bytes).map_err(|e| crate::scanner::io_message(&e))?;
+    Ok((meta, bytes))
 }
 
 /// Files per parallel window: enough to keep every worker busy, small enough
