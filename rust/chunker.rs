@@ -10,15 +10,35 @@
 use crate::hashing::sha256_hex16;
 use crate::pytext::{char_len, is_line_break, is_py_space, py_strip, strip_html_comments};
 
-/// One chunk, before it crosses into Python.
+/// One chunk, before it crosses into Python. Content and heading are byte
+/// ranges of the chunked text: every chunk is a slice of its document, so
+/// nothing is copied until Python asks for a string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawChunk {
-    pub content: String,
-    pub heading: String,
+    pub content: (usize, usize),
+    pub heading: (usize, usize),
     pub heading_level: u8,
     pub start_line: usize,
     pub end_line: usize,
     pub content_hash: String,
+}
+
+impl RawChunk {
+    pub fn content<'a>(&self, text: &'a str) -> &'a str {
+        &text[self.content.0..self.content.1]
+    }
+
+    pub fn heading<'a>(&self, text: &'a str) -> &'a str {
+        &text[self.heading.0..self.heading.1]
+    }
+}
+
+/// Byte range of `part` within `text`; `part` must be a slice of `text`.
+#[inline]
+fn span(text: &str, part: &str) -> (usize, usize) {
+    let start = part.as_ptr() as usize - text.as_ptr() as usize;
+    debug_assert!(start + part.len() <= text.len());
+    (start, start + part.len())
 }
 
 /// Returns `(level, title)` when `line` is an ATX heading by the rule
@@ -187,8 +207,9 @@ impl<'a> Lines<'a> {
     }
 }
 
-struct Emitter<'h> {
-    heading: &'h str,
+struct Emitter<'t> {
+    text: &'t str,
+    heading: (usize, usize),
     level: u8,
     max_size: usize,
     out: Vec<RawChunk>,
@@ -200,8 +221,8 @@ impl Emitter<'_> {
             return;
         }
         self.out.push(RawChunk {
-            content: content.to_string(),
-            heading: self.heading.to_string(),
+            content: span(self.text, content),
+            heading: self.heading,
             heading_level: self.level,
             start_line,
             end_line,
@@ -257,7 +278,8 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
         if section_text.is_empty() || !has_meaningful_content(section_text) {
             continue;
         }
-        let mut em = Emitter { heading, level, max_size: max_chunk_size, out: Vec::new() };
+        let heading = if heading.is_empty() { (0, 0) } else { span(text, heading) };
+        let mut em = Emitter { text, heading, level, max_size: max_chunk_size, out: Vec::new() };
         if section_text.len() <= max_chunk_size || char_len(section_text) <= max_chunk_size {
             em.emit(section_text, start + 1, end);
         } else {
@@ -434,7 +456,8 @@ mod tests {
         let text = "# Real\nbody text\n```\n# not a heading\n```\nmore";
         let chunks = chunk_markdown(text, 1500, 2);
         assert_eq!(chunks.len(), 1);
-        assert_eq!(chunks[0].heading, "Real");
+        assert_eq!(chunks[0].heading(text), "Real");
+        assert_eq!(chunks[0].content(text), text);
         assert_eq!(chunks[0].end_line, 6);
     }
 

@@ -8,6 +8,7 @@ pub mod scanner;
 pub mod stream;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 // Chunks are allocated on worker threads and freed on the Python thread;
 // mimalloc handles that cross-thread traffic far better than the system
@@ -61,49 +62,85 @@ impl ScannedFile {
 }
 
 /// One chunk of a markdown document; lines are 1-based and inclusive.
-#[pyclass(frozen, get_all, eq, module = "memsearch_fast._core")]
-#[derive(PartialEq)]
+///
+/// Holds its document and source by reference (shared with the other chunks
+/// of the file) and makes Python strings only when they are read, so a chunk
+/// whose id is all that is needed (an unchanged file) never copies its text.
+#[pyclass(frozen, module = "memsearch_fast._core")]
 struct Chunk {
-    content: String,
-    source: String,
-    heading: String,
-    heading_level: u8,
-    start_line: usize,
-    end_line: usize,
-    content_hash: String,
-}
-
-impl Chunk {
-    fn from_raw(raw: chunker::RawChunk, source: &str) -> Self {
-        Chunk {
-            content: raw.content,
-            source: source.to_string(),
-            heading: raw.heading,
-            heading_level: raw.heading_level,
-            start_line: raw.start_line,
-            end_line: raw.end_line,
-            content_hash: raw.content_hash,
-        }
-    }
+    text: Arc<String>,
+    source: Arc<str>,
+    raw: chunker::RawChunk,
 }
 
 #[pymethods]
 impl Chunk {
+    #[getter]
+    fn content(&self) -> &str {
+        self.raw.content(&self.text)
+    }
+
+    #[getter]
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    #[getter]
+    fn heading(&self) -> &str {
+        self.raw.heading(&self.text)
+    }
+
+    #[getter]
+    fn heading_level(&self) -> u8 {
+        self.raw.heading_level
+    }
+
+    #[getter]
+    fn start_line(&self) -> usize {
+        self.raw.start_line
+    }
+
+    #[getter]
+    fn end_line(&self) -> usize {
+        self.raw.end_line
+    }
+
+    #[getter]
+    fn content_hash(&self) -> &str {
+        &self.raw.content_hash
+    }
+
     /// The composite id under which this chunk is stored for `model`.
     fn chunk_id(&self, model: &str) -> String {
-        hashing::chunk_id(&self.source, self.start_line as i64, self.end_line as i64, &self.content_hash, model)
+        let r = &self.raw;
+        hashing::chunk_id(&self.source, r.start_line as i64, r.end_line as i64, &r.content_hash, model)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.downcast::<Chunk>() {
+            Ok(o) => {
+                let (o, a, b) = (o.get(), &self.raw, &o.get().raw);
+                self.source == o.source
+                    && self.content() == o.content()
+                    && self.heading() == o.heading()
+                    && (a.heading_level, a.start_line, a.end_line) == (b.heading_level, b.start_line, b.end_line)
+                    && a.content_hash == b.content_hash
+            }
+            Err(_) => false,
+        }
     }
 
     fn __repr__(&self) -> String {
+        let r = &self.raw;
         format!(
             "Chunk(source={:?}, heading={:?}, heading_level={}, start_line={}, end_line={}, content_hash={:?}, content={} chars)",
-            self.source,
-            self.heading,
-            self.heading_level,
-            self.start_line,
-            self.end_line,
-            self.content_hash,
-            self.content.chars().count()
+            &*self.source,
+            self.heading(),
+            r.heading_level,
+            r.start_line,
+            r.end_line,
+            r.content_hash,
+            self.content().chars().count()
         )
     }
 }
@@ -157,18 +194,18 @@ impl ChunkStream {
         }
         let mut items = Vec::with_capacity(batch.len());
         for r in batch {
-            let source = r.source;
+            let source: Arc<str> = Arc::from(r.source.as_str());
             let chunks = PyList::new(
                 py,
                 r.chunks
                     .into_iter()
-                    .map(|c| Py::new(py, Chunk::from_raw(c, &source)))
+                    .map(|raw| Py::new(py, Chunk { text: r.text.clone(), source: source.clone(), raw }))
                     .collect::<PyResult<Vec<_>>>()?,
             )?;
             items.push(Py::new(
                 py,
                 FileChunks {
-                    path: source,
+                    path: r.source,
                     size: r.size,
                     mtime: r.mtime,
                     fingerprint: r.fingerprint,
@@ -223,8 +260,10 @@ fn chunk_markdown(
     overlap_lines: i64,
 ) -> PyResult<Vec<Chunk>> {
     let max = check_max_chunk_size(max_chunk_size)?;
-    let raw = py.allow_threads(|| chunker::chunk_markdown(text, max, overlap_lines));
-    Ok(raw.into_iter().map(|c| Chunk::from_raw(c, source)).collect())
+    let text = Arc::new(text.to_owned());
+    let raw = py.allow_threads(|| chunker::chunk_markdown(&text, max, overlap_lines));
+    let source: Arc<str> = Arc::from(source);
+    Ok(raw.into_iter().map(|raw| Chunk { text: text.clone(), source: source.clone(), raw }).collect())
 }
 
 /// Reads, chunks and hashes `files` on `workers` threads; see `chunk_files`.

@@ -8,6 +8,7 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver};
@@ -23,6 +24,8 @@ pub struct FileResult {
     pub size: u64,
     pub mtime: f64,
     pub fingerprint: String,
+    /// The decoded document; `chunks` are ranges of it.
+    pub text: Arc<String>,
     pub chunks: Vec<RawChunk>,
     pub error: Option<String>,
     pub invalid_utf8: bool,
@@ -45,6 +48,7 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         size: 0,
         mtime: 0.0,
         fingerprint: String::new(),
+        text: Arc::default(),
         chunks: Vec::new(),
         error: None,
         invalid_utf8: false,
@@ -68,14 +72,15 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         .map_or(0.0, |d| d.as_secs_f64());
     result.size = bytes.len() as u64;
     result.fingerprint = fingerprint(&bytes);
-    let text = match std::str::from_utf8(&bytes) {
-        Ok(s) => std::borrow::Cow::Borrowed(s),
-        Err(_) => {
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
             result.invalid_utf8 = true;
-            String::from_utf8_lossy(&bytes)
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
         }
     };
     result.chunks = chunk_markdown(&text, params.max_chunk_size, params.overlap_lines);
+    result.text = Arc::new(text);
     result
 }
 
