@@ -1,18 +1,19 @@
 //! Parallel read → decode → chunk → hash of many files, streamed in bounded
 //! batches so a multi-gigabyte corpus is never held in memory at once.
 //!
-//! A producer thread owns a rayon pool of `workers` threads and processes
-//! files in windows; results flow through a bounded channel, so the producer
-//! runs at most a couple of windows ahead of the consumer (backpressure).
+//! Workers on a rayon pool of `workers` threads claim files one at a time
+//! in input order; the consumer re-orders what they deliver and hands back
+//! a ticket per delivered file, so workers run a bounded distance ahead of
+//! it (backpressure) and never wait for each other.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crossbeam_channel::{bounded, Receiver};
-use rayon::prelude::*;
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::chunker::{chunk_markdown, RawChunk};
 use crate::hashing::fingerprint;
@@ -105,64 +106,105 @@ fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
     Ok((meta, bytes))
 }
 
-/// Files per parallel window: enough to keep every worker busy, small enough
-/// to bound memory.
-fn window_size(workers: usize) -> usize {
+/// Files in flight (claimed by a worker, not yet delivered): enough to keep
+/// every worker busy past a slow file, small enough to bound memory.
+fn lookahead(workers: usize) -> usize {
     (workers * 16).max(16)
 }
 
+/// Files flow through `workers` jobs on a rayon pool that each claim the
+/// next file in input order, so no worker waits for a slower one; results
+/// are delivered in input order. A claim needs a ticket and delivering a
+/// file returns one, so at most `lookahead` files are read but not yet
+/// delivered, however uneven the files are.
 pub struct Stream {
-    rx: Option<Receiver<FileResult>>,
-    handle: Option<JoinHandle<()>>,
+    total: usize,
+    rx: Option<Receiver<(usize, FileResult)>>,
+    tickets: Option<Sender<()>>,
+    stop: Arc<AtomicBool>,
+    done: Option<Receiver<()>>,
+    reorder: BTreeMap<usize, FileResult>,
+    next: usize,
+    _pool: rayon::ThreadPool,
 }
 
 impl Stream {
     pub fn start(files: Vec<PathBuf>, params: ChunkParams, workers: usize) -> Result<Self, String> {
         let workers = workers.max(1);
-        let window = window_size(workers);
-        let (tx, rx) = bounded::<FileResult>(window * 2);
+        let ahead = lookahead(workers);
+        let (tx, rx) = bounded::<(usize, FileResult)>(ahead);
+        let (ticket_tx, ticket_rx) = bounded::<()>(ahead);
+        for _ in 0..ahead {
+            ticket_tx.send(()).map_err(|e| e.to_string())?;
+        }
+        let (done_tx, done_rx) = bounded::<()>(0);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers)
             .thread_name(|i| format!("memsearch-chunk-{i}"))
             .build()
             .map_err(|e| e.to_string())?;
-        let handle = std::thread::Builder::new()
-            .name("memsearch-chunk-producer".into())
-            .spawn(move || {
-                let mut files = files.into_iter().peekable();
-                while files.peek().is_some() {
-                    let batch: Vec<PathBuf> = files.by_ref().take(window).collect();
-                    let results: Vec<FileResult> =
-                        pool.install(|| batch.into_par_iter().map(|p| process_file(p, params)).collect());
-                    for r in results {
-                        if tx.send(r).is_err() {
-                            return; // consumer went away
-                        }
+        let total = files.len();
+        let shared: Arc<[PathBuf]> = files.into();
+        let claimed = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        for _ in 0..workers {
+            let (files, claimed, stop) = (shared.clone(), claimed.clone(), stop.clone());
+            let (tx, ticket_rx, done_tx) = (tx.clone(), ticket_rx.clone(), done_tx.clone());
+            pool.spawn(move || {
+                let _done = done_tx; // dropped when this job ends
+                while ticket_rx.recv().is_ok() && !stop.load(Ordering::Relaxed) {
+                    let i = claimed.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(i) else { return };
+                    if tx.send((i, process_file(path.clone(), params))).is_err() {
+                        return; // consumer went away
                     }
                 }
-            })
-            .map_err(|e| e.to_string())?;
-        Ok(Stream { rx: Some(rx), handle: Some(handle) })
+            });
+        }
+        Ok(Stream {
+            total,
+            rx: Some(rx),
+            tickets: Some(ticket_tx),
+            stop,
+            done: Some(done_rx),
+            reorder: BTreeMap::new(),
+            next: 0,
+            _pool: pool,
+        })
+    }
+
+    /// The next file in input order, or None at the end.
+    fn next_file(&mut self) -> Option<FileResult> {
+        if self.next >= self.total {
+            return None;
+        }
+        let rx = self.rx.as_ref()?;
+        let result = loop {
+            if let Some(r) = self.reorder.remove(&self.next) {
+                break r;
+            }
+            let (i, r) = rx.recv().ok()?;
+            self.reorder.insert(i, r);
+        };
+        self.next += 1;
+        if let Some(t) = &self.tickets {
+            let _ = t.send(());
+        }
+        Some(result)
     }
 
     /// Blocks until at least `min_chunks` chunks (or the end) are available;
     /// returns an empty vector once everything was delivered.
     pub fn next_batch(&mut self, min_chunks: usize, max_files: usize) -> Vec<FileResult> {
-        let Some(rx) = &self.rx else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
         let mut chunks = 0usize;
         while chunks < min_chunks && out.len() < max_files {
-            match rx.recv() {
-                Ok(r) => {
+            match self.next_file() {
+                Some(r) => {
                     chunks += r.chunks.len().max(1);
                     out.push(r);
                 }
-                Err(_) => {
-                    self.rx = None;
-                    break;
-                }
+                None => break,
             }
         }
         out
@@ -171,10 +213,13 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // Dropping the receiver makes the producer's next send fail.
+        // Workers stop claiming, their sends fail once the receiver is gone;
+        // wait until each has finished the file it holds.
+        self.stop.store(true, Ordering::Relaxed);
+        self.tickets = None;
         self.rx = None;
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        if let Some(done) = self.done.take() {
+            let _ = done.recv();
         }
     }
 }

@@ -167,3 +167,16 @@ def test_non_utf8_file_name_fails_that_file_only(tmp_path) -> None:
     results = [fc for batch in ms.chunk_files([os.fsdecode(raw), ok]) for fc in batch]
     assert results[0].error == "file name is not valid UTF-8" and results[0].chunks == []
     assert results[1].error is None and results[1].chunks
+
+
+def test_files_arrive_in_input_order_whatever_their_size(tmp_path) -> None:
+    # Large and tiny files alternate, so workers finish out of order.
+    files = []
+    for i in range(120):
+        body = ("word " * 40 + "\n\n") * (400 if i % 7 == 0 else 1)
+        path = tmp_path / f"f{i:03d}.md"
+        path.write_text(f"# File {i}\n{body}")
+        files.append(str(path))
+    files.reverse()  # not the scan's sorted order: the input order is kept
+    got = [fc.path for batch in ms.chunk_files(files, workers=2, batch_chunks=7) for fc in batch]
+    assert got == files
