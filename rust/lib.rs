@@ -116,17 +116,19 @@ impl Chunk {
         hashing::chunk_id(&self.source, r.start_line as i64, r.end_line as i64, &r.content_hash, model)
     }
 
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyObject {
+        let py = other.py();
         match other.downcast::<Chunk>() {
             Ok(o) => {
                 let (o, a, b) = (o.get(), &self.raw, &o.get().raw);
-                self.source == o.source
+                let equal = self.source == o.source
                     && self.content() == o.content()
                     && self.heading() == o.heading()
                     && (a.heading_level, a.start_line, a.end_line) == (b.heading_level, b.start_line, b.end_line)
-                    && a.content_hash == b.content_hash
+                    && a.content_hash == b.content_hash;
+                equal.into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind())
             }
-            Err(_) => false,
+            Err(_) => py.NotImplemented(),
         }
     }
 

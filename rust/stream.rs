@@ -85,6 +85,27 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
     result
 }
 
+/// `process_file`, with a panic turned into that file's error: a panic in a
+/// pool job would abort the process, and an undelivered file would stall
+/// the in-order stream.
+fn process_file_caught(path: &Path, params: ChunkParams) -> FileResult {
+    let owned = path.to_path_buf();
+    std::panic::catch_unwind(|| process_file(owned, params)).unwrap_or_else(|_| {
+        let source = path.to_string_lossy().into_owned();
+        FileResult {
+            path: path.to_path_buf(),
+            source,
+            size: 0,
+            mtime: 0.0,
+            fingerprint: String::new(),
+            text: Arc::default(),
+            chunks: Vec::new(),
+            error: Some("internal error while chunking this file".into()),
+            invalid_utf8: false,
+        }
+    })
+}
+
 /// Opens `path` once and reads it if it is a regular file. The open never
 /// blocks (a FIFO named `*.md` would block a plain open forever), and the
 /// type check and the read see the same file.
@@ -94,7 +115,7 @@ fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
     }
     let mut file = options.open(path).map_err(|e| crate::scanner::io_message(&e))?;
     let meta = file.metadata().map_err(|e| crate::scanner::io_message(&e))?;
@@ -155,7 +176,7 @@ impl Stream {
                 while ticket_rx.recv().is_ok() && !stop.load(Ordering::Relaxed) {
                     let i = claimed.fetch_add(1, Ordering::Relaxed);
                     let Some(path) = files.get(i) else { return };
-                    if tx.send((i, process_file(path.clone(), params))).is_err() {
+                    if tx.send((i, process_file_caught(path, params))).is_err() {
                         return; // consumer went away
                     }
                 }

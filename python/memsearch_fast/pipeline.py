@@ -165,7 +165,10 @@ async def run_index(
         # Ctrl-C or an error, so the next run does not embed them again.
         try:
             if failed:
-                await upsert.finish()
+                try:
+                    await upsert.finish()
+                except Exception:  # noqa: BLE001 - the original error matters more
+                    pass
             await upsert.flush()
         except Exception:  # noqa: BLE001 - the original error matters more
             if not failed:

@@ -443,13 +443,17 @@ class MilvusStore:
             raise
         except Exception as exc:
             err = self._translate(exc, op)
-        if retry and self._managed and isinstance(err, StoreUnavailableError):
+        if retry and self._managed:
             with self._conn_lock:
                 # Calls in flight on other threads fail together: the first
-                # re-attaches, the others retry on its new client.
-                if self._client is client:
+                # re-attaches, the others (whatever their error, e.g. "closed
+                # channel") retry on its new client.
+                replaced = self._client is not client
+                if not replaced and isinstance(err, StoreUnavailableError):
                     self._reconnect()
-            return self._call(op, fn, retry=False)
+                    replaced = True
+            if replaced:
+                return self._call(op, fn, retry=False)
         raise err
 
     def _translate(self, exc: BaseException, op: str) -> StoreError:
@@ -581,9 +585,12 @@ class MilvusStore:
                     f"collection '{self.collection}' does not exist at {self._display}; "
                     "open the store with the embedding dimension to create it"
                 )
-            if self._client is None:
-                self._connect()
-            self._open_collection()
+            with self._conn_lock:  # upserts may arrive from several threads
+                if self._exists:
+                    return
+                if self._client is None:
+                    self._connect()
+                self._open_collection()
 
     # -- filters --------------------------------------------------------------------------
 

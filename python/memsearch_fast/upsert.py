@@ -56,6 +56,9 @@ class UpsertStage:
         """Start one write; waits while `in_flight` writes are running."""
         self._raise_failure()
         await self._slots.acquire()
+        if not self._rows:  # another caller sent them while this one waited
+            self._slots.release()
+            return
         batch, self._rows = self._rows[: self.batch_size], self._rows[self.batch_size :]
         task = asyncio.ensure_future(self._write(batch))
         self._writes.add(task)
@@ -77,8 +80,11 @@ class UpsertStage:
             raise self._error
 
     async def _settle(self) -> None:
+        # asyncio.wait, unlike gather, does not cancel the writes when the
+        # waiter is cancelled (Ctrl-C): they stay tracked, and the flush in
+        # the pipeline's cleanup still waits for their threads to finish.
         while self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+            await asyncio.wait(set(self._writes))
 
     async def drain(self) -> None:
         """Wait for every write in flight; re-raise the first one that failed."""
