@@ -59,8 +59,9 @@ def chunk_files(
     Each batch holds whole files and at least *batch_chunks* chunks (except
     the last). A file that cannot be read yields a ``FileChunks`` with
     ``error`` set; invalid UTF-8 is decoded with replacement characters and
-    flagged with ``invalid_utf8``. Work runs ahead of the consumer by at most
-    a few windows of files, so memory stays bounded for any corpus size.
+    flagged with ``invalid_utf8``. Files come out in input order; workers
+    read at most ``16 × workers`` files ahead of the consumer, so memory
+    stays bounded for any corpus size.
     """
     paths = [os.fspath(f) for f in files]
     return _chunk_files(
