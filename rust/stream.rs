@@ -38,22 +38,27 @@ pub struct ChunkParams {
     pub overlap_lines: i64,
 }
 
+impl FileResult {
+    /// A file not read yet: no content, no error.
+    fn empty(path: PathBuf) -> Self {
+        let source = path.to_string_lossy().into_owned();
+        FileResult {
+            path,
+            source,
+            size: 0,
+            mtime: 0.0,
+            fingerprint: String::new(),
+            text: Arc::default(),
+            chunks: Vec::new(),
+            error: None,
+            invalid_utf8: false,
+        }
+    }
+}
+
 pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
-    let (source, bad_name) = match path.to_str() {
-        Some(s) => (s.to_string(), false),
-        None => (path.to_string_lossy().into_owned(), true),
-    };
-    let mut result = FileResult {
-        path,
-        source,
-        size: 0,
-        mtime: 0.0,
-        fingerprint: String::new(),
-        text: Arc::default(),
-        chunks: Vec::new(),
-        error: None,
-        invalid_utf8: false,
-    };
+    let bad_name = path.to_str().is_none();
+    let mut result = FileResult::empty(path);
     if bad_name {
         // Two such names could map to one lossy source string and collide.
         result.error = Some("file name is not valid UTF-8".into());
@@ -91,18 +96,9 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
 fn process_file_caught(path: &Path, params: ChunkParams) -> FileResult {
     let owned = path.to_path_buf();
     std::panic::catch_unwind(|| process_file(owned, params)).unwrap_or_else(|_| {
-        let source = path.to_string_lossy().into_owned();
-        FileResult {
-            path: path.to_path_buf(),
-            source,
-            size: 0,
-            mtime: 0.0,
-            fingerprint: String::new(),
-            text: Arc::default(),
-            chunks: Vec::new(),
-            error: Some("internal error while chunking this file".into()),
-            invalid_utf8: false,
-        }
+        let mut result = FileResult::empty(path.to_path_buf());
+        result.error = Some("internal error while chunking this file".into());
+        result
     })
 }
 
