@@ -12,6 +12,7 @@ recognises by id and completes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -165,10 +166,8 @@ async def run_index(
         # Ctrl-C or an error, so the next run does not embed them again.
         try:
             if failed:
-                try:
+                with contextlib.suppress(Exception):  # the original error matters more
                     await upsert.finish()
-                except Exception:  # noqa: BLE001 - the original error matters more
-                    pass
             await upsert.flush()
         except Exception:  # noqa: BLE001 - the original error matters more
             if not failed:
