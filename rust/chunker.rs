@@ -7,7 +7,7 @@
 //! text of a line range is a slice of the input, and lengths are tracked
 //! incrementally instead of re-joining lines.
 
-use crate::hashing::sha256_hex16;
+use crate::hashing::{sha256_head, Hex16};
 use crate::pytext::{char_len, is_line_break, is_py_space, py_strip, strip_html_comments};
 
 /// One chunk, before it crosses into Python. Content and heading are byte
@@ -20,7 +20,7 @@ pub struct RawChunk {
     pub heading_level: u8,
     pub start_line: usize,
     pub end_line: usize,
-    pub content_hash: String,
+    pub content_hash: Hex16,
 }
 
 impl RawChunk {
@@ -226,7 +226,7 @@ impl Emitter<'_> {
             heading_level: self.level,
             start_line,
             end_line,
-            content_hash: sha256_hex16(content.as_bytes()),
+            content_hash: sha256_head(content.as_bytes()),
         });
     }
 

@@ -107,13 +107,13 @@ impl Chunk {
 
     #[getter]
     fn content_hash(&self) -> &str {
-        &self.raw.content_hash
+        self.raw.content_hash.as_str()
     }
 
     /// The composite id under which this chunk is stored for `model`.
     fn chunk_id(&self, model: &str) -> String {
         let r = &self.raw;
-        hashing::chunk_id(&self.source, r.start_line as i64, r.end_line as i64, &r.content_hash, model)
+        hashing::chunk_id(&self.source, r.start_line as i64, r.end_line as i64, r.content_hash.as_str(), model)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyObject {
@@ -141,7 +141,7 @@ impl Chunk {
             r.heading_level,
             r.start_line,
             r.end_line,
-            r.content_hash,
+            r.content_hash.as_str(),
             self.content().chars().count()
         )
     }
