@@ -106,7 +106,7 @@ fn process_file_caught(path: &Path, params: ChunkParams) -> FileResult {
 /// Opens `path` once and reads it if it is a regular file. The open never
 /// blocks (a FIFO named `*.md` would block a plain open forever), and the
 /// type check and the read see the same file.
-fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
+pub fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
     let mut options = fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
