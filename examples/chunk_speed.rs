@@ -2,20 +2,12 @@
 //! `cargo run --release --example chunk_speed -- DIR`.
 use std::time::Instant;
 
+mod common;
+
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: chunk_speed DIR");
-    let mut texts = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(dir)];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                texts.push(std::fs::read_to_string(&p).unwrap());
-            }
-        }
-    }
+    let texts: Vec<String> =
+        common::markdown_files(&dir).iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
     let total: usize = texts.iter().map(|t| t.len()).sum();
     for _ in 0..3 {
         let t = Instant::now();

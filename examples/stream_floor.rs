@@ -6,17 +6,11 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+mod common;
+
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: stream_floor DIR");
-    let mut files = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(dir)];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() { stack.push(p) } else { files.push(p) }
-        }
-    }
-    files.sort();
+    let files = common::markdown_files(&dir);
     let texts: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
     let total: usize = texts.iter().map(String::len).sum();
     let chunks: Vec<Vec<(usize, usize)>> =

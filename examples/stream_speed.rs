@@ -2,17 +2,12 @@
 //! `cargo run --release --example stream_speed -- DIR WORKERS`.
 use std::time::Instant;
 
+mod common;
+
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: stream_speed DIR WORKERS");
     let workers: usize = std::env::args().nth(2).map_or(2, |w| w.parse().unwrap());
-    let mut files = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(dir)];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() { stack.push(p) } else { files.push(p) }
-        }
-    }
+    let files = common::markdown_files(&dir);
     let total: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     for _ in 0..rounds {
