@@ -477,17 +477,15 @@ def milvus_server(tmp_path_factory):
         port = _free_port()
         cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data), "--host", "127.0.0.1"]
         cmd += ["--port", str(port)]
-    else:  # milvus-lite 2.x has no server command: serve through our wrapper
-        port = None
+    else:  # milvus-lite 2.x has no server command: serve through our wrapper, on TCP
+        port = _free_port()
         cmd = [sys.executable, "-m", "memsearch_fast.lite_server", "serve", str(data), "--idle-timeout", "3600"]
+        cmd += ["--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if port is None:
-                st = lite_server.read_state(str(data))
-                port = st.get("port") if st and st.get("status") == "ready" else None
-            if port and lite_server._port_open(port, 0.2):
+            if lite_server._endpoint_open(f"127.0.0.1:{port}", 0.2):
                 break
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.1)

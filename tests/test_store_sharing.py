@@ -84,7 +84,7 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180)
 def test_first_open_spawns_server_others_attach(db):
     s = MilvusStore(db, dimension=DIM)
     st = lite_server.read_state(db)
-    assert st and st["status"] == "ready" and st["uri"].startswith("http://127.0.0.1:")
+    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_server.socket_path(db)
     assert lite_server.server_status(db)["pid"] == st["pid"] != os.getpid()
     s.upsert(rows(0, 10))
     s2 = MilvusStore(db)  # attaches to the same server, no second engine
@@ -275,3 +275,67 @@ def test_cli_status_and_stop(db):
         [sys.executable, "-m", "memsearch_fast.lite_server", "stop", db], env=env, capture_output=True, text=True
     )
     assert out.returncode == 0 and lite_server.server_status(db) is None
+
+
+def _listening_tcp_inodes() -> set[str]:
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            next(f)
+            inodes.update(line.split()[9] for line in f if line.split()[3] == "0A")
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[len("socket:[") : -1])
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads /proc")
+def test_server_is_reachable_only_by_this_user(db):
+    """The shared server listens on a unix socket in a 0700 directory, on no TCP port."""
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert(rows(0, 3))
+    st = lite_server.read_state(db)
+    sock = st["address"][len("unix:") :]
+    folder = os.stat(os.path.dirname(sock))
+    assert folder.st_uid == os.geteuid() and folder.st_mode & 0o777 == 0o700
+    assert os.path.exists(sock) and "port" not in st
+    engine_pids = [st["pid"]] + ([st["engine_pid"]] if st.get("engine_pid") else [])
+    listening = _listening_tcp_inodes()
+    assert all(not (_socket_inodes(p) & listening) for p in engine_pids)
+    # the server counts clients on its socket, so it does not idle out under one
+    assert lite_server._count_connections(st["address"]) >= 1
+    s.close()
+    assert lite_server.stop_server(db) is True
+    assert not os.path.exists(sock)  # a stopped server removes its socket
+
+
+def test_socket_dir_is_private(tmp_path, monkeypatch):
+    """A group/world-open socket directory is closed again; a symlink planted there is not followed."""
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    (runtime / "memsearch").mkdir(mode=0o777)
+    os.chmod(runtime / "memsearch", 0o777)
+    assert lite_server.socket_dir() == runtime / "memsearch"
+    assert os.stat(runtime / "memsearch").st_mode & 0o777 == 0o700
+
+    os.rmdir(runtime / "memsearch")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o777)
+    os.symlink(elsewhere, runtime / "memsearch")
+    fallback_root = tmp_path / "tmp"
+    fallback_root.mkdir()
+    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(fallback_root))
+    chosen = lite_server.socket_dir()
+    assert chosen == fallback_root / f"memsearch-{os.geteuid()}"
+    assert os.stat(chosen).st_mode & 0o777 == 0o700
+    assert len(lite_server.socket_path("/" + "d" * 300 + "/milvus.db")) < 108

@@ -9,7 +9,8 @@ local database the store therefore connects through a small broker:
    line, port open) connect to it;
 3. otherwise clean up the stale record and spawn a detached
    ``python -m memsearch_fast.lite_server serve <db>`` that opens the database,
-   listens on a free 127.0.0.1 port and records pid + port, then connect.
+   listens on a unix socket in a directory only this user may enter, and
+   records pid + socket, then connect.
 
 The server exits after ``MEMSEARCH_LITE_IDLE_TIMEOUT`` seconds (default 600)
 with no client connected and no request. It keeps collections loaded, so a
@@ -24,13 +25,16 @@ process instead (one process at a time, as plain pymilvus does).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import signal
 import socket
 import subprocess
+import stat
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -82,6 +86,51 @@ def _env_seconds(name: str, default: float) -> float:
 
 def idle_timeout() -> float:
     return _env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
+
+
+def socket_dir() -> Path:
+    """A directory only this user can enter, for the servers' sockets.
+
+    A socket's own mode is not a reliable guard on every system; a 0700
+    directory is, so no other local user can reach a database through it.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    candidates = [Path(runtime) / "memsearch"] if os.path.isabs(runtime) else []
+    candidates.append(Path(tempfile.gettempdir()) / f"memsearch-{os.geteuid()}")
+    problem = ""
+    for d in candidates:
+        try:
+            d.mkdir(mode=0o700, parents=False, exist_ok=True)
+            st = os.lstat(d)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                problem = f"{d} is not a directory owned by this user"
+                continue
+            if st.st_mode & 0o077:
+                os.chmod(d, 0o700)
+            return d
+        except OSError as exc:
+            problem = one_line(exc)
+    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
+
+
+def socket_path(db_path: str) -> str:
+    """The unix socket of the server owning ``db_path`` (short: sun_path holds ~107 bytes)."""
+    name = hashlib.sha256(db_path.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".sock"
+    return str(socket_dir() / name)
+
+
+def _uri(address: str) -> str:
+    """pymilvus URI of a server address (``unix:/path`` or ``host:port``)."""
+    return address if address.startswith("unix:") else f"http://{address}"
+
+
+def _address(st: dict[str, Any]) -> str | None:
+    """Where a recorded server listens (records of older versions name only a port)."""
+    address = st.get("address")
+    if isinstance(address, str):
+        return address
+    port = st.get("port")
+    return f"{HOST}:{port}" if isinstance(port, int) else None
 
 
 def sidecar_paths(db_path: str) -> dict[str, str]:
@@ -202,13 +251,20 @@ def _is_ours(pid: Any, db_path: str, mark: str = _SERVER_MARK) -> bool:
     return cmd is None or (mark in cmd and db_path in cmd)
 
 
-def _port_open(port: Any, timeout: float = 1.0) -> bool:
-    if not isinstance(port, int):
+def _endpoint_open(address: str | None, timeout: float = 1.0) -> bool:
+    """Whether a server accepts connections at ``address`` (``unix:/path`` or ``host:port``)."""
+    if not address:
         return False
     try:
-        with socket.create_connection((HOST, port), timeout=timeout):
+        if address.startswith("unix:"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(address[len("unix:") :])
             return True
-    except OSError:
+        host, _, port = address.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
         return False
 
 
@@ -246,7 +302,7 @@ def server_status(db_path: str) -> dict[str, Any] | None:
     """The live server record for ``db_path``, or None when no server is running."""
     db_path = str(Path(db_path).expanduser().resolve())
     st = read_state(db_path)
-    if st and st.get("status") == "ready" and _is_ours(st.get("pid"), db_path) and _port_open(st.get("port")):
+    if st and st.get("status") == "ready" and _is_ours(st.get("pid"), db_path) and _endpoint_open(_address(st)):
         return st
     return None
 
@@ -273,11 +329,11 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
         if st and st.get("status") == "starting" and _is_ours(st.get("pid"), db_path):
             st = _wait_ready(db_path, st["pid"], start_timeout)  # a spawner died mid-start
         if st and st.get("status") == "ready" and _is_ours(st.get("pid"), db_path):
-            if _port_open(st.get("port")):
+            if _endpoint_open(_address(st)):
                 try:
                     return connect(st["uri"])
                 except Exception as exc:  # noqa: BLE001 - decided below
-                    if _port_open(st.get("port")) and _pid_alive(st.get("pid")):
+                    if _endpoint_open(_address(st)) and _pid_alive(st.get("pid")):
                         raise StoreUnavailableError(
                             f"Milvus Lite server for {db_path} (pid {st['pid']}) refused the connection: {one_line(exc)}"
                         ) from None
@@ -383,9 +439,17 @@ def stop_server(db_path: str, timeout: float = 10.0) -> bool:
 # -- server side ----------------------------------------------------------------------------
 
 
-def _count_connections(port: int) -> int | None:
-    """Established TCP connections to our port (Linux), or None when unknown."""
-    hex_port = f":{port:04X}"
+def _count_connections(address: str) -> int | None:
+    """Clients connected to ``address`` (Linux), or None when unknown."""
+    if address.startswith("unix:"):
+        path = address[len("unix:") :]
+        try:  # accepted connections carry the listening socket's path; state 03 is connected
+            with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+                next(f, None)
+                return sum(1 for line in f if line.rstrip("\n").endswith(" " + path) and line.split()[5] == "03")
+        except (OSError, IndexError):
+            return None
+    hex_port = f":{int(address.rpartition(':')[2]):04X}"
     total = 0
     found = False
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -451,7 +515,7 @@ _READ_ONLY_RPCS = frozenset(
 
 
 class _Engine:
-    port: int
+    address: str  # "unix:/path" or "host:port"
     engine_pid: int | None = None
     version: str = ""
 
@@ -465,7 +529,7 @@ class _Engine:
 class _Lite3Engine(_Engine):
     """Milvus Lite 3.x: the Python engine behind a gRPC server in this process."""
 
-    def __init__(self, db_path: str, activity: _Activity) -> None:
+    def __init__(self, db_path: str, activity: _Activity, listen: str) -> None:
         import grpc
 
         self.db: Any = None
@@ -494,9 +558,20 @@ class _Lite3Engine(_Engine):
                 self.db.close()
             from milvus_lite.adapter.grpc.server import start_server_in_thread
 
-            self.server, self.db, self.port = start_server_in_thread(data_dir=db_path, host=HOST, port=0)
+            if listen.startswith("unix:"):
+                raise StoreUnavailableError(
+                    f"this milvus-lite {milvus_lite_major()}.x cannot be served on a unix socket; "
+                    f"set {ENV_MODE}=embedded"
+                ) from None
+            host, _, port = listen.rpartition(":")
+            self.server, self.db, bound = start_server_in_thread(data_dir=db_path, host=host, port=int(port))
+            self.address = f"{host}:{bound}"
             return
-        self.port = self.server.add_insecure_port(f"{HOST}:0")
+        bound = self.server.add_insecure_port(listen)
+        if not bound:
+            self.db.close()
+            raise StoreUnavailableError(f"cannot listen on {listen}")
+        self.address = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{bound}"
         self.server.start()
 
     def stop(self) -> None:
@@ -506,6 +581,7 @@ class _Lite3Engine(_Engine):
         with contextlib.suppress(Exception):
             self.server.stop(grace=2).wait(5)
         self.db.close()
+        _unlink_socket(self.address)
 
 
 def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
@@ -537,7 +613,7 @@ def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
 class _Lite2Engine(_Engine):
     """Milvus Lite 2.x: its C++ server binary, listening on a local TCP port."""
 
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: str, listen: str) -> None:
         import fcntl
 
         from milvus_lite.server import Server
@@ -552,9 +628,10 @@ class _Lite2Engine(_Engine):
             raise StoreUnavailableError(f"{db_path} is open in another process") from None
         self._lock_path = probe._lock_path
         last_error = "did not listen"
-        for _ in range(3):
-            port = _free_port()
-            srv = Server(db_path, f"{HOST}:{port}")
+        any_port = listen.endswith(":0")
+        for _ in range(3 if any_port else 1):
+            address = f"{HOST}:{_free_port()}" if any_port else listen
+            srv = Server(db_path, address)
             env = os.environ.copy()
             libdir = str(srv._bin_path)
             env["LD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
@@ -568,8 +645,8 @@ class _Lite2Engine(_Engine):
             )
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _port_open(port, timeout=0.2):
-                    self.port = port
+                if _endpoint_open(address, timeout=0.2):
+                    self.address = address
                     self.engine_pid = self.proc.pid
                     return
                 time.sleep(0.02)
@@ -592,6 +669,7 @@ class _Lite2Engine(_Engine):
                 self.proc.kill()
                 self.proc.wait()
         self._release()
+        _unlink_socket(self.address)
 
     def _release(self) -> None:
         with contextlib.suppress(Exception):
@@ -606,6 +684,12 @@ def _die_with_parent() -> None:
 
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _unlink_socket(address: str) -> None:
+    if address.startswith("unix:"):
+        with contextlib.suppress(OSError):
+            os.unlink(address[len("unix:") :])
 
 
 def _free_port() -> int:
@@ -625,8 +709,12 @@ def _warm_analyzer() -> None:
         pass
 
 
-def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
-    """Run the server for ``db_path`` until idle for ``idle`` seconds or signalled."""
+def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None = None) -> int:
+    """Run the server for ``db_path`` until idle for ``idle`` seconds or signalled.
+
+    It listens on a private unix socket, or on 127.0.0.1:``port`` (TCP, no
+    authentication; 0 picks a free port) when a port is given.
+    """
     db_path = str(Path(db_path).expanduser().resolve())
     ready_w = None
     if detach:
@@ -654,7 +742,14 @@ def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
     try:
         check_layout(db_path)
         major = milvus_lite_major()
-        engine: _Engine = _Lite3Engine(db_path, activity) if (major or 0) >= 3 else _Lite2Engine(db_path)
+        if port is None:
+            listen = "unix:" + socket_path(db_path)
+            _unlink_socket(listen)  # left by a killed server; the broker lock makes us its only user
+        else:
+            listen = f"{HOST}:{port}"
+        engine: _Engine = (
+            _Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else _Lite2Engine(db_path, listen)
+        )
     except Exception as exc:  # noqa: BLE001 - reported through the record
         _write_state(db_path, {"pid": pid, "status": "error", "error": one_line(exc)})
         logger.error("cannot open %s: %s", db_path, one_line(exc))
@@ -667,9 +762,8 @@ def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
             "pid": pid,
             "status": "ready",
             "db": db_path,
-            "host": HOST,
-            "port": engine.port,
-            "uri": f"http://{HOST}:{engine.port}",
+            "address": engine.address,
+            "uri": _uri(engine.address),
             "engine": f"milvus-lite {importlib.metadata.version('milvus-lite')}",
             "engine_pid": engine.engine_pid,
             "started": time.time(),
@@ -687,7 +781,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False) -> int:
                 logger.error("engine for %s exited", db_path)
                 break
             now = time.monotonic()
-            conns = _count_connections(engine.port)
+            conns = _count_connections(engine.address)
             if conns:
                 last_client = now
             if conns is None and not activity.known:
@@ -714,7 +808,7 @@ def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idl
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # someone is attaching right now
-        if _count_connections(engine.port) or time.monotonic() - activity.last < idle:
+        if _count_connections(engine.address) or time.monotonic() - activity.last < idle:
             return False
         _remove_state_if(db_path, pid)
         engine.stop()
@@ -732,13 +826,16 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("db")
     p_serve.add_argument("--idle-timeout", type=float, default=None)
     p_serve.add_argument("--detach", action="store_true")
+    p_serve.add_argument(
+        "--port", type=int, default=None, help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket"
+    )
     p_status = sub.add_parser("status", help="show the server owning a database")
     p_status.add_argument("db")
     p_stop = sub.add_parser("stop", help="stop the server owning a database")
     p_stop.add_argument("db")
     args = parser.parse_args(argv)
     if args.cmd == "serve":
-        return serve(args.db, args.idle_timeout or idle_timeout(), detach=args.detach)
+        return serve(args.db, args.idle_timeout or idle_timeout(), detach=args.detach, port=args.port)
     if args.cmd == "status":
         st = server_status(args.db)
         print(json.dumps(st) if st else "not running")
