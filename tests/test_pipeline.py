@@ -346,3 +346,21 @@ def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
             asyncio.run(run())
         # Every call but the refused one wrote its 10 rows and was flushed.
         assert store.count() == 10 * (failing.calls - 1) and failing.calls >= 3
+
+
+def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
+    """Stored ids are held packed; ids another tool wrote (not SHA-256 hex) still diff exactly."""
+    from memsearch_fast.dedup import Dedup
+
+    path = write(tmp_path / "a.md", "# A\nalpha text here\n\n# B\nbeta text here\n")
+    (fc,) = next(iter(chunk_files([str(path)])))
+    ids = [c.chunk_id("m") for c in fc.chunks]
+    assert len(ids) == 2
+    stored = [(ids[0], fc.path), ("legacy-id", fc.path), (ids[1].upper(), fc.path), (ids[1], "gone.md")]
+    dedup = Dedup("m", iter(stored))
+    assert dedup.stored_ids(fc.path) == {ids[0], "legacy-id", ids[1].upper()}
+    plan = dedup.plan(fc)
+    assert [cid for cid, _ in plan.new] == [ids[1]] and plan.had_rows
+    assert plan.stale == {"legacy-id", ids[1].upper()}
+    assert Dedup("m", iter(stored)).orphans([str(tmp_path)]) == [fc.path]  # not seen yet
+    assert dedup.orphans([str(tmp_path)]) == [] and sorted(dedup.by_source) == ["gone.md"]

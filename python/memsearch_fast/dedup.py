@@ -27,18 +27,44 @@ class FilePlan:
 
 
 class Dedup:
-    """Holds the ids stored per source and diffs each file against them."""
+    """Holds the ids stored per source and diffs each file against them.
+
+    Ids are held packed: the 32-byte digest of each hex id, concatenated per
+    source, about 32 bytes an id where a set of strings costs ~350. A
+    many-gigabyte index then fits in a few hundred MB while the run needs it.
+    Ids that are not SHA-256 hex (a collection written by another tool) are
+    kept as strings.
+    """
 
     def __init__(self, model: str, stored: Iterable[tuple[str, str]], *, force: bool = False) -> None:
         self.model = model
         self.force = force
-        self.by_source: dict[str, set[str]] = {}
+        packed: dict[str, bytearray] = {}
+        self.odd: dict[str, list[str]] = {}
         for chunk_id, source in stored:
-            self.by_source.setdefault(source, set()).add(chunk_id)
+            digest = _digest(chunk_id)
+            if digest is None:
+                self.odd.setdefault(source, []).append(chunk_id)
+            else:
+                buf = packed.get(source)
+                if buf is None:
+                    packed[source] = buf = bytearray()
+                buf += digest
+        self.by_source: dict[str, bytes] = {src: bytes(buf) for src, buf in packed.items()}
+        for source in self.odd:
+            self.by_source.setdefault(source, b"")
+
+    def stored_ids(self, source: str) -> set[str]:
+        """The ids stored for ``source`` (unpacked for one file at a time)."""
+        buf = self.by_source.get(source, b"")
+        ids = {buf[i : i + _DIGEST].hex() for i in range(0, len(buf), _DIGEST)}
+        ids.update(self.odd.get(source, ()))
+        return ids
 
     def plan(self, fc: FileChunks) -> FilePlan:
         """Diff one successfully read file against what is stored for it."""
-        old = self.by_source.pop(fc.path, set())
+        old = self.stored_ids(fc.path)
+        self.keep(fc.path)
         plan = FilePlan(source=fc.path, had_rows=bool(old))
         model = self.model
         seen: set[str] = set()
@@ -53,8 +79,9 @@ class Dedup:
         return plan
 
     def keep(self, source: str) -> None:
-        """A file that could not be read keeps its rows until it can."""
+        """Forget ``source``: seen, or unreadable (its rows stay until it can be read)."""
         self.by_source.pop(source, None)
+        self.odd.pop(source, None)
 
     def orphans(self, roots: Iterable[str], *, unlisted: Iterable[str] = ()) -> list[str]:
         """Stored sources under a directory root that the scan did not see,
@@ -64,3 +91,14 @@ class Dedup:
             return []
         keep = tuple(d.rstrip("/") + "/" for d in unlisted)
         return sorted(s for s in self.by_source if s.startswith(prefixes) and not (keep and s.startswith(keep)))
+
+
+_DIGEST = 32
+_HEX = frozenset("0123456789abcdef")
+
+
+def _digest(chunk_id: str) -> bytes | None:
+    """The 32 bytes of a lowercase SHA-256 hex id, or None for any other id."""
+    if len(chunk_id) != 2 * _DIGEST or not _HEX.issuperset(chunk_id):
+        return None
+    return bytes.fromhex(chunk_id)

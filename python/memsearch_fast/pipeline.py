@@ -102,9 +102,8 @@ async def run_index(
     progress.start(len(files))
     model = provider.model_name
 
-    stored = await asyncio.to_thread(lambda: list(store.iter_ids_by_source(only_sources)))
-    dedup = Dedup(model, stored, force=force)
-    del stored
+    # Streamed from the store into Dedup's packed form: no list of every row.
+    dedup = await asyncio.to_thread(Dedup, model, store.iter_ids_by_source(only_sources), force=force)
 
     upsert = UpsertStage(store)
 
