@@ -356,8 +356,12 @@ def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     (fc,) = next(iter(chunk_files([str(path)])))
     ids = [c.chunk_id("m") for c in fc.chunks]
     assert len(ids) == 2
+    packed = Dedup("m", iter([(cid, fc.path) for cid in ids]))
+    assert packed.odd == {} and len(packed.by_source[fc.path]) == 8 * len(ids)
+    assert packed.stored_ids(fc.path) == set(ids) and packed.plan(fc).new == []
     stored = [(ids[0], fc.path), ("legacy-id", fc.path), (ids[1].upper(), fc.path), (ids[1], "gone.md")]
     dedup = Dedup("m", iter(stored))
+    assert len(dedup.by_source[fc.path]) == 8 and dedup.odd[fc.path] == ["legacy-id", ids[1].upper()]
     assert dedup.stored_ids(fc.path) == {ids[0], "legacy-id", ids[1].upper()}
     plan = dedup.plan(fc)
     assert [cid for cid, _ in plan.new] == [ids[1]] and plan.had_rows
