@@ -84,7 +84,7 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180)
 def test_first_open_spawns_server_others_attach(db):
     s = MilvusStore(db, dimension=DIM)
     st = lite_server.read_state(db)
-    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_server.socket_path(db)
+    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_server.socket_path(db, st["pid"])
     assert lite_server.server_status(db)["pid"] == st["pid"] != os.getpid()
     s.upsert(rows(0, 10))
     s2 = MilvusStore(db)  # attaches to the same server, no second engine
@@ -319,23 +319,37 @@ def test_server_is_reachable_only_by_this_user(db):
 
 
 def test_socket_dir_is_private(tmp_path, monkeypatch):
-    """A group/world-open socket directory is closed again; a symlink planted there is not followed."""
-    runtime = tmp_path / "run"
-    runtime.mkdir()
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    (runtime / "memsearch").mkdir(mode=0o777)
-    os.chmod(runtime / "memsearch", 0o777)
-    assert lite_server.socket_dir() == runtime / "memsearch"
-    assert os.stat(runtime / "memsearch").st_mode & 0o777 == 0o700
-
-    os.rmdir(runtime / "memsearch")
+    """A group/world-open or too-closed socket directory is set to 0700; a symlink planted there is refused."""
+    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(tmp_path))
+    mine = tmp_path / f"memsearch-{os.geteuid()}"
+    for mode in (0o777, 0o750, 0o500):
+        mine.mkdir(exist_ok=True)
+        os.chmod(mine, mode)
+        assert lite_server.socket_dir() == mine and os.stat(mine).st_mode & 0o777 == 0o700
+    os.rmdir(mine)
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir(mode=0o777)
-    os.symlink(elsewhere, runtime / "memsearch")
-    fallback_root = tmp_path / "tmp"
-    fallback_root.mkdir()
-    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(fallback_root))
-    chosen = lite_server.socket_dir()
-    assert chosen == fallback_root / f"memsearch-{os.geteuid()}"
-    assert os.stat(chosen).st_mode & 0o777 == 0o700
-    assert len(lite_server.socket_path("/" + "d" * 300 + "/milvus.db")) < 108
+    elsewhere.mkdir()
+    os.chmod(elsewhere, 0o777)
+    os.symlink(elsewhere, mine)
+    chosen = lite_server.socket_dir()  # falls back to /tmp
+    assert chosen == Path("/tmp") / f"memsearch-{os.geteuid()}" and os.stat(chosen).st_mode & 0o777 == 0o700
+    assert os.stat(elsewhere).st_mode & 0o777 == 0o777  # the symlink's target was not touched
+    # a temp dir too long for sun_path falls back to /tmp as well
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(deep))
+    assert lite_server.socket_path("/x/milvus.db", 123).startswith(str(chosen) + "/")
+
+
+def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
+    """A temp cleaner that deletes the socket must not leave a server nobody can reach holding the database."""
+    monkeypatch.setenv(lite_server.ENV_IDLE, "600")
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert(rows(0, 4))
+    s.close()
+    old = lite_server.read_state(db)
+    os.unlink(old["address"][len("unix:") :])
+    assert wait_until(lambda: not lite_server._pid_alive(old["pid"]), 30)
+    s2 = MilvusStore(db)  # a new server owns the database and serves its rows
+    assert s2.count() == 4 and lite_server.read_state(db)["pid"] != old["pid"]
+    s2.close()

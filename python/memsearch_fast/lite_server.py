@@ -6,7 +6,7 @@ local database the store therefore connects through a small broker:
 
 1. take an exclusive ``flock`` on ``<db>.lock`` (held only while attaching);
 2. read ``<db>.server.json``; if the recorded server is alive (pid, command
-   line, port open) connect to it;
+   line, socket answering) connect to it;
 3. otherwise clean up the stale record and spawn a detached
    ``python -m memsearch_fast.lite_server serve <db>`` that opens the database,
    listens on a unix socket in a directory only this user may enter, and
@@ -88,35 +88,65 @@ def idle_timeout() -> float:
     return _env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
 
 
+def _socket_dirs() -> list[Path]:
+    """Where sockets may live: the temp dir, else /tmp when that path is too long.
+
+    Not ``$XDG_RUNTIME_DIR``: it is removed at the last logout while a server
+    kept busy by ``watch`` lives on.
+    """
+    dirs = [Path(tempfile.gettempdir()) / f"memsearch-{os.geteuid()}", Path("/tmp") / f"memsearch-{os.geteuid()}"]
+    return list(dict.fromkeys(dirs))
+
+
+def _private_dir(d: Path) -> Path:
+    """Create or check ``d`` as a 0700 directory of this user (not a symlink)."""
+    d.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(f"{d} is not a directory owned by this user")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(d, 0o700)
+    return d
+
+
 def socket_dir() -> Path:
     """A directory only this user can enter, for the servers' sockets.
 
     A socket's own mode is not a reliable guard on every system; a 0700
     directory is, so no other local user can reach a database through it.
     """
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    candidates = [Path(runtime) / "memsearch"] if os.path.isabs(runtime) else []
-    candidates.append(Path(tempfile.gettempdir()) / f"memsearch-{os.geteuid()}")
+    return Path(socket_path("", 0)).parent
+
+
+def socket_path(db_path: str, pid: int) -> str:
+    """The unix socket of server ``pid`` for ``db_path``.
+
+    Named per server instance, so a server on its way out can never remove
+    the socket of its successor; sun_path holds ~107 bytes, so long temp
+    dirs fall back to /tmp.
+    """
+    name = f"{hashlib.sha256(db_path.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}-{pid}.sock"
     problem = ""
-    for d in candidates:
+    for d in _socket_dirs():
+        path = d / name
+        if len(os.fsencode(path)) > 100:
+            problem = f"{path} is too long for a unix socket"
+            continue
         try:
-            d.mkdir(mode=0o700, parents=False, exist_ok=True)
-            st = os.lstat(d)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-                problem = f"{d} is not a directory owned by this user"
-                continue
-            if st.st_mode & 0o077:
-                os.chmod(d, 0o700)
-            return d
+            return str(_private_dir(d) / name)
         except OSError as exc:
             problem = one_line(exc)
     raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
 
 
-def socket_path(db_path: str) -> str:
-    """The unix socket of the server owning ``db_path`` (short: sun_path holds ~107 bytes)."""
-    name = hashlib.sha256(db_path.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".sock"
-    return str(socket_dir() / name)
+def _own_socket(address: str | None) -> str | None:
+    """The path of ``address`` when it is a socket in one of our socket dirs
+    (only those may be removed on a dead server's behalf)."""
+    if not address or not address.startswith("unix:"):
+        return None
+    path = Path(address[len("unix:") :])
+    ours = path.suffix == ".sock" and path.parent in _socket_dirs()
+    return str(path) if ours else None
 
 
 def _uri(address: str) -> str:
@@ -338,6 +368,12 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
                             f"Milvus Lite server for {db_path} (pid {st['pid']}) refused the connection: {one_line(exc)}"
                         ) from None
             else:
+                uid = _pid_uid(st["pid"])
+                if uid is not None and uid != os.geteuid():
+                    raise StoreUnavailableError(
+                        f"the Milvus Lite server for {db_path} (pid {st['pid']}) runs as another user (uid {uid}); "
+                        "use memsearch as that user, or stop that server"
+                    )
                 logger.warning("Milvus Lite server pid %s for %s is not answering; restarting it", st["pid"], db_path)
         if st:
             _cleanup(db_path, st)
@@ -358,8 +394,20 @@ def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     engine_pid = st.get("engine_pid")
     if isinstance(engine_pid, int) and _is_ours(engine_pid, db_path, mark="milvus"):
         _terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
+    sock = _own_socket(_address(st))
+    if sock is not None and not _pid_alive(pid):
+        with contextlib.suppress(OSError):
+            os.unlink(sock)
     with contextlib.suppress(OSError):
         os.unlink(sidecar_paths(db_path)["state"])
+
+
+def _pid_uid(pid: Any) -> int | None:
+    """The user a process runs as (Linux), or None when unknown."""
+    try:
+        return os.stat(f"/proc/{int(pid)}").st_uid
+    except (OSError, TypeError, ValueError):
+        return None
 
 
 def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
@@ -567,10 +615,11 @@ class _Lite3Engine(_Engine):
             self.server, self.db, bound = start_server_in_thread(data_dir=db_path, host=host, port=int(port))
             self.address = f"{host}:{bound}"
             return
-        bound = self.server.add_insecure_port(listen)
-        if not bound:
+        try:
+            bound = self.server.add_insecure_port(listen)  # grpc raises RuntimeError when it cannot bind
+        except RuntimeError as exc:
             self.db.close()
-            raise StoreUnavailableError(f"cannot listen on {listen}")
+            raise StoreUnavailableError(f"cannot listen on {listen}: {one_line(exc)}") from None
         self.address = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{bound}"
         self.server.start()
 
@@ -611,7 +660,7 @@ def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
 
 
 class _Lite2Engine(_Engine):
-    """Milvus Lite 2.x: its C++ server binary, listening on a local TCP port."""
+    """Milvus Lite 2.x: its C++ server binary, listening on our socket (or a local TCP port)."""
 
     def __init__(self, db_path: str, listen: str) -> None:
         import fcntl
@@ -661,6 +710,9 @@ class _Lite2Engine(_Engine):
         return self.proc.poll() is not None
 
     def stop(self) -> None:
+        if getattr(self, "_stopped", False):
+            return  # idle exit stops under the lock, the caller again on the way out
+        self._stopped = True
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -743,8 +795,8 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         check_layout(db_path)
         major = milvus_lite_major()
         if port is None:
-            listen = "unix:" + socket_path(db_path)
-            _unlink_socket(listen)  # left by a killed server; the broker lock makes us its only user
+            listen = "unix:" + socket_path(db_path, pid)
+            _unlink_socket(listen)  # only a dead server with our pid can have left it
         else:
             listen = f"{HOST}:{port}"
         engine: _Engine = (
@@ -775,10 +827,16 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     started = time.monotonic()
     last_client = started
     poll = max(0.05, min(1.0, idle / 4))
+    sock = engine.address[len("unix:") :] if engine.address.startswith("unix:") else None
+    sock_id = _inode(sock) if sock else None
     try:
         while not stop.wait(poll):
             if engine.dead():
                 logger.error("engine for %s exited", db_path)
+                break
+            if sock and _inode(sock) != sock_id:
+                # Removed (a temp cleaner): no new client could reach us, so make way for a new server.
+                logger.warning("socket %s of %s was removed; exiting", sock, db_path)
                 break
             now = time.monotonic()
             conns = _count_connections(engine.address)
@@ -794,6 +852,14 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         _remove_state_if(db_path, pid)
         engine.stop()
     return 0
+
+
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idle: float) -> bool:
