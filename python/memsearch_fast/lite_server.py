@@ -571,6 +571,14 @@ class _Engine:
         return False
 
     def stop(self) -> None:
+        """Stop once (idle exit stops under the lock, the caller again on the way out)."""
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
+        self._stop()
+        _unlink_socket(self.address)
+
+    def _stop(self) -> None:
         raise NotImplementedError
 
 
@@ -623,14 +631,10 @@ class _Lite3Engine(_Engine):
         self.address = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{bound}"
         self.server.start()
 
-    def stop(self) -> None:
-        if getattr(self, "_stopped", False):
-            return  # idle exit stops under the lock, the caller again on the way out
-        self._stopped = True
+    def _stop(self) -> None:
         with contextlib.suppress(Exception):
             self.server.stop(grace=2).wait(5)
         self.db.close()
-        _unlink_socket(self.address)
 
 
 def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
@@ -709,10 +713,7 @@ class _Lite2Engine(_Engine):
     def dead(self) -> bool:
         return self.proc.poll() is not None
 
-    def stop(self) -> None:
-        if getattr(self, "_stopped", False):
-            return  # idle exit stops under the lock, the caller again on the way out
-        self._stopped = True
+    def _stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -721,7 +722,6 @@ class _Lite2Engine(_Engine):
                 self.proc.kill()
                 self.proc.wait()
         self._release()
-        _unlink_socket(self.address)
 
     def _release(self) -> None:
         with contextlib.suppress(Exception):
