@@ -139,19 +139,25 @@ def socket_path(db_path: str, pid: int) -> str:
     raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
 
 
+def _socket_file(address: str | None) -> str | None:
+    """The socket path of a ``unix:/path`` address; None for ``host:port``."""
+    return address[len("unix:") :] if address and address.startswith("unix:") else None
+
+
 def _own_socket(address: str | None) -> str | None:
     """The path of ``address`` when it is a socket in one of our socket dirs
     (only those may be removed on a dead server's behalf)."""
-    if not address or not address.startswith("unix:"):
+    sock = _socket_file(address)
+    if sock is None:
         return None
-    path = Path(address[len("unix:") :])
+    path = Path(sock)
     ours = path.suffix == ".sock" and path.parent in _socket_dirs()
-    return str(path) if ours else None
+    return sock if ours else None
 
 
 def _uri(address: str) -> str:
     """pymilvus URI of a server address (``unix:/path`` or ``host:port``)."""
-    return address if address.startswith("unix:") else f"http://{address}"
+    return address if _socket_file(address) else f"http://{address}"
 
 
 def _address(st: dict[str, Any]) -> str | None:
@@ -286,10 +292,11 @@ def _endpoint_open(address: str | None, timeout: float = 1.0) -> bool:
     if not address:
         return False
     try:
-        if address.startswith("unix:"):
+        sock = _socket_file(address)
+        if sock is not None:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(timeout)
-                s.connect(address[len("unix:") :])
+                s.connect(sock)
             return True
         host, _, port = address.rpartition(":")
         with socket.create_connection((host, int(port)), timeout=timeout):
@@ -489,8 +496,8 @@ def stop_server(db_path: str, timeout: float = 10.0) -> bool:
 
 def _count_connections(address: str) -> int | None:
     """Clients connected to ``address`` (Linux), or None when unknown."""
-    if address.startswith("unix:"):
-        path = address[len("unix:") :]
+    path = _socket_file(address)
+    if path is not None:
         try:  # accepted connections carry the listening socket's path; state 03 is connected
             with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
                 next(f, None)
@@ -614,7 +621,7 @@ class _Lite3Engine(_Engine):
                 self.db.close()
             from milvus_lite.adapter.grpc.server import start_server_in_thread
 
-            if listen.startswith("unix:"):
+            if _socket_file(listen):
                 raise StoreUnavailableError(
                     f"this milvus-lite {milvus_lite_major()}.x cannot be served on a unix socket; "
                     f"set {ENV_MODE}=embedded"
@@ -628,7 +635,7 @@ class _Lite3Engine(_Engine):
         except RuntimeError as exc:
             self.db.close()
             raise StoreUnavailableError(f"cannot listen on {listen}: {one_line(exc)}") from None
-        self.address = listen if listen.startswith("unix:") else f"{listen.rpartition(':')[0]}:{bound}"
+        self.address = listen if _socket_file(listen) else f"{listen.rpartition(':')[0]}:{bound}"
         self.server.start()
 
     def _stop(self) -> None:
@@ -739,9 +746,10 @@ def _die_with_parent() -> None:
 
 
 def _unlink_socket(address: str) -> None:
-    if address.startswith("unix:"):
+    sock = _socket_file(address)
+    if sock is not None:
         with contextlib.suppress(OSError):
-            os.unlink(address[len("unix:") :])
+            os.unlink(sock)
 
 
 def _free_port() -> int:
@@ -827,7 +835,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     started = time.monotonic()
     last_client = started
     poll = max(0.05, min(1.0, idle / 4))
-    sock = engine.address[len("unix:") :] if engine.address.startswith("unix:") else None
+    sock = _socket_file(engine.address)
     sock_id = _inode(sock) if sock else None
     try:
         while not stop.wait(poll):
