@@ -59,7 +59,7 @@ class ZeroCost:
 OURS = ZERO_COST + """
 import asyncio, json, resource, sys, time
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.scan import scan_paths
+from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.embeddings import get_provider
 
@@ -84,9 +84,9 @@ print(json.dumps({"wall": wall, "open": open_s, "noop": noop, "chunks": report.c
 
 FLOOR = """
 import asyncio, json, sys, time
-from memsearch_fast.chunk import chunk_files
-from memsearch_fast.embed import embedding_text
-from memsearch_fast.scan import scan_paths
+from memsearch_fast.pipeline.chunk import chunk_files
+from memsearch_fast.pipeline.embed import embedding_text
+from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.embeddings import get_provider
 
 root, model_dir = sys.argv[1:3]

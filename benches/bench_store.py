@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast import lite_server
+from memsearch_fast.lite import broker as lite_broker, paths as lite_paths
 from memsearch_fast import store as store_mod
 from memsearch_fast.store import MilvusStore
 
@@ -84,7 +84,7 @@ def _rss_mb(pid: int) -> float | None:
 def populated(tmp_path_factory):
     """A ROWS-row index behind a shared server; yields (db path, build numbers)."""
     db = str(tmp_path_factory.mktemp("bench") / "milvus.db")
-    os.environ.pop(lite_server.ENV_MODE, None)
+    os.environ.pop(lite_paths.ENV_MODE, None)
     rows = make_rows(ROWS)
     t0 = time.perf_counter()
     s = MilvusStore(db, dimension=DIM)
@@ -102,7 +102,7 @@ def populated(tmp_path_factory):
     }
     s.close()
     yield db, info
-    lite_server.stop_server(db)
+    lite_broker.stop_server(db)
 
 
 def _sources(n: int, step: int = 7) -> list[str]:
@@ -128,7 +128,7 @@ def test_upsert_batch(benchmark, tmp_path, monkeypatch, batch):
         assert s.count() == SWEEP_ROWS
     finally:
         s.close()
-        lite_server.stop_server(db)
+        lite_broker.stop_server(db)
 
 
 def test_flush_after_2000(benchmark, populated):
@@ -203,8 +203,8 @@ def test_hybrid_search_warm(benchmark, populated, monkeypatch, mode):
     """Warm hybrid search (top 10) through the shared server (TCP) or an in-process engine."""
     db, _ = populated
     if mode == "embedded":
-        lite_server.stop_server(db)
-        monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+        lite_broker.stop_server(db)
+        monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
     s = MilvusStore(db)
     qs = _queries(40)
     for v, t in qs[:5]:
@@ -264,8 +264,8 @@ _CHILD = textwrap.dedent(
     t3 = time.perf_counter()
     s.search(v, "index flush")
     t4 = time.perf_counter()
-    from memsearch_fast import lite_server
-    st = lite_server.read_state(sys.argv[1]) or {{}}
+    from memsearch_fast.lite import paths as lite_paths
+    st = lite_paths.read_state(sys.argv[1]) or {{}}
     def hwm(pid):
         try:
             for line in open(f"/proc/{{pid}}/status"):
@@ -285,9 +285,9 @@ _CHILD = textwrap.dedent(
 
 def _child(db: str, mode: str | None) -> dict:
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    env.pop(lite_server.ENV_MODE, None)
+    env.pop(lite_paths.ENV_MODE, None)
     if mode:
-        env[lite_server.ENV_MODE] = mode
+        env[lite_paths.ENV_MODE] = mode
     out = subprocess.run([sys.executable, "-c", _CHILD, db], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -303,7 +303,7 @@ def test_new_process_search(benchmark, populated, case):
         if case == "server_warm":
             MilvusStore(db).close()  # make sure a server is up and has loaded the collection
         else:
-            lite_server.stop_server(db)
+            lite_broker.stop_server(db)
 
     def run():
         results.append(_child(db, "embedded" if case == "embedded" else None))
@@ -312,7 +312,7 @@ def test_new_process_search(benchmark, populated, case):
     best = min(results, key=lambda r: r["open_s"] + r["first_search_s"])
     benchmark.extra_info.update(engine=ENGINE, case=case, **{k: round(v, 3) for k, v in best.items() if v is not None})
     if case != "embedded":
-        lite_server.stop_server(db)
+        lite_broker.stop_server(db)
 
 
 def test_server_first_connect(benchmark, populated):
@@ -324,6 +324,6 @@ def test_server_first_connect(benchmark, populated):
         MilvusStore(db).close()
 
     benchmark.pedantic(run, rounds=5, iterations=1)
-    st = lite_server.read_state(db) or {}
+    st = lite_paths.read_state(db) or {}
     rss = [_rss_mb(p) for p in (st.get("pid", -1), st.get("engine_pid") or -1)]
     benchmark.extra_info.update(engine=ENGINE, server_peak_rss_mb=round(sum(r for r in rss if r), 1))

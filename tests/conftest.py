@@ -40,9 +40,9 @@ os.environ.setdefault("MEMSEARCH_LITE_IDLE_TIMEOUT", "30")
 @pytest.fixture(scope="session", autouse=True)
 def _stop_lite_servers(tmp_path_factory: pytest.TempPathFactory):
     yield
-    from memsearch_fast import lite_server
+    from memsearch_fast.lite import broker as lite_broker
 
     base = tmp_path_factory.getbasetemp()
     for state in base.rglob("*.server.json"):
         db = str(state)[: -len(".server.json")]
-        lite_server.stop_server(db)
+        lite_broker.stop_server(db)

@@ -103,9 +103,9 @@ def db(tmp_path: Path):
     """A Milvus Lite database; its shared server is stopped afterwards."""
     path = tmp_path / "m.db"
     yield path
-    from memsearch_fast import lite_server
+    from memsearch_fast.lite import broker as lite_broker
 
-    lite_server.stop_server(str(path))
+    lite_broker.stop_server(str(path))
 
 
 # -- start-up, help, stubs ---------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 from memsearch_fast import MemSearch, chunk_files, chunk_markdown
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.scan import scan_paths
+from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 
 
@@ -212,7 +212,7 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
         "import asyncio\n"
         "from memsearch_fast.embeddings import get_provider\n"
         "from memsearch_fast.pipeline import run_index\n"
-        "from memsearch_fast.scan import scan_paths\n"
+        "from memsearch_fast.pipeline.scan import scan_paths\n"
         "from memsearch_fast.store import MilvusStore\n"
         f"p = get_provider('onnx', model={str(model_dir)!r}, workers=1)\n"
         "inner = p.embed\n"
@@ -281,7 +281,7 @@ def test_chunk_size_is_bounded_to_fit_the_store(model_dir: Path) -> None:
 
 def _pending(n: int) -> list:
     from memsearch_fast import compute_chunk_id
-    from memsearch_fast.embed import Pending
+    from memsearch_fast.pipeline.embed import Pending
 
     text = "\n\n".join(f"## Note {i}\nFact number {i} about the deploy pipeline." for i in range(n))
     chunks = chunk_markdown(text, "/notes/facts.md")
@@ -293,7 +293,7 @@ def _pending(n: int) -> list:
 
 
 def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
-    from memsearch_fast.upsert import UpsertStage
+    from memsearch_fast.pipeline.upsert import UpsertStage
 
     items = _pending(100)
     with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
@@ -313,7 +313,7 @@ def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
 
 def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
     from memsearch_fast.store import StoreError
-    from memsearch_fast.upsert import UpsertStage
+    from memsearch_fast.pipeline.upsert import UpsertStage
 
     class FailingThird:
         """The real store, except that its third upsert call is refused."""
@@ -350,7 +350,7 @@ def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
 
 def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     """Stored ids are held packed; ids another tool wrote (not SHA-256 hex) still diff exactly."""
-    from memsearch_fast.dedup import Dedup
+    from memsearch_fast.pipeline.dedup import Dedup
 
     path = write(tmp_path / "a.md", "# A\nalpha text here\n\n# B\nbeta text here\n")
     (fc,) = next(iter(chunk_files([str(path)])))

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast import lite_server
-from memsearch_fast import store as store_mod
+from memsearch_fast.lite import paths as lite_paths, process as lite_process
+from memsearch_fast.store import milvus as store_mod
 from memsearch_fast.store import (
     MAX_CONTENT_BYTES,
     DimensionMismatchError,
@@ -34,7 +34,7 @@ from memsearch_fast.store import (
 )
 
 DIM = 8
-PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
 
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,7 +73,7 @@ def make_row(i: int, vec, content: str = "", source: str = "notes/a.md", **kw) -
 
 @pytest.fixture
 def embedded(monkeypatch):
-    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_split_long_rows_splits_on_lines_and_char_boundaries():
 
 
 def test_import_is_cheap():
-    code = "import sys, memsearch_fast.store, memsearch_fast.lite_server; print('pymilvus' in sys.modules)"
+    code = "import sys, memsearch_fast.store, memsearch_fast.lite.server; print('pymilvus' in sys.modules)"
     out = run_python(code)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -479,13 +479,13 @@ def milvus_server(tmp_path_factory):
         cmd += ["--port", str(port)]
     else:  # milvus-lite 2.x has no server command: serve through our wrapper, on TCP
         port = _free_port()
-        cmd = [sys.executable, "-m", "memsearch_fast.lite_server", "serve", str(data), "--idle-timeout", "3600"]
+        cmd = [sys.executable, "-m", "memsearch_fast.lite.server", "serve", str(data), "--idle-timeout", "3600"]
         cmd += ["--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if lite_server._endpoint_open(f"127.0.0.1:{port}", 0.2):
+            if lite_process._endpoint_open(f"127.0.0.1:{port}", 0.2):
                 break
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.1)

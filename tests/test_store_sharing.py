@@ -1,7 +1,7 @@
 """Several processes sharing one Milvus Lite database through its server.
 
 Real subprocesses, a real detached server per database, real kill -9. Every
-test stops the server it caused (``lite_server.stop_server``) so no Milvus
+test stops the server it caused (``lite_broker.stop_server``) so no Milvus
 process outlives the test.
 """
 
@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast import lite_server
-from memsearch_fast import store as store_mod
+from memsearch_fast.lite import broker as lite_broker, paths as lite_paths, process as lite_process, server as lite_server
+from memsearch_fast.store import milvus as store_mod
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 
 DIM = 8
-PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
 LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
 
 
@@ -60,17 +60,17 @@ def wait_until(cond, timeout: float, step: float = 0.1) -> bool:
 
 @pytest.fixture
 def db(tmp_path, monkeypatch):
-    monkeypatch.delenv(lite_server.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
     path = str(tmp_path / "milvus.db")
     yield path
-    lite_server.stop_server(path)
-    st = lite_server.read_state(path)
+    lite_broker.stop_server(path)
+    st = lite_paths.read_state(path)
     assert st is None, st
 
 
 def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.Popen:
     full_env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    full_env.pop(lite_server.ENV_MODE, None)
+    full_env.pop(lite_paths.ENV_MODE, None)
     full_env.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
@@ -83,17 +83,17 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180)
 
 def test_first_open_spawns_server_others_attach(db):
     s = MilvusStore(db, dimension=DIM)
-    st = lite_server.read_state(db)
-    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_server.socket_path(db, st["pid"])
-    assert lite_server.server_status(db)["pid"] == st["pid"] != os.getpid()
+    st = lite_paths.read_state(db)
+    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_paths.socket_path(db, st["pid"])
+    assert lite_broker.server_status(db)["pid"] == st["pid"] != os.getpid()
     s.upsert(rows(0, 10))
     s2 = MilvusStore(db)  # attaches to the same server, no second engine
-    assert s2.count() == 10 and lite_server.read_state(db)["pid"] == st["pid"]
+    assert s2.count() == 10 and lite_paths.read_state(db)["pid"] == st["pid"]
     s.close()
     s2.close()
-    assert lite_server.server_status(db)["pid"] == st["pid"]  # outlives its clients until idle
-    assert lite_server.stop_server(db) is True
-    assert not lite_server._pid_alive(st["pid"]) and lite_server.read_state(db) is None
+    assert lite_broker.server_status(db)["pid"] == st["pid"]  # outlives its clients until idle
+    assert lite_broker.stop_server(db) is True
+    assert not lite_process._pid_alive(st["pid"]) and lite_paths.read_state(db) is None
 
 
 WRITER = """
@@ -105,8 +105,8 @@ s = MilvusStore(sys.argv[1], dimension=8)
 for b in range(20):
     s.upsert(rows(b * 25, 25, source=f"notes/{b}.md"))
 s.flush()
-from memsearch_fast import lite_server
-print(json.dumps({"count": s.count(), "pid": lite_server.read_state(sys.argv[1])["pid"]}))
+from memsearch_fast.lite import paths as lite_paths
+print(json.dumps({"count": s.count(), "pid": lite_paths.read_state(sys.argv[1])["pid"]}))
 s.close()
 """
 
@@ -123,8 +123,8 @@ while time.monotonic() < deadline:
     if s.count() >= 500 and n >= 5:
         break
     s.close()
-from memsearch_fast import lite_server
-print(json.dumps({"searches": n, "hits": len(hits), "pid": lite_server.read_state(sys.argv[1])["pid"]}))
+from memsearch_fast.lite import paths as lite_paths
+print(json.dumps({"searches": n, "hits": len(hits), "pid": lite_paths.read_state(sys.argv[1])["pid"]}))
 s.close()
 """
 
@@ -149,13 +149,13 @@ def test_kill_9_server_then_next_open_recovers(db):
     s.upsert(rows(0, 40))
     s.flush()
     s.upsert(rows(1000, 10))  # acknowledged but not flushed
-    old = lite_server.read_state(db)["pid"]
+    old = lite_paths.read_state(db)["pid"]
     os.kill(old, signal.SIGKILL)
-    assert wait_until(lambda: not lite_server._pid_alive(old), 10)
+    assert wait_until(lambda: not lite_process._pid_alive(old), 10)
     # the open store re-attaches on its own: a new server recovers the database
     assert s.count() == 50
-    new = lite_server.read_state(db)["pid"]
-    assert new != old and lite_server._pid_alive(new)
+    new = lite_paths.read_state(db)["pid"]
+    assert new != old and lite_process._pid_alive(new)
     hits = s.search(rows(1000, 10)[3]["embedding"], "", top_k=3)
     assert hits and hits[0]["chunk_hash"] == f"{1003:064x}"
     s.close()
@@ -175,14 +175,14 @@ def test_kill_9_server_then_next_open_recovers(db):
 
 def test_stale_record_with_dead_pid_is_replaced(db):
     MilvusStore(db, dimension=DIM).close()
-    lite_server.stop_server(db)
+    lite_broker.stop_server(db)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     Path(db + ".server.json").write_text(
         json.dumps({"pid": dead.pid, "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
     )
     s = MilvusStore(db)
-    assert s.exists and lite_server.read_state(db)["pid"] != dead.pid
+    assert s.exists and lite_paths.read_state(db)["pid"] != dead.pid
     s.close()
 
 
@@ -192,42 +192,42 @@ def test_record_naming_a_foreign_live_pid_is_not_killed(db):
         json.dumps({"pid": os.getpid(), "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
     )
     s = MilvusStore(db, dimension=DIM)  # our own pid is alive but is not a server for this db
-    assert lite_server.read_state(db)["pid"] != os.getpid()
+    assert lite_paths.read_state(db)["pid"] != os.getpid()
     s.close()
 
 
 def test_idle_server_exits_and_removes_its_record(db, monkeypatch):
-    monkeypatch.setenv(lite_server.ENV_IDLE, "1.5")
+    monkeypatch.setenv(lite_paths.ENV_IDLE, "1.5")
     s = MilvusStore(db, dimension=DIM)
-    pid = lite_server.read_state(db)["pid"]
+    pid = lite_paths.read_state(db)["pid"]
     time.sleep(3.5)  # a connected client keeps it alive past the timeout
-    assert lite_server._pid_alive(pid)
+    assert lite_process._pid_alive(pid)
     assert s.count() == 0
     s.close()
-    assert wait_until(lambda: not lite_server._pid_alive(pid), 20)
-    assert lite_server.read_state(db) is None
+    assert wait_until(lambda: not lite_process._pid_alive(pid), 20)
+    assert lite_paths.read_state(db) is None
     s2 = MilvusStore(db)  # and the next open starts a new one
-    assert s2.exists and lite_server.read_state(db)["pid"] != pid
+    assert s2.exists and lite_paths.read_state(db)["pid"] != pid
     s2.close()
 
 
 def test_database_held_elsewhere_is_a_clear_error(db, monkeypatch, capfd):
-    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
     holder = MilvusStore(db, dimension=DIM)  # this process holds the database
-    monkeypatch.delenv(lite_server.ENV_MODE)
+    monkeypatch.delenv(lite_paths.ENV_MODE)
     try:
         with pytest.raises(StoreUnavailableError) as ei:
             MilvusStore(db)
         msg = str(ei.value)
         assert "\n" not in msg and db in msg
-        assert lite_server.read_state(db) is None
+        assert lite_paths.read_state(db) is None
     finally:
         holder.close()
     assert "Traceback" not in capfd.readouterr().err
 
 
 def test_embedded_second_process_fails_cleanly(db, monkeypatch):
-    monkeypatch.setenv(lite_server.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
     holder = MilvusStore(db, dimension=DIM)
     try:
         p = run_py(
@@ -240,7 +240,7 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
                 print("ERR", type(e).__name__, e)
             """,
             db,
-            env={lite_server.ENV_MODE: "embedded"},
+            env={lite_paths.ENV_MODE: "embedded"},
         )
         out, err = p.communicate(timeout=120)
     finally:
@@ -250,7 +250,7 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
 
 
 def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
-    monkeypatch.delenv(lite_server.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
     path = tmp_path / "old.db"
     if LITE_MAJOR >= 3:
         path.write_bytes(b"SQLite format 3\0")  # a 2.x database is a file
@@ -261,20 +261,20 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match=expected) as ei:
         MilvusStore(str(path), dimension=DIM)
     assert "memsearch index" in str(ei.value)
-    assert lite_server.read_state(str(path)) is None
+    assert lite_paths.read_state(str(path)) is None
 
 
 def test_cli_status_and_stop(db):
     MilvusStore(db, dimension=DIM).close()
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
     out = subprocess.run(
-        [sys.executable, "-m", "memsearch_fast.lite_server", "status", db], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "memsearch_fast.lite.server", "status", db], env=env, capture_output=True, text=True
     )
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == "ready"
     out = subprocess.run(
-        [sys.executable, "-m", "memsearch_fast.lite_server", "stop", db], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "memsearch_fast.lite.server", "stop", db], env=env, capture_output=True, text=True
     )
-    assert out.returncode == 0 and lite_server.server_status(db) is None
+    assert out.returncode == 0 and lite_broker.server_status(db) is None
 
 
 def _listening_tcp_inodes() -> set[str]:
@@ -303,7 +303,7 @@ def test_server_is_reachable_only_by_this_user(db):
     """The shared server listens on a unix socket in a 0700 directory, on no TCP port."""
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 3))
-    st = lite_server.read_state(db)
+    st = lite_paths.read_state(db)
     sock = st["address"][len("unix:") :]
     folder = os.stat(os.path.dirname(sock))
     assert folder.st_uid == os.geteuid() and folder.st_mode & 0o777 == 0o700
@@ -314,42 +314,42 @@ def test_server_is_reachable_only_by_this_user(db):
     # the server counts clients on its socket, so it does not idle out under one
     assert lite_server._count_connections(st["address"]) >= 1
     s.close()
-    assert lite_server.stop_server(db) is True
+    assert lite_broker.stop_server(db) is True
     assert not os.path.exists(sock)  # a stopped server removes its socket
 
 
 def test_socket_dir_is_private(tmp_path, monkeypatch):
     """A group/world-open or too-closed socket directory is set to 0700; a symlink planted there is refused."""
-    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lite_paths.tempfile, "tempdir", str(tmp_path))
     mine = tmp_path / f"memsearch-{os.geteuid()}"
     for mode in (0o777, 0o750, 0o500):
         mine.mkdir(exist_ok=True)
         os.chmod(mine, mode)
-        assert lite_server.socket_dir() == mine and os.stat(mine).st_mode & 0o777 == 0o700
+        assert lite_paths.socket_dir() == mine and os.stat(mine).st_mode & 0o777 == 0o700
     os.rmdir(mine)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     os.chmod(elsewhere, 0o777)
     os.symlink(elsewhere, mine)
-    chosen = lite_server.socket_dir()  # falls back to /tmp
+    chosen = lite_paths.socket_dir()  # falls back to /tmp
     assert chosen == Path("/tmp") / f"memsearch-{os.geteuid()}" and os.stat(chosen).st_mode & 0o777 == 0o700
     assert os.stat(elsewhere).st_mode & 0o777 == 0o777  # the symlink's target was not touched
     # a temp dir too long for sun_path falls back to /tmp as well
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
-    monkeypatch.setattr(lite_server.tempfile, "tempdir", str(deep))
-    assert lite_server.socket_path("/x/milvus.db", 123).startswith(str(chosen) + "/")
+    monkeypatch.setattr(lite_paths.tempfile, "tempdir", str(deep))
+    assert lite_paths.socket_path("/x/milvus.db", 123).startswith(str(chosen) + "/")
 
 
 def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
     """A temp cleaner that deletes the socket must not leave a server nobody can reach holding the database."""
-    monkeypatch.setenv(lite_server.ENV_IDLE, "600")
+    monkeypatch.setenv(lite_paths.ENV_IDLE, "600")
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 4))
     s.close()
-    old = lite_server.read_state(db)
+    old = lite_paths.read_state(db)
     os.unlink(old["address"][len("unix:") :])
-    assert wait_until(lambda: not lite_server._pid_alive(old["pid"]), 30)
+    assert wait_until(lambda: not lite_process._pid_alive(old["pid"]), 30)
     s2 = MilvusStore(db)  # a new server owns the database and serves its rows
-    assert s2.count() == 4 and lite_server.read_state(db)["pid"] != old["pid"]
+    assert s2.count() == 4 and lite_paths.read_state(db)["pid"] != old["pid"]
     s2.close()

@@ -12,21 +12,22 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ScannedFile": "memsearch_fast.scan",
-    "scan_paths": "memsearch_fast.scan",
-    "Chunk": "memsearch_fast.chunk",
-    "FileChunks": "memsearch_fast.chunk",
-    "chunk_markdown": "memsearch_fast.chunk",
-    "chunk_files": "memsearch_fast.chunk",
-    "clean_content_for_embedding": "memsearch_fast.chunk",
-    "compute_chunk_id": "memsearch_fast.chunk",
+    "ScannedFile": "memsearch_fast.pipeline.scan",
+    "scan_paths": "memsearch_fast.pipeline.scan",
+    "Chunk": "memsearch_fast.pipeline.chunk",
+    "FileChunks": "memsearch_fast.pipeline.chunk",
+    "chunk_markdown": "memsearch_fast.pipeline.chunk",
+    "chunk_files": "memsearch_fast.pipeline.chunk",
+    "clean_content_for_embedding": "memsearch_fast.pipeline.chunk",
+    "compute_chunk_id": "memsearch_fast.pipeline.chunk",
     "MemSearch": "memsearch_fast.core",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:
-    from memsearch_fast.chunk import (
+    from memsearch_fast.core import MemSearch
+    from memsearch_fast.pipeline.chunk import (
         Chunk,
         FileChunks,
         chunk_files,
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
         clean_content_for_embedding,
         compute_chunk_id,
     )
-    from memsearch_fast.core import MemSearch
-    from memsearch_fast.scan import ScannedFile, scan_paths
+    from memsearch_fast.pipeline.scan import ScannedFile, scan_paths
 
 
 def __getattr__(name: str) -> Any:

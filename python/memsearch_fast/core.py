@@ -122,7 +122,7 @@ class MemSearch:
         return (await self.index_with_report(force=force)).indexed
 
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
-        from memsearch_fast.scan import scan
+        from memsearch_fast.pipeline.scan import scan
 
         found = await asyncio.to_thread(
             scan, self.paths, ignore_files=self.ignore_files, exclude=self.exclude

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, runtime_checkable
 
-from memsearch_fast.embeddings.errors import (
+from memsearch_fast.errors import (
     EmbeddingAPIError,
     EmbeddingError,
     ModelConversionError,

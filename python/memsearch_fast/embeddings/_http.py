@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from memsearch_fast.embeddings.errors import EmbeddingAPIError
+from memsearch_fast.errors import EmbeddingAPIError
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _USER_AGENT = "memsearch-fast"

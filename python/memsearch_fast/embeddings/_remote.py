@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memsearch_fast.embeddings._http import JsonClient, Secret, post_json, safe_url
-from memsearch_fast.embeddings.errors import EmbeddingAPIError, EmbeddingError
+from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
 
 DEFAULT_WORKERS = 4
 

@@ -17,8 +17,8 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.embeddings.errors import ModelConversionError
 from memsearch_fast.embeddings.models import cache_key, models_dir, publish_model
+from memsearch_fast.errors import ModelConversionError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memsearch_fast.embeddings.errors import ModelNotFoundError
+from memsearch_fast.errors import ModelNotFoundError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"

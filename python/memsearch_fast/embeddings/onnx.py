@@ -21,8 +21,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memsearch_fast._system import available_cpus
 from memsearch_fast.embeddings._remote import check_texts
-from memsearch_fast.embeddings.errors import EmbeddingError, ModelNotFoundError
-from memsearch_fast.embeddings.models import DEFAULT_MODEL, canonical_name, onnx_file, resolve_model
+from memsearch_fast.embeddings.models import (
+    DEFAULT_MODEL,
+    canonical_name,
+    onnx_file,
+    resolve_model,
+)
+from memsearch_fast.errors import EmbeddingError, ModelNotFoundError
 
 if TYPE_CHECKING:
     import numpy as np

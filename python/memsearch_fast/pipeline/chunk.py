@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
-from memsearch_fast._system import available_cpus
 from memsearch_fast._core import (
     Chunk,
     FileChunks,
@@ -19,6 +18,7 @@ from memsearch_fast._core import (
 )
 from memsearch_fast._core import chunk_files as _chunk_files
 from memsearch_fast._core import chunk_markdown as _chunk_markdown
+from memsearch_fast._system import available_cpus
 
 __all__ = [
     "Chunk",

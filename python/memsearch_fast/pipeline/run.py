@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 from memsearch_fast._core import compute_chunk_id, content_hash
 from memsearch_fast._system import available_cpus
-from memsearch_fast.chunk import chunk_files
-from memsearch_fast.dedup import Dedup, FilePlan
-from memsearch_fast.embed import EmbedStage, Pending
+from memsearch_fast.pipeline.chunk import chunk_files
+from memsearch_fast.pipeline.dedup import Dedup, FilePlan
+from memsearch_fast.pipeline.embed import EmbedStage, Pending
+from memsearch_fast.pipeline.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
-from memsearch_fast.upsert import UpsertStage
 
 
 @dataclass

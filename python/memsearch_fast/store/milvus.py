@@ -6,34 +6,59 @@ search. The schema matches memsearch 0.4.23 field for field, so an index built
 by either tool is searchable by the other.
 
 ``uri`` picks the backend: a local path is a Milvus Lite database (shared
-between processes through :mod:`memsearch_fast.lite_server`), ``http(s)://``
+between processes through :mod:`memsearch_fast.lite`), ``http(s)://``
 is a Milvus server or Zilliz Cloud. pymilvus is imported lazily so that
 importing this module stays cheap for the CLI and hooks.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memsearch_fast.errors import (
+    DimensionMismatchError,
+    StoreError,
+    StoreUnavailableError,
+    one_line,
+)
+from memsearch_fast.lite.embedded import (
+    _EMBEDDED_LOCK,
+    _EMBEDDED_REFS,
+    _quiet_grpc_server,
+    _quiet_lite_embedded,
+)
+from memsearch_fast.store.compat import (
+    _is_unavailable,
+    _own_connection_kwargs,
+    _quiet_pymilvus,
+    _skip_client_varchar_check,
+    is_local_uri,
+)
+from memsearch_fast.store.filters import prefix_filter, quote_filter_value
+from memsearch_fast.store.rows import (
+    MAX_CONTENT_BYTES,
+    MAX_HEADING_BYTES,
+    MAX_SOURCE_BYTES,
+    _utf8_cut,
+    split_long_rows,
+)
+
 logger = logging.getLogger(__name__)
 
+
 DEFAULT_URI = "~/.memsearch/milvus.db"
+
+
 DEFAULT_COLLECTION = "memsearch_chunks"
 
-#: Largest ``content`` a row may carry, in UTF-8 bytes. Milvus server counts
-#: VARCHAR length in bytes (Milvus Lite 3.x in characters), so bytes are the
-#: safe unit. Longer content is split by :func:`split_long_rows`.
-MAX_CONTENT_BYTES = 65535
-MAX_SOURCE_BYTES = 1024
-MAX_HEADING_BYTES = 1024
+
 RRF_K = 60
+
 
 #: BM25 analyzer for new collections. jieba segments Chinese (and passes Latin
 #: words through whole); the lowercase filter makes English case-insensitive on
@@ -41,266 +66,35 @@ RRF_K = 60
 #: itself and ignores the filter). Built into Milvus >= 2.5 and Milvus Lite
 #: 2.5; Milvus Lite 3.x needs the ``jieba`` package in the serving process.
 CJK_ANALYZER: dict[str, Any] = {"tokenizer": "jieba", "filter": ["lowercase"]}
+
+
 #: Fallback when the engine has no jieba: Milvus's default "standard" analyzer.
 STANDARD_ANALYZER: dict[str, Any] = {"tokenizer": "standard", "filter": ["lowercase"]}
 
+
 QUERY_FIELDS = ["content", "source", "heading", "chunk_hash", "heading_level", "start_line", "end_line"]
+
+
 ROW_FIELDS = ["chunk_hash", "embedding", *QUERY_FIELDS[:3], *QUERY_FIELDS[4:]]
+
 
 # Values per ``IN [...]`` filter and rows per iterator page: keeps every
 # expression and response bounded whatever the size of the input set.
 FILTER_BATCH = 512
+
+
 ITER_BATCH = 2000
+
+
 # Rows per upsert call. Milvus Lite 2.5 slows ~10x on 5,000-row calls (see
 # docs/store.md); 1,000 is at or near the best for both engines.
 UPSERT_BATCH = 1000
+
+
 UPSERT_MAX_BYTES = 32 * 1024 * 1024
 
-# Sorts after every valid string that starts with a given prefix (Milvus
-# compares VARCHAR by UTF-8 bytes; U+10FFFF encodes as the largest sequence).
-_MAX_CHAR = "\U0010ffff"
 
 _T = TypeVar("_T")
-
-# Embedded Lite engines are per path and per process, shared by every store
-# (and pymilvus client) on that path: release one only when its last store closes.
-_EMBEDDED_REFS: dict[str, int] = {}
-_EMBEDDED_LOCK = threading.Lock()
-
-
-class StoreError(Exception):
-    """A store operation failed; the message is one line, fit for a CLI."""
-
-
-class DimensionMismatchError(StoreError):
-    """The collection was built with a different embedding dimension."""
-
-
-class StoreUnavailableError(StoreError):
-    """Milvus could not be reached or opened (server down, database held)."""
-
-
-def one_line(text: object, limit: int = 300) -> str:
-    """Collapse an error text to a single bounded line."""
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def escape_filter_value(value: str) -> str:
-    """Escape ``value`` for use inside a double-quoted Milvus filter string.
-
-    Backslash and double quote are escaped, and newline/CR become ``\\n``/``\\r``
-    (a raw newline ends the literal). Other characters, including tabs and
-    non-ASCII text, pass through unchanged: several engines reject ``\\uXXXX``
-    escapes. Milvus Lite 2.5 cannot match a value containing a newline at all;
-    the store's read paths handle such values with a prefix range plus an exact
-    check in Python (see :meth:`MilvusStore._in_filter`). LIKE wildcards are
-    never needed: prefix filters use a range instead of ``like``.
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"filter values must be str, not {type(value).__name__}")
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
-
-
-def quote_filter_value(value: str) -> str:
-    """Return ``value`` as a double-quoted, escaped filter literal."""
-    return '"' + escape_filter_value(value) + '"'
-
-
-def prefix_filter(field: str, prefix: str) -> str:
-    """Filter for ``field`` starting with ``prefix``, free of LIKE wildcards.
-
-    ``%`` and ``_`` in file names would be wildcards in ``like``, and engines
-    disagree on escaping them, so a string range is used. A prefix holding a
-    newline is cut before it (the caller re-checks with ``startswith``).
-    """
-    head = re.split(r"[\r\n]", prefix, maxsplit=1)[0]
-    if not head:
-        return ""
-    return f"({field} >= {quote_filter_value(head)} and {field} < {quote_filter_value(head + _MAX_CHAR)})"
-
-
-def _utf8_cut(text: str, max_bytes: int) -> int:
-    """Length in characters of the longest prefix of ``text`` within ``max_bytes``."""
-    raw = text.encode("utf-8")[:max_bytes]
-    return len(raw.decode("utf-8", errors="ignore"))
-
-
-def _split_text(text: str, max_bytes: int) -> list[tuple[str, int]]:
-    """Split ``text`` into parts of at most ``max_bytes``; returns (part, first line offset).
-
-    Parts end on line boundaries when possible; a single over-long line is cut
-    on a character boundary.
-    """
-    parts: list[tuple[str, int]] = []
-    buf: list[str] = []
-    buf_bytes = 0
-    buf_line = 0
-    line_no = 0
-    for line in text.splitlines(keepends=True):
-        size = len(line.encode("utf-8"))
-        if buf and buf_bytes + size > max_bytes:
-            parts.append(("".join(buf), buf_line))
-            buf, buf_bytes = [], 0
-        if not buf:
-            buf_line = line_no
-        while size > max_bytes:
-            cut = _utf8_cut(line, max_bytes)
-            parts.append((line[:cut], line_no))
-            line = line[cut:]
-            size = len(line.encode("utf-8"))
-        if line:
-            buf.append(line)
-            buf_bytes += size
-        line_no += 1
-    if buf:
-        parts.append(("".join(buf), buf_line))
-    return parts
-
-
-def split_long_rows(rows: Iterable[dict[str, Any]], max_bytes: int = MAX_CONTENT_BYTES) -> list[dict[str, Any]]:
-    """Split rows whose ``content`` exceeds ``max_bytes`` into several rows.
-
-    Each part keeps the row's source, heading and embedding, gets the line
-    range it covers, and a deterministic id ``sha256("<chunk_hash>#<i>")`` so
-    re-indexing the same file yields the same ids. :meth:`MilvusStore.upsert`
-    applies this itself; the pipeline may call it first so that the ids it
-    diffs against the store are the ones actually stored.
-    """
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        content = row.get("content") or ""
-        if len(content) * 4 <= max_bytes or len(content.encode("utf-8")) <= max_bytes:
-            out.append(row)
-            continue
-        start = int(row.get("start_line") or 0)
-        end = int(row.get("end_line") or start)
-        for i, (part, line_off) in enumerate(_split_text(content, max_bytes)):
-            piece = dict(row)
-            piece["content"] = part
-            piece["chunk_hash"] = hashlib.sha256(f"{row['chunk_hash']}#{i}".encode()).hexdigest()
-            first = start + line_off
-            last = first + max(part.count("\n") - (1 if part.endswith("\n") else 0), 0)
-            piece["start_line"] = min(first, end)
-            piece["end_line"] = min(last, end)
-            out.append(piece)
-    return out
-
-
-def is_local_uri(uri: str) -> bool:
-    """True when ``uri`` names a Milvus Lite database rather than a server."""
-    return not uri.startswith(("http://", "https://", "tcp://", "unix:", "grpc://"))
-
-
-def milvus_lite_major() -> int | None:
-    """Major version of the installed milvus-lite (None when absent)."""
-    import importlib.metadata
-
-    try:
-        return int(importlib.metadata.version("milvus-lite").split(".")[0])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        return None
-
-
-def _quiet_pymilvus() -> None:
-    """Stop pymilvus printing tracebacks for errors the store reports itself.
-
-    Only applies while the logger is at pymilvus's own default level, so an
-    application that configured it keeps its setting.
-    """
-    log = logging.getLogger("pymilvus")
-    if log.level in (logging.NOTSET, logging.WARNING):
-        log.setLevel(logging.CRITICAL)
-
-
-def _skip_client_varchar_check() -> None:
-    """Turn off pymilvus's client-side VARCHAR length check on row inserts.
-
-    In pymilvus 3.0 the row path runs that check over every *character* of
-    every string value (a Python loop), which costs about as much main-process
-    CPU as the rest of the pipeline together. Lengths are enforced before
-    sending (:meth:`MilvusStore._prepare_row`: content split, heading cut,
-    source refused) and Milvus checks them again on the server. The flag is
-    process-wide; it only changes which side reports an over-long string.
-    """
-    try:
-        from pymilvus.client import entity_helper
-    except ImportError:  # pragma: no cover - layout of another pymilvus line
-        return
-    if hasattr(entity_helper, "CHECK_STR_ARRAY"):
-        entity_helper.CHECK_STR_ARRAY = False
-
-
-def drop_unimplemented(record: logging.LogRecord) -> bool:
-    """Logging filter hiding grpc's traceback for RPCs Milvus Lite does not implement.
-
-    pymilvus probes optional RPCs (e.g. AllocTimestamp for iterators) and
-    falls back; the in-process gRPC server would print a traceback for each.
-    """
-    exc = record.exc_info[1] if record.exc_info else None
-    return not isinstance(exc, NotImplementedError)
-
-
-def _quiet_grpc_server() -> None:
-    log = logging.getLogger("grpc._server")
-    if drop_unimplemented not in log.filters:
-        log.addFilter(drop_unimplemented)
-
-
-def _own_connection_kwargs() -> dict[str, Any]:
-    """MilvusClient arguments giving this store a connection of its own.
-
-    pymilvus shares one connection per URI between clients: in 3.x it stays
-    open after the last client closes (so a Lite server could never see its
-    clients leave and exit when idle); in 2.5 one client's close() cuts the
-    connection of every other. A dedicated connection (3.x) or a unique alias
-    (2.5) makes close() close exactly this store's connection.
-    """
-    import importlib.metadata
-    import uuid
-
-    try:
-        major = int(importlib.metadata.version("pymilvus").split(".")[0])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        major = 3
-    return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
-
-
-def _quiet_lite_embedded() -> None:
-    """Silence the in-process engine's tracebacks (held database, failed request).
-
-    Each failure reaches the store as an error it reports in one line; in
-    server mode the same logs go to the server's log file instead.
-    """
-    log = logging.getLogger("milvus_lite")
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.CRITICAL)
-
-
-def _is_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` means Milvus could not be reached (as opposed to a bad request)."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        name = type(e).__name__
-        if name in ("MilvusUnavailableException", "ConnectionNotExistException", "ConnectionConfigException"):
-            return True
-        code = getattr(e, "code", None)
-        if callable(code):  # grpc.RpcError
-            try:
-                if getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
-                    return True
-            except Exception:  # noqa: BLE001 - a broken error object must not mask the real one
-                pass
-        text = str(getattr(e, "message", "") or e).lower()
-        if any(
-            s in text
-            for s in ("fail connecting", "server unavailable", "failed to connect", "connection refused", "closed client")
-        ):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 class MilvusStore:
@@ -369,11 +163,11 @@ class MilvusStore:
                 raise self._translate(exc, "connect") from None
             return
 
-        from memsearch_fast import lite_server
+        from memsearch_fast.lite import broker, paths
 
         assert self._path is not None
-        lite_server.check_layout(self._path)
-        if lite_server.lite_mode() == "embedded":
+        paths.check_layout(self._path)
+        if paths.lite_mode() == "embedded":
             if not self._path.endswith(".db"):
                 raise StoreError(f"embedded Milvus Lite needs a path ending in .db, got {self._path}")
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
@@ -392,7 +186,7 @@ class MilvusStore:
         def connect(server_uri: str) -> Any:
             return MilvusClient(uri=server_uri, timeout=10, **_own_connection_kwargs())
 
-        self._client = lite_server.attach(self._path, connect)
+        self._client = broker.attach(self._path, connect)
         self._managed = True
 
     def _reconnect(self) -> None:

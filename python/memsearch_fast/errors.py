@@ -1,10 +1,24 @@
-"""Exceptions raised by the embeddings layer.
-
-Each message is a single line that tells the user what to do next, so the CLI
-can print ``str(exc)`` as-is instead of a traceback from library internals.
-"""
+"""User-facing errors: each message is one line that says what to do next."""
 
 from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A store operation failed; the message is one line, fit for a CLI."""
+
+
+class DimensionMismatchError(StoreError):
+    """The collection was built with a different embedding dimension."""
+
+
+class StoreUnavailableError(StoreError):
+    """Milvus could not be reached or opened (server down, database held)."""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """Collapse an error text to a single bounded line."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 class EmbeddingError(RuntimeError):

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from memsearch_fast.embed import Pending
+from memsearch_fast.pipeline.embed import Pending
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4

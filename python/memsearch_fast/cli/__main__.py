@@ -1,0 +1,3 @@
+from memsearch_fast.cli import main
+
+main()

@@ -1,0 +1,143 @@
+"""`config get/set/list/init`."""
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from memsearch_fast import config as cfgmod
+from memsearch_fast.cli.app import (
+    EXIT_USAGE,
+    _err,
+    _fail,
+    _guard,
+    _stdin_is_tty,
+    config_app,
+)
+from memsearch_fast.cli.options import JsonOutput, _text
+
+
+def _show_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()  # shell hooks compare against "true"/"false"
+    if isinstance(value, (list, dict)):
+        import json
+
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+@config_app.command("get", short_help="Get a resolved config value (e.g. memsearch config get milvus.uri).")
+@_guard
+def config_get(
+    key: Annotated[str, typer.Argument(metavar="KEY", show_default=False)],
+    default_collection: Annotated[
+        Optional[str],
+        _text("--default-collection", help="Fallback collection name; explicit config takes precedence."),
+    ] = None,
+) -> None:
+    """Get a resolved config value (e.g. memsearch config get milvus.uri)."""
+    cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=_err)
+    typer.echo(_show_value(cfgmod.get_value(cfgmod.for_display(cfg), key)))
+
+
+@config_app.command("set", short_help="Set a config value (e.g. memsearch config set milvus.uri http://host:19530).")
+@_guard
+def config_set(
+    key: Annotated[str, typer.Argument(metavar="KEY", show_default=False)],
+    value: Annotated[str, typer.Argument(metavar="VALUE", show_default=False)],
+    project: Annotated[bool, typer.Option("--project", help="Write to project config.")] = False,
+) -> None:
+    """Set a config value (e.g. memsearch config set milvus.uri http://host:19530)."""
+    stored, path = cfgmod.set_value(key, value, project=project)
+    shown = cfgmod.mask(stored) if cfgmod.is_secret(key) else stored
+    typer.echo(f"Set {key} = {_show_value(shown)} in {path}")
+
+
+@config_app.command("list")
+@_guard
+def config_list(
+    resolved: Annotated[bool, typer.Option("--resolved", help="Show fully resolved config (default).")] = False,
+    global_: Annotated[bool, typer.Option("--global", help="Show global config file only.")] = False,
+    project: Annotated[bool, typer.Option("--project", help="Show project config file only.")] = False,
+    json_output: JsonOutput = False,
+    default_collection: Annotated[
+        Optional[str],
+        _text(
+            "--default-collection",
+            help="Fallback collection for resolved output; explicit config takes precedence.",
+        ),
+    ] = None,
+) -> None:
+    """Show configuration."""
+    from memsearch_fast.cli import display
+
+    if resolved + global_ + project > 1:
+        _fail("choose one of --resolved, --global, --project", EXIT_USAGE)
+    if global_:
+        path = cfgmod.global_config_path()
+        data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Global ({path})"
+    elif project:
+        path = cfgmod.project_config_path()
+        data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Project ({path})"
+    else:
+        cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=_err)
+        data, label = cfgmod.for_display(cfg), "Resolved (all sources merged)"
+    if json_output:
+        import json
+
+        typer.echo(json.dumps(data, ensure_ascii=False))
+    else:
+        typer.echo(display.format_config(data, label))
+
+
+@config_app.command("init")
+@_guard
+def config_init(
+    project: Annotated[
+        bool, typer.Option("--project", help="Write allowlisted local indexing keys to .memsearch.toml.")
+    ] = False,
+) -> None:
+    """Interactive configuration wizard.
+
+    Prompts for each setting, showing the file's current value (or the
+    default) as the answer to keep. When stdin is not a terminal nothing is
+    asked: the current values are written.
+    """
+    target = cfgmod.project_config_path() if project else cfgmod.global_config_path()
+    existing = cfgmod.load_file(target)
+    # The wizard edits the target file: its own values over the defaults.
+    current = cfgmod.deep_merge(cfgmod.defaults(), existing)
+    ask = _stdin_is_tty()
+    keys = sorted(cfgmod.PROJECT_ALLOWED) if project else [k for k in cfgmod.SCHEMA if k != "reranker.model"]
+    flat_existing = cfgmod.flatten(existing)
+    typer.echo(f"Writing {'project' if project else 'global'} configuration to {target}")
+    if not ask:
+        typer.echo("stdin is not a terminal: writing the current values without prompting.")
+    data = existing
+    for key in keys:
+        value = cfgmod.get_value(current, key)
+        if key == "indexing.ignore_files" and key not in flat_existing:
+            value = [".gitignore"]  # new configurations respect .gitignore
+        if ask:
+            value = _prompt_value(key, value)
+        if cfgmod.is_secret(key) and not value:
+            continue
+        cfgmod.set_path(data, key, cfgmod.parse_value(key, value, str(target)))
+    cfgmod.save_file(data, target)
+    typer.echo(f"Config saved to {target}")
+
+
+def _prompt_value(key: str, current: Any) -> Any:
+    """One prompt; secrets are hidden and never echoed as the default."""
+    if cfgmod.is_secret(key):
+        entered = typer.prompt(
+            f"  {key} (env:VAR recommended; empty keeps the current value)",
+            default="",
+            show_default=False,
+            hide_input=True,
+        )
+        return entered or current
+    if isinstance(current, list):
+        entered = typer.prompt(f"  {key} (comma-separated)", default=",".join(current), show_default=True)
+        return [p.strip() for p in entered.split(",") if p.strip()]
+    return typer.prompt(f"  {key}", default=current, type=type(current))

@@ -1,0 +1,464 @@
+"""Server side: one process owns a Lite database and serves it on a private socket."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from memsearch_fast.errors import StoreUnavailableError, one_line
+from memsearch_fast.lite.broker import server_status, stop_server
+from memsearch_fast.lite.embedded import drop_unimplemented
+from memsearch_fast.lite.paths import (
+    ENV_MODE,
+    HOST,
+    _remove_state_if,
+    _socket_file,
+    _uri,
+    _write_state,
+    check_layout,
+    idle_timeout,
+    sidecar_paths,
+    socket_path,
+)
+from memsearch_fast.lite.process import _endpoint_open
+from memsearch_fast.lite.version import milvus_lite_major
+
+logger = logging.getLogger(__name__)
+
+
+def _count_connections(address: str) -> int | None:
+    """Clients connected to ``address`` (Linux), or None when unknown."""
+    path = _socket_file(address)
+    if path is not None:
+        try:  # accepted connections carry the listening socket's path; state 03 is connected
+            with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+                next(f, None)
+                return sum(1 for line in f if line.rstrip("\n").endswith(" " + path) and line.split()[5] == "03")
+        except (OSError, IndexError):
+            return None
+    hex_port = f":{int(address.rpartition(':')[2]):04X}"
+    total = 0
+    found = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as f:
+                next(f, None)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) > 3 and parts[1].endswith(hex_port) and parts[3] == "01":
+                        total += 1
+            found = True
+        except OSError:
+            continue
+    return total if found else None
+
+
+class _Activity:
+    """Last-request clock plus a writer lock for engines that need one."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.known = False  # whether requests are observed at all
+        self.write_lock = threading.Lock()
+
+    def touch(self) -> None:
+        self.last = time.monotonic()
+
+
+# RPCs that never mutate; everything else is serialized (Milvus Lite 3.x is
+# single-writer per collection).
+_READ_ONLY_RPCS = frozenset(
+    {
+        "Search",
+        "HybridSearch",
+        "Query",
+        "DescribeCollection",
+        "HasCollection",
+        "ShowCollections",
+        "GetCollectionStatistics",
+        "GetLoadState",
+        "GetLoadingProgress",
+        "DescribeIndex",
+        "GetVersion",
+        "Connect",
+        "CheckHealth",
+        "ListDatabases",
+        "DescribeDatabase",
+        "ShowPartitions",
+        "HasPartition",
+        "GetPartitionStatistics",
+        "ListAliases",
+        "DescribeAlias",
+        "GetIndexState",
+        "GetIndexBuildProgress",
+        "GetFlushState",
+        "GetPersistentSegmentInfo",
+        "GetQuerySegmentInfo",
+        "ListResourceGroups",
+        "RunAnalyzer",
+        "AllocTimestamp",
+    }
+)
+
+
+class _Engine:
+    address: str  # "unix:/path" or "host:port"
+    engine_pid: int | None = None
+    version: str = ""
+
+    def dead(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        """Stop once (idle exit stops under the lock, the caller again on the way out)."""
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
+        self._stop()
+        _unlink_socket(self.address)
+
+    def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class _Lite3Engine(_Engine):
+    """Milvus Lite 3.x: the Python engine behind a gRPC server in this process."""
+
+    def __init__(self, db_path: str, activity: _Activity, listen: str) -> None:
+        import grpc
+
+        self.db: Any = None
+        self.server: Any = None
+        try:
+            from concurrent import futures
+
+            from milvus_lite.adapter.grpc.servicer import MilvusServicer
+            from milvus_lite.db import MilvusLite
+            from pymilvus.grpc_gen import milvus_pb2_grpc
+
+            interceptor = _make_interceptor(grpc, activity)
+            self.db = MilvusLite(db_path)
+            self.server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=8),
+                interceptors=[interceptor],
+                options=[
+                    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+                    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+                ],
+            )
+            milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(self.db), self.server)
+            activity.known = True
+        except ImportError:  # internals moved: use the public entry point, unguarded
+            if self.db is not None:
+                self.db.close()
+            from milvus_lite.adapter.grpc.server import start_server_in_thread
+
+            if _socket_file(listen):
+                raise StoreUnavailableError(
+                    f"this milvus-lite {milvus_lite_major()}.x cannot be served on a unix socket; "
+                    f"set {ENV_MODE}=embedded"
+                ) from None
+            host, _, port = listen.rpartition(":")
+            self.server, self.db, bound = start_server_in_thread(data_dir=db_path, host=host, port=int(port))
+            self.address = f"{host}:{bound}"
+            return
+        try:
+            bound = self.server.add_insecure_port(listen)  # grpc raises RuntimeError when it cannot bind
+        except RuntimeError as exc:
+            self.db.close()
+            raise StoreUnavailableError(f"cannot listen on {listen}: {one_line(exc)}") from None
+        self.address = listen if _socket_file(listen) else f"{listen.rpartition(':')[0]}:{bound}"
+        self.server.start()
+
+    def _stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.server.stop(grace=2).wait(5)
+        self.db.close()
+
+
+def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
+    class _Guard(grpc.ServerInterceptor):
+        def intercept_service(self, continuation, details):  # noqa: ANN001, ANN202
+            activity.touch()
+            handler = continuation(details)
+            method = details.method.rsplit("/", 1)[-1]
+            if handler is None or handler.unary_unary is None or method in _READ_ONLY_RPCS:
+                return handler
+            inner = handler.unary_unary
+
+            def guarded(request, context):  # noqa: ANN001, ANN202
+                with activity.write_lock:
+                    try:
+                        return inner(request, context)
+                    finally:
+                        activity.touch()
+
+            return grpc.unary_unary_rpc_method_handler(
+                guarded,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+
+    return _Guard()
+
+
+class _Lite2Engine(_Engine):
+    """Milvus Lite 2.x: its C++ server binary, listening on our socket (or a local TCP port)."""
+
+    def __init__(self, db_path: str, listen: str) -> None:
+        import fcntl
+
+        from milvus_lite.server import Server
+
+        probe = Server(db_path, None)
+        # The same lock milvus-lite 2.x takes, so embedded users see it as held.
+        self._lock = open(probe._lock_path, "a")  # noqa: SIM115 - held for the server's life
+        try:
+            fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            raise StoreUnavailableError(f"{db_path} is open in another process") from None
+        self._lock_path = probe._lock_path
+        last_error = "did not listen"
+        any_port = listen.endswith(":0")
+        for _ in range(3 if any_port else 1):
+            address = f"{HOST}:{_free_port()}" if any_port else listen
+            srv = Server(db_path, address)
+            env = os.environ.copy()
+            libdir = str(srv._bin_path)
+            env["LD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+            env["DYLD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("DYLD_LIBRARY_PATH", "")
+            self.proc = subprocess.Popen(
+                [str(a) for a in srv.args],
+                env=env,
+                cwd=str(srv._work_dir),
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if _endpoint_open(address, timeout=0.2):
+                    self.address = address
+                    self.engine_pid = self.proc.pid
+                    return
+                time.sleep(0.02)
+            last_error = f"exit code {self.proc.poll()}"
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+        self._release()
+        raise StoreUnavailableError(f"Milvus Lite 2.x server for {db_path} failed to start ({last_error})")
+
+    def dead(self) -> bool:
+        return self.proc.poll() is not None
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._release()
+
+    def _release(self) -> None:
+        with contextlib.suppress(Exception):
+            self._lock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._lock_path)
+
+
+def _die_with_parent() -> None:
+    """In the 2.x engine child: get SIGKILL when the serving process dies (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _unlink_socket(address: str) -> None:
+    sock = _socket_file(address)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(sock)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _warm_analyzer() -> None:
+    """Load jieba's dictionary in the background so the first query does not wait."""
+    try:
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)
+        jieba.initialize()
+    except Exception:  # noqa: BLE001 - jieba is optional
+        pass
+
+
+def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None = None) -> int:
+    """Run the server for ``db_path`` until idle for ``idle`` seconds or signalled.
+
+    It listens on a private unix socket, or on 127.0.0.1:``port`` (TCP, no
+    authentication; 0 picks a free port) when a port is given.
+    """
+    db_path = str(Path(db_path).expanduser().resolve())
+    ready_w = None
+    if detach:
+        # Fork so the server is re-parented to init (no zombie in the spawner);
+        # the launcher exits once the server has recorded itself as starting.
+        ready_r, ready_w = os.pipe()
+        if os.fork() != 0:
+            os.close(ready_w)
+            started = os.read(ready_r, 1) == b"1"  # b"" if the server died first
+            os._exit(0 if started else 1)
+        os.close(ready_r)
+    pid = os.getpid()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+    logging.getLogger("grpc._server").addFilter(drop_unimplemented)
+    warnings.filterwarnings("ignore", category=UserWarning, module="jieba")
+    _write_state(db_path, {"pid": pid, "status": "starting", "db": db_path})
+    if ready_w is not None:
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+    activity = _Activity()
+    try:
+        check_layout(db_path)
+        major = milvus_lite_major()
+        if port is None:
+            listen = "unix:" + socket_path(db_path, pid)
+            _unlink_socket(listen)  # only a dead server with our pid can have left it
+        else:
+            listen = f"{HOST}:{port}"
+        engine: _Engine = (
+            _Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else _Lite2Engine(db_path, listen)
+        )
+    except Exception as exc:  # noqa: BLE001 - reported through the record
+        _write_state(db_path, {"pid": pid, "status": "error", "error": one_line(exc)})
+        logger.error("cannot open %s: %s", db_path, one_line(exc))
+        return 1
+    import importlib.metadata
+
+    _write_state(
+        db_path,
+        {
+            "pid": pid,
+            "status": "ready",
+            "db": db_path,
+            "address": engine.address,
+            "uri": _uri(engine.address),
+            "engine": f"milvus-lite {importlib.metadata.version('milvus-lite')}",
+            "engine_pid": engine.engine_pid,
+            "started": time.time(),
+            "idle_timeout": idle,
+        },
+    )
+    if isinstance(engine, _Lite3Engine):  # 2.x tokenises in its C++ engine
+        threading.Thread(target=_warm_analyzer, daemon=True).start()
+    started = time.monotonic()
+    last_client = started
+    poll = max(0.05, min(1.0, idle / 4))
+    sock = _socket_file(engine.address)
+    sock_id = _inode(sock) if sock else None
+    try:
+        while not stop.wait(poll):
+            if engine.dead():
+                logger.error("engine for %s exited", db_path)
+                break
+            if sock and _inode(sock) != sock_id:
+                # Removed (a temp cleaner): no new client could reach us, so make way for a new server.
+                logger.warning("socket %s of %s was removed; exiting", sock, db_path)
+                break
+            now = time.monotonic()
+            conns = _count_connections(engine.address)
+            if conns:
+                last_client = now
+            if conns is None and not activity.known:
+                last_client = max(last_client, started)  # nothing observable: idle since start
+            if now - max(last_client, activity.last) < idle:
+                continue
+            if _idle_exit(db_path, pid, engine, activity, idle):
+                break
+    finally:
+        _remove_state_if(db_path, pid)
+        engine.stop()
+    return 0
+
+
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idle: float) -> bool:
+    """Withdraw the record and stop the engine under the broker lock, unless a
+    client arrived meanwhile: a client that takes the lock next must find the
+    database released, or the server it starts could not open it."""
+    import fcntl
+
+    fd = os.open(sidecar_paths(db_path)["lock"], os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # someone is attaching right now
+        if _count_connections(engine.address) or time.monotonic() - activity.last < idle:
+            return False
+        _remove_state_if(db_path, pid)
+        engine.stop()
+        return True
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m memsearch_fast.lite.server")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_serve = sub.add_parser("serve", help="serve a Milvus Lite database to other processes")
+    p_serve.add_argument("db")
+    p_serve.add_argument("--idle-timeout", type=float, default=None)
+    p_serve.add_argument("--detach", action="store_true")
+    p_serve.add_argument(
+        "--port", type=int, default=None, help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket"
+    )
+    p_status = sub.add_parser("status", help="show the server owning a database")
+    p_status.add_argument("db")
+    p_stop = sub.add_parser("stop", help="stop the server owning a database")
+    p_stop.add_argument("db")
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        return serve(args.db, args.idle_timeout or idle_timeout(), detach=args.detach, port=args.port)
+    if args.cmd == "status":
+        st = server_status(args.db)
+        print(json.dumps(st) if st else "not running")
+        return 0 if st else 1
+    return 0 if stop_server(args.db) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

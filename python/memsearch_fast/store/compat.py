@@ -1,0 +1,85 @@
+"""pymilvus and grpc workarounds, and classifying their errors."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+
+def is_local_uri(uri: str) -> bool:
+    """True when ``uri`` names a Milvus Lite database rather than a server."""
+    return not uri.startswith(("http://", "https://", "tcp://", "unix:", "grpc://"))
+
+
+def _quiet_pymilvus() -> None:
+    """Stop pymilvus printing tracebacks for errors the store reports itself.
+
+    Only applies while the logger is at pymilvus's own default level, so an
+    application that configured it keeps its setting.
+    """
+    log = logging.getLogger("pymilvus")
+    if log.level in (logging.NOTSET, logging.WARNING):
+        log.setLevel(logging.CRITICAL)
+
+
+def _skip_client_varchar_check() -> None:
+    """Turn off pymilvus's client-side VARCHAR length check on row inserts.
+
+    In pymilvus 3.0 the row path runs that check over every *character* of
+    every string value (a Python loop), which costs about as much main-process
+    CPU as the rest of the pipeline together. Lengths are enforced before
+    sending (:meth:`MilvusStore._prepare_row`: content split, heading cut,
+    source refused) and Milvus checks them again on the server. The flag is
+    process-wide; it only changes which side reports an over-long string.
+    """
+    try:
+        from pymilvus.client import entity_helper
+    except ImportError:  # pragma: no cover - layout of another pymilvus line
+        return
+    if hasattr(entity_helper, "CHECK_STR_ARRAY"):
+        entity_helper.CHECK_STR_ARRAY = False
+
+
+def _own_connection_kwargs() -> dict[str, Any]:
+    """MilvusClient arguments giving this store a connection of its own.
+
+    pymilvus shares one connection per URI between clients: in 3.x it stays
+    open after the last client closes (so a Lite server could never see its
+    clients leave and exit when idle); in 2.5 one client's close() cuts the
+    connection of every other. A dedicated connection (3.x) or a unique alias
+    (2.5) makes close() close exactly this store's connection.
+    """
+    import importlib.metadata
+    import uuid
+
+    try:
+        major = int(importlib.metadata.version("pymilvus").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        major = 3
+    return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means Milvus could not be reached (as opposed to a bad request)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        name = type(e).__name__
+        if name in ("MilvusUnavailableException", "ConnectionNotExistException", "ConnectionConfigException"):
+            return True
+        code = getattr(e, "code", None)
+        if callable(code):  # grpc.RpcError
+            try:
+                if getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
+                    return True
+            except Exception:  # noqa: BLE001 - a broken error object must not mask the real one
+                pass
+        text = str(getattr(e, "message", "") or e).lower()
+        if any(
+            s in text
+            for s in ("fail connecting", "server unavailable", "failed to connect", "connection refused", "closed client")
+        ):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
