@@ -9,10 +9,20 @@ mod common;
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: stream_floor DIR");
     let files = common::markdown_files(&dir);
-    let texts: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    let texts: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
     let total: usize = texts.iter().map(String::len).sum();
-    let chunks: Vec<Vec<(usize, usize)>> =
-        texts.iter().map(|t| _core::chunker::chunk_markdown(t, 1500, 2).into_iter().map(|c| c.content).collect()).collect();
+    let chunks: Vec<Vec<(usize, usize)>> = texts
+        .iter()
+        .map(|t| {
+            _core::chunker::chunk_markdown(t, 1500, 2)
+                .into_iter()
+                .map(|c| c.content)
+                .collect()
+        })
+        .collect();
     let (mut read_best, mut sha_best) = (f64::MAX, f64::MAX);
     for _ in 0..7 {
         let t = Instant::now();
@@ -26,7 +36,9 @@ fn main() {
         let mut acc = 0u8;
         for (text, spans) in texts.iter().zip(&chunks) {
             for &(s, e) in spans {
-                acc ^= _core::hashing::sha256_head(&text.as_bytes()[s..e]).as_str().as_bytes()[0];
+                acc ^= _core::hashing::sha256_head(&text.as_bytes()[s..e])
+                    .as_str()
+                    .as_bytes()[0];
             }
         }
         std::hint::black_box(acc);
@@ -36,5 +48,8 @@ fn main() {
     println!("{} files, {mb:.1} MB", files.len());
     println!("read only:    {:.0} MB/s on one thread", mb / read_best);
     println!("SHA-256 only: {:.0} MB/s on one thread", mb / sha_best);
-    println!("read + SHA-256, both cores: {:.0} MB/s at most", 2.0 * mb / (read_best + sha_best));
+    println!(
+        "read + SHA-256, both cores: {:.0} MB/s at most",
+        2.0 * mb / (read_best + sha_best)
+    );
 }

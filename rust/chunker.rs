@@ -75,7 +75,11 @@ impl FenceState {
     /// (including the fence's own opening and closing lines).
     pub fn in_fence(&mut self, line: &str) -> bool {
         let indent = line.bytes().take_while(|&b| b == b' ').count();
-        let marker = if indent <= 3 { fence_marker(&line[indent..]) } else { None };
+        let marker = if indent <= 3 {
+            fence_marker(&line[indent..])
+        } else {
+            None
+        };
         match self.open {
             Some((ch, len)) => {
                 if let Some((mch, mlen, rest)) = marker {
@@ -131,7 +135,11 @@ fn has_meaningful_content(section: &str) -> bool {
             let (end, next) = line_bounds(rest);
             let line = &rest[..end];
             if fence.in_fence(line) || heading_of(line).is_none() {
-                seen += line.chars().filter(|&c| !is_py_space(c)).take(2 - seen).count();
+                seen += line
+                    .chars()
+                    .filter(|&c| !is_py_space(c))
+                    .take(2 - seen)
+                    .count();
                 if seen >= 2 {
                     return true;
                 }
@@ -263,7 +271,7 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
     }
 
     let mut sections: Vec<(usize, usize, &str, u8)> = Vec::with_capacity(headings.len() + 1);
-    if headings.first().map_or(true, |h| h.0 > 0) {
+    if headings.first().is_none_or(|h| h.0 > 0) {
         let end = headings.first().map_or(n, |h| h.0);
         sections.push((0, end, "", 0));
     }
@@ -278,8 +286,18 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
         if section_text.is_empty() || !has_meaningful_content(section_text) {
             continue;
         }
-        let heading = if heading.is_empty() { (0, 0) } else { span(text, heading) };
-        let mut em = Emitter { text, heading, level, max_size: max_chunk_size, out: Vec::new() };
+        let heading = if heading.is_empty() {
+            (0, 0)
+        } else {
+            span(text, heading)
+        };
+        let mut em = Emitter {
+            text,
+            heading,
+            level,
+            max_size: max_chunk_size,
+            out: Vec::new(),
+        };
         if section_text.len() <= max_chunk_size || char_len(section_text) <= max_chunk_size {
             em.emit(section_text, start + 1, end);
         } else {
@@ -293,7 +311,13 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
 /// Splits the lines `start..end` of one oversized section: paragraph
 /// boundary first, then line boundary, then sentence/character boundary.
 /// The current window is always a contiguous run of lines `lo..=i`.
-fn split_large_section(lines: &Lines<'_>, start: usize, end: usize, overlap: i64, em: &mut Emitter<'_>) {
+fn split_large_section(
+    lines: &Lines<'_>,
+    start: usize,
+    end: usize,
+    overlap: i64,
+    em: &mut Emitter<'_>,
+) {
     let max_size = em.max_size;
     let overlap = overlap.max(0) as usize;
     let mut lo = start; // first line of the current window
@@ -369,7 +393,13 @@ pub fn heading_levels<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
     let mut fence = FenceState::default();
     lines
         .into_iter()
-        .map(|line| if fence.in_fence(line) { 0 } else { heading_of(line).map_or(0, |(level, _)| level) })
+        .map(|line| {
+            if fence.in_fence(line) {
+                0
+            } else {
+                heading_of(line).map_or(0, |(level, _)| level)
+            }
+        })
         .collect()
 }
 
@@ -389,7 +419,11 @@ fn sentence_end_at(cs: &[char], j: usize, endpos: usize) -> Option<usize> {
         k
     };
     match cs[j] {
-        '…' => Some(if j + 1 < endpos && cs[j + 1] == '…' { j + 2 } else { j + 1 }),
+        '…' => Some(if j + 1 < endpos && cs[j + 1] == '…' {
+            j + 2
+        } else {
+            j + 1
+        }),
         '。' | '\u{FF01}' | '\u{FF1F}' | '\u{FF1B}' => Some(skip_ws(j + 1)),
         '.' | '!' | '?' | ';' => {
             if j + 1 == endpos || is_py_space(cs[j + 1]) || is_cjk(cs[j + 1]) {

@@ -37,7 +37,13 @@ pub fn sha256_hex16(data: &[u8]) -> String {
 }
 
 /// `sha256("markdown:{source}:{start}:{end}:{content_hash}:{model}")[:16]`.
-pub fn chunk_id(source: &str, start_line: i64, end_line: i64, content_hash: &str, model: &str) -> String {
+pub fn chunk_id(
+    source: &str,
+    start_line: i64,
+    end_line: i64,
+    content_hash: &str,
+    model: &str,
+) -> String {
     let raw = format!("markdown:{source}:{start_line}:{end_line}:{content_hash}:{model}");
     sha256_hex16(raw.as_bytes())
 }

@@ -7,6 +7,7 @@ pub mod pytext;
 pub mod scanner;
 pub mod stream;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -47,7 +48,12 @@ impl ScannedFile {
     }
 
     fn __repr__(&self) -> String {
-        format!("ScannedFile(path={:?}, mtime={}, size={})", self.path.display().to_string(), self.mtime, self.size)
+        format!(
+            "ScannedFile(path={:?}, mtime={}, size={})",
+            self.path.display().to_string(),
+            self.mtime,
+            self.size
+        )
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -113,7 +119,13 @@ impl Chunk {
     /// The composite id under which this chunk is stored for `model`.
     fn chunk_id(&self, model: &str) -> String {
         let r = &self.raw;
-        hashing::chunk_id(&self.source, r.start_line as i64, r.end_line as i64, r.content_hash.as_str(), model)
+        hashing::chunk_id(
+            &self.source,
+            r.start_line as i64,
+            r.end_line as i64,
+            r.content_hash.as_str(),
+            model,
+        )
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyObject {
@@ -124,9 +136,12 @@ impl Chunk {
                 let equal = self.source == o.source
                     && self.content() == o.content()
                     && self.heading() == o.heading()
-                    && (a.heading_level, a.start_line, a.end_line) == (b.heading_level, b.start_line, b.end_line)
+                    && (a.heading_level, a.start_line, a.end_line)
+                        == (b.heading_level, b.start_line, b.end_line)
                     && a.content_hash == b.content_hash;
-                equal.into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind())
+                equal
+                    .into_pyobject(py)
+                    .map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind())
             }
             Err(_) => py.NotImplemented(),
         }
@@ -201,7 +216,16 @@ impl ChunkStream {
                 py,
                 r.chunks
                     .into_iter()
-                    .map(|raw| Py::new(py, Chunk { text: r.text.clone(), source: source.clone(), raw }))
+                    .map(|raw| {
+                        Py::new(
+                            py,
+                            Chunk {
+                                text: r.text.clone(),
+                                source: source.clone(),
+                                raw,
+                            },
+                        )
+                    })
                     .collect::<PyResult<Vec<_>>>()?,
             )?;
             items.push(Py::new(
@@ -228,8 +252,13 @@ fn check_max_chunk_size(max_chunk_size: i64) -> PyResult<usize> {
     Ok(max_chunk_size as usize)
 }
 
-/// Scans roots; returns `(files, errors, incomplete directories)` — errors
-/// are one-line messages; files under an incomplete directory may exist.
+/// What `scan_paths` returns: files, `(path, reason)` errors (path "" when
+/// an error concerns no path), and incomplete directories.
+type ScanReturn = (Vec<Py<ScannedFile>>, Vec<(OsString, String)>, Vec<PathBuf>);
+
+/// Scans roots; returns `(files, errors, incomplete directories)` — each
+/// error a `(path, reason)` pair, the reason one line; files under an
+/// incomplete directory may exist.
 #[pyfunction]
 #[pyo3(signature = (paths, extensions, ignore_hidden, ignore_files, exclude))]
 fn scan_paths(
@@ -239,21 +268,43 @@ fn scan_paths(
     ignore_hidden: bool,
     ignore_files: Vec<String>,
     exclude: Vec<String>,
-) -> PyResult<(Vec<Py<ScannedFile>>, Vec<String>, Vec<PathBuf>)> {
+) -> PyResult<ScanReturn> {
     scanner::validate_excludes(&exclude).map_err(PyValueError::new_err)?;
-    let opts = scanner::ScanOptions { extensions, ignore_hidden, ignore_files, exclude };
+    let opts = scanner::ScanOptions {
+        extensions,
+        ignore_hidden,
+        ignore_files,
+        exclude,
+    };
     let outcome = py.allow_threads(|| scanner::scan(&paths, &opts));
     let files = outcome
         .files
         .into_iter()
-        .map(|f| Py::new(py, ScannedFile { path: f.path, mtime: f.mtime, size: f.size }))
+        .map(|f| {
+            Py::new(
+                py,
+                ScannedFile {
+                    path: f.path,
+                    mtime: f.mtime,
+                    size: f.size,
+                },
+            )
+        })
         .collect::<PyResult<Vec<_>>>()?;
-    Ok((files, outcome.errors, outcome.incomplete))
+    let errors = outcome
+        .errors
+        .into_iter()
+        .map(|e| {
+            let (path, reason) = e.into_parts();
+            (path.into_os_string(), reason)
+        })
+        .collect();
+    Ok((files, errors, outcome.incomplete))
 }
 
 /// Splits markdown text into chunks (see `memsearch_fast.chunk_markdown`).
 #[pyfunction]
-#[pyo3(signature = (text, source = "", *, max_chunk_size = 1500, overlap_lines = 2))]
+#[pyo3(signature = (text, source = "", *, max_chunk_size, overlap_lines))]
 fn chunk_markdown(
     py: Python<'_>,
     text: &str,
@@ -265,12 +316,19 @@ fn chunk_markdown(
     let text = Arc::new(text.to_owned());
     let raw = py.allow_threads(|| chunker::chunk_markdown(&text, max, overlap_lines));
     let source: Arc<str> = Arc::from(source);
-    Ok(raw.into_iter().map(|raw| Chunk { text: text.clone(), source: source.clone(), raw }).collect())
+    Ok(raw
+        .into_iter()
+        .map(|raw| Chunk {
+            text: text.clone(),
+            source: source.clone(),
+            raw,
+        })
+        .collect())
 }
 
 /// Reads, chunks and hashes `files` on `workers` threads; see `chunk_files`.
 #[pyfunction]
-#[pyo3(signature = (files, *, max_chunk_size = 1500, overlap_lines = 2, workers = 1, batch_chunks = 2048, max_files = 4096))]
+#[pyo3(signature = (files, *, max_chunk_size, overlap_lines, workers, batch_chunks = 2048, max_files = 4096))]
 fn chunk_files(
     files: Vec<PathBuf>,
     max_chunk_size: i64,
@@ -279,14 +337,27 @@ fn chunk_files(
     batch_chunks: usize,
     max_files: usize,
 ) -> PyResult<ChunkStream> {
-    let params = stream::ChunkParams { max_chunk_size: check_max_chunk_size(max_chunk_size)?, overlap_lines };
+    let params = stream::ChunkParams {
+        max_chunk_size: check_max_chunk_size(max_chunk_size)?,
+        overlap_lines,
+    };
     let stream = stream::Stream::start(files, params, workers).map_err(PyValueError::new_err)?;
-    Ok(ChunkStream { stream, batch_chunks: batch_chunks.max(1), max_files: max_files.max(1) })
+    Ok(ChunkStream {
+        stream,
+        batch_chunks: batch_chunks.max(1),
+        max_files: max_files.max(1),
+    })
 }
 
 /// `sha256("markdown:{source}:{start}:{end}:{content_hash}:{model}")[:16]`.
 #[pyfunction]
-fn compute_chunk_id(source: &str, start_line: i64, end_line: i64, content_hash: &str, model: &str) -> String {
+fn compute_chunk_id(
+    source: &str,
+    start_line: i64,
+    end_line: i64,
+    content_hash: &str,
+    model: &str,
+) -> String {
     hashing::chunk_id(source, start_line, end_line, content_hash, model)
 }
 

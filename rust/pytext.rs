@@ -48,7 +48,15 @@ pub fn char_len(s: &str) -> usize {
 pub fn is_line_break(c: char) -> bool {
     matches!(
         c,
-        '\n' | '\r' | '\x0b' | '\x0c' | '\x1c' | '\x1d' | '\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        '\n' | '\r'
+            | '\x0b'
+            | '\x0c'
+            | '\x1c'
+            | '\x1d'
+            | '\x1e'
+            | '\u{85}'
+            | '\u{2028}'
+            | '\u{2029}'
     )
 }
 
@@ -141,8 +149,14 @@ mod tests {
 
     #[test]
     fn splitlines_matches_python() {
-        assert_eq!(py_splitlines("a\r\nb\rc\n").collect::<Vec<_>>(), vec!["a", "b", "c"]);
-        assert_eq!(py_splitlines("a\n\nb").collect::<Vec<_>>(), vec!["a", "", "b"]);
+        assert_eq!(
+            py_splitlines("a\r\nb\rc\n").collect::<Vec<_>>(),
+            vec!["a", "b", "c"]
+        );
+        assert_eq!(
+            py_splitlines("a\n\nb").collect::<Vec<_>>(),
+            vec!["a", "", "b"]
+        );
         assert_eq!(py_splitlines("").count(), 0);
         assert_eq!(py_splitlines("x\x1cy").collect::<Vec<_>>(), vec!["x", "y"]);
     }
@@ -157,7 +171,10 @@ mod tests {
 
     #[test]
     fn clean_collapses_newlines() {
-        assert_eq!(clean_for_embedding("  a\n\n\n\nb<!-- c -->\n\n\n"), "a\n\nb");
+        assert_eq!(
+            clean_for_embedding("  a\n\n\n\nb<!-- c -->\n\n\n"),
+            "a\n\nb"
+        );
         assert_eq!(clean_for_embedding("a\n\nb"), "a\n\nb");
     }
 }

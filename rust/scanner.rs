@@ -26,9 +26,40 @@ pub struct Found {
     pub size: u64,
 }
 
+/// A problem met while scanning, never fatal: the path it concerns (None
+/// when it concerns none, e.g. an invalid pattern) and why, on one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanError {
+    pub path: Option<PathBuf>,
+    pub reason: String,
+}
+
+impl ScanError {
+    fn at(path: &Path, reason: impl Into<String>) -> Self {
+        ScanError {
+            path: Some(path.to_path_buf()),
+            reason: reason.into(),
+        }
+    }
+
+    /// `(path, reason)`, the path empty when there is none.
+    pub fn into_parts(self) -> (PathBuf, String) {
+        (self.path.unwrap_or_default(), self.reason)
+    }
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
+
 pub struct ScanOutcome {
     pub files: Vec<Found>,
-    pub errors: Vec<String>,
+    pub errors: Vec<ScanError>,
     /// Directories that could not be listed: files under them may exist,
     /// so nothing under them may be treated as deleted.
     pub incomplete: Vec<PathBuf>,
@@ -39,9 +70,12 @@ pub struct ScanOutcome {
 pub fn validate_excludes(patterns: &[String]) -> Result<(), String> {
     let mut b = GitignoreBuilder::new("/");
     for pat in patterns {
-        b.add_line(None, pat).map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
+        b.add_line(None, pat)
+            .map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
     }
-    b.build().map(|_| ()).map_err(|e| format!("invalid exclude patterns: {e}"))
+    b.build()
+        .map(|_| ())
+        .map_err(|e| format!("invalid exclude patterns: {e}"))
 }
 
 /// An I/O error as one line, without Rust's "(os error N)" suffix.
@@ -94,9 +128,13 @@ impl RootMatcher {
         } else {
             let mut b = GitignoreBuilder::new(root);
             for pat in &opts.exclude {
-                b.add_line(None, pat).map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
+                b.add_line(None, pat)
+                    .map_err(|e| format!("invalid exclude pattern {pat:?}: {e}"))?;
             }
-            Some(b.build().map_err(|e| format!("invalid exclude patterns: {e}"))?)
+            Some(
+                b.build()
+                    .map_err(|e| format!("invalid exclude patterns: {e}"))?,
+            )
         };
         Ok(RootMatcher {
             root: root.to_path_buf(),
@@ -110,7 +148,7 @@ impl RootMatcher {
         self.exclude.is_some() || !self.ignore_files.is_empty()
     }
 
-    fn load_directory(&mut self, dir: &Path, errors: &mut Vec<String>) {
+    fn load_directory(&mut self, dir: &Path, errors: &mut Vec<ScanError>) {
         if self.ignore_files.is_empty() || self.by_dir.contains_key(dir) {
             return;
         }
@@ -123,7 +161,7 @@ impl RootMatcher {
             let text = match fs::read(&path) {
                 Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                 Err(e) => {
-                    errors.push(format!("{}: {}", path.display(), io_message(&e)));
+                    errors.push(ScanError::at(&path, io_message(&e)));
                     continue;
                 }
             };
@@ -134,7 +172,7 @@ impl RootMatcher {
             }
             match b.build() {
                 Ok(gi) => specs.push(gi),
-                Err(e) => errors.push(format!("{}: {}", path.display(), e)),
+                Err(e) => errors.push(ScanError::at(&path, e.to_string())),
             }
         }
         self.by_dir.insert(dir.to_path_buf(), specs);
@@ -181,7 +219,7 @@ struct Collector<'a> {
     opts: &'a ScanOptions,
     seen: HashSet<PathBuf>,
     files: Vec<Found>,
-    errors: Vec<String>,
+    errors: Vec<ScanError>,
     incomplete: Vec<PathBuf>,
 }
 
@@ -190,41 +228,48 @@ impl Collector<'_> {
     /// inside it, so a symlink cannot pull in a file from elsewhere.
     fn maybe_add(&mut self, path: PathBuf, root: Option<&Path>) {
         let suffix = suffix_lower(&path);
-        if !self.opts.extensions.iter().any(|e| *e == suffix) {
+        if !self.opts.extensions.contains(&suffix) {
             return;
         }
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
             Err(e) => {
-                self.errors.push(format!("{}: {}", path.display(), io_message(&e)));
+                self.errors.push(ScanError::at(&path, io_message(&e)));
                 return;
             }
         };
         if !meta.is_file() {
             // A FIFO, socket or device would block or fail the reader.
             if !meta.is_dir() {
-                self.errors.push(format!("{}: not a regular file", path.display()));
+                self.errors.push(ScanError::at(&path, "not a regular file"));
             }
             return;
         }
         let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         if let Some(root) = root {
             if !real.starts_with(root) {
-                self.errors.push(format!("{}: links outside {}", path.display(), root.display()));
+                self.errors.push(ScanError::at(
+                    &path,
+                    format!("links outside {}", root.display()),
+                ));
                 return;
             }
         }
         if !self.seen.insert(real) {
             return;
         }
-        self.files.push(Found { path, mtime: mtime_of(&meta), size: meta.len() });
+        self.files.push(Found {
+            path,
+            mtime: mtime_of(&meta),
+            size: meta.len(),
+        });
     }
 
     fn walk(&mut self, root: &Path) {
         let mut matcher = match RootMatcher::new(root, self.opts) {
             Ok(m) => m,
-            Err(e) => {
-                self.errors.push(e);
+            Err(reason) => {
+                self.errors.push(ScanError { path: None, reason });
                 return;
             }
         };
@@ -234,7 +279,7 @@ impl Collector<'_> {
             let entries = match fs::read_dir(&dir) {
                 Ok(rd) => rd,
                 Err(e) => {
-                    self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                    self.errors.push(ScanError::at(&dir, io_message(&e)));
                     self.incomplete.push(dir.clone());
                     continue;
                 }
@@ -245,7 +290,7 @@ impl Collector<'_> {
                 let entry = match entry {
                     Ok(e) => e,
                     Err(e) => {
-                        self.errors.push(format!("{}: {}", dir.display(), io_message(&e)));
+                        self.errors.push(ScanError::at(&dir, io_message(&e)));
                         self.incomplete.push(dir.clone());
                         continue;
                     }
@@ -286,13 +331,18 @@ impl Collector<'_> {
 /// Scans `roots` (already expanded by the caller). Missing roots and
 /// unreadable entries are reported in `errors`, never fatal.
 pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
-    let mut c =
-        Collector { opts, seen: HashSet::new(), files: Vec::new(), errors: Vec::new(), incomplete: Vec::new() };
+    let mut c = Collector {
+        opts,
+        seen: HashSet::new(),
+        files: Vec::new(),
+        errors: Vec::new(),
+        incomplete: Vec::new(),
+    };
     for raw in roots {
         let root = match fs::canonicalize(raw) {
             Ok(r) => r,
             Err(e) => {
-                c.errors.push(format!("{}: {}", raw.display(), io_message(&e)));
+                c.errors.push(ScanError::at(raw, io_message(&e)));
                 continue;
             }
         };
@@ -303,5 +353,89 @@ pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
         }
     }
     c.files.sort_by(|a, b| a.path.cmp(&b.path));
-    ScanOutcome { files: c.files, errors: c.errors, incomplete: c.incomplete }
+    ScanOutcome {
+        files: c.files,
+        errors: c.errors,
+        incomplete: c.incomplete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(exclude: &[&str]) -> ScanOptions {
+        ScanOptions {
+            extensions: vec![".md".into()],
+            ignore_hidden: true,
+            ignore_files: Vec::new(),
+            exclude: exclude.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("memsearch-scan-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_missing_root_is_a_path_and_reason_pair() {
+        let dir = temp_dir("missing");
+        let missing = dir.join("nope.md");
+        let outcome = scan(std::slice::from_ref(&missing), &options(&[]));
+        assert!(outcome.files.is_empty());
+        let errors: Vec<_> = outcome
+            .errors
+            .into_iter()
+            .map(ScanError::into_parts)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![(missing.clone(), "No such file or directory".to_string())]
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_reported_not_read() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = temp_dir("fifo");
+        let fifo = dir.join("pipe.md");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        fs::write(dir.join("note.md"), "# hi\n").unwrap();
+        let outcome = scan(std::slice::from_ref(&dir), &options(&[]));
+        let root = fs::canonicalize(&dir).unwrap();
+        assert_eq!(outcome.files.len(), 1);
+        let errors: Vec<_> = outcome
+            .errors
+            .into_iter()
+            .map(ScanError::into_parts)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![(root.join("pipe.md"), "not a regular file".to_string())]
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_error_without_a_path_has_an_empty_one() {
+        let e = ScanError {
+            path: None,
+            reason: "invalid exclude patterns: x".into(),
+        };
+        assert_eq!(e.to_string(), "invalid exclude patterns: x");
+        assert_eq!(
+            e.into_parts(),
+            (PathBuf::new(), "invalid exclude patterns: x".to_string())
+        );
+        let e = ScanError::at(Path::new("/a/b.md"), "denied");
+        assert_eq!(e.to_string(), "/a/b.md: denied");
+    }
 }

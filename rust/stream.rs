@@ -114,12 +114,21 @@ pub fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String>
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
     }
-    let mut file = options.open(path).map_err(|e| crate::scanner::io_message(&e))?;
-    let meta = file.metadata().map_err(|e| crate::scanner::io_message(&e))?;
+    let mut file = options
+        .open(path)
+        .map_err(|e| crate::scanner::io_message(&e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| crate::scanner::io_message(&e))?;
     if !meta.is_file() {
-        return Err(if meta.is_dir() { "is a directory".into() } else { "not a regular file".into() });
+        return Err(if meta.is_dir() {
+            "is a directory".into()
+        } else {
+            "not a regular file".into()
+        });
     }
-    let bytes = read_sized(&mut file, meta.len() as usize).map_err(|e| crate::scanner::io_message(&e))?;
+    let bytes =
+        read_sized(&mut file, meta.len() as usize).map_err(|e| crate::scanner::io_message(&e))?;
     Ok((meta, bytes))
 }
 
@@ -146,7 +155,11 @@ fn read_once(file: &mut fs::File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
             // allocated, unused tail; the length grows only by what the
             // kernel wrote.
             let n = unsafe {
-                libc::read(file.as_raw_fd(), buf.as_mut_ptr().add(buf.len()).cast::<libc::c_void>(), spare)
+                libc::read(
+                    file.as_raw_fd(),
+                    buf.as_mut_ptr().add(buf.len()).cast::<libc::c_void>(),
+                    spare,
+                )
             };
             if n >= 0 {
                 unsafe { buf.set_len(buf.len() + n as usize) };
@@ -289,17 +302,24 @@ mod tests {
 
     #[test]
     fn read_sized_tolerates_a_wrong_size() {
-        let path = std::env::temp_dir().join(format!("memsearch-read-sized-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("memsearch-read-sized-{}", std::process::id()));
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         fs::File::create(&path).unwrap().write_all(&data).unwrap();
         // Grown since fstat (hint too small), shrunk (too large), exact, empty hint.
         for hint in [0, 1, 9_999, 10_000, 10_001, 20_000] {
             let mut file = fs::File::open(&path).unwrap();
-            assert_eq!(read_sized(&mut file, hint).unwrap(), data, "size hint {hint}");
+            assert_eq!(
+                read_sized(&mut file, hint).unwrap(),
+                data,
+                "size hint {hint}"
+            );
             file.rewind().unwrap();
         }
         fs::File::create(&path).unwrap();
-        assert!(read_sized(&mut fs::File::open(&path).unwrap(), 0).unwrap().is_empty());
+        assert!(read_sized(&mut fs::File::open(&path).unwrap(), 0)
+            .unwrap()
+            .is_empty());
         fs::remove_file(&path).unwrap();
     }
 }

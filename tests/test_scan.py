@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import memsearch_fast as ms
+from memsearch_fast.pipeline.scan import ScanError
 
 ref_scanner = pytest.importorskip("memsearch.scanner")
 
@@ -118,12 +119,12 @@ def test_symlink_loop_never_hangs(tree: Path) -> None:
 
 def test_missing_root_and_broken_symlink_are_reported_not_fatal(tree: Path) -> None:
     (tree / "dangling.md").symlink_to(tree / "nowhere.md")
-    errors: list[str] = []
+    errors: list[ScanError] = []
     files = ms.scan_paths([tree / "missing", tree], on_error=errors.append)
     assert len(files) == 7
-    assert any("missing" in e and "No such file" in e for e in errors)
-    assert any("dangling.md" in e for e in errors)
-    assert all("\n" not in e for e in errors)
+    assert any(e.path == str(tree / "missing") and "No such file" in e.reason for e in errors)
+    assert any(e.path == str(tree / "dangling.md") for e in errors)
+    assert all("\n" not in e.reason and str(e) == f"{e.path}: {e.reason}" for e in errors)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
@@ -132,9 +133,9 @@ def test_unreadable_directory_is_reported(tree: Path) -> None:
     touch(locked / "z.md")
     locked.chmod(0)
     try:
-        errors: list[str] = []
+        errors: list[ScanError] = []
         files = ms.scan_paths([tree], on_error=errors.append)
-        assert len(files) == 7 and any("locked" in e for e in errors)
+        assert len(files) == 7 and any(e.path.endswith("locked") for e in errors)
     finally:
         locked.chmod(0o755)
 
@@ -168,11 +169,11 @@ def test_fifo_named_like_markdown_is_reported_not_opened(tree: Path) -> None:
         "import memsearch_fast as ms\n"
         f"errors = []\nfiles = ms.scan_paths([{str(tree)!r}], on_error=errors.append)\n"
         f"batches = list(ms.chunk_files([{str(fifo)!r}]))\n"
-        "print(len(files), errors, batches[0][0].error)\n"
+        "print(len(files), [tuple(e) for e in errors], batches[0][0].error)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"7 ['{fifo}: not a regular file'] not a regular file"
+    assert out.stdout.strip() == f"7 [('{fifo}', 'not a regular file')] not a regular file"
 
 
 def test_non_utf8_file_name_is_listed(tmp_path: Path) -> None:
@@ -192,9 +193,9 @@ def test_symlink_to_a_file_outside_the_root_is_not_followed(tree: Path, tmp_path
     secret = tmp_path / "secret.md"
     secret.write_text("# Secret\ntoken text\n")
     (tree / "innocent.md").symlink_to(secret)
-    errors: list[str] = []
+    errors: list[ScanError] = []
     files = ms.scan_paths([tree], on_error=errors.append)
     assert "innocent.md" not in names(files, tree)
-    assert any("innocent.md" in e and "outside" in e for e in errors)
+    assert any(e.path == str(tree / "innocent.md") and "outside" in e.reason for e in errors)
     # Given explicitly, the file is what the user asked for.
     assert [f.path for f in ms.scan_paths([tree / "innocent.md"])] == [str(secret)]

@@ -9,5 +9,9 @@ pub fn markdown_files(dir: &str) -> Vec<PathBuf> {
         ignore_files: Vec::new(),
         exclude: Vec::new(),
     };
-    _core::scanner::scan(&[PathBuf::from(dir)], &opts).files.into_iter().map(|f| f.path).collect()
+    _core::scanner::scan(&[PathBuf::from(dir)], &opts)
+        .files
+        .into_iter()
+        .map(|f| f.path)
+        .collect()
 }

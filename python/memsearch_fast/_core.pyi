@@ -77,16 +77,14 @@ def scan_paths(
     ignore_hidden: bool,
     ignore_files: list[str],
     exclude: list[str],
-) -> tuple[list[ScannedFile], list[str], list[str]]: ...
-def chunk_markdown(
-    text: str, source: str = "", *, max_chunk_size: int = 1500, overlap_lines: int = 2
-) -> list[Chunk]: ...
+) -> tuple[list[ScannedFile], list[tuple[str, str]], list[str]]: ...
+def chunk_markdown(text: str, source: str = "", *, max_chunk_size: int, overlap_lines: int) -> list[Chunk]: ...
 def chunk_files(
     files: list[str],
     *,
-    max_chunk_size: int = 1500,
-    overlap_lines: int = 2,
-    workers: int = 1,
+    max_chunk_size: int,
+    overlap_lines: int,
+    workers: int,
     batch_chunks: int = 2048,
     max_files: int = 4096,
 ) -> ChunkStream: ...

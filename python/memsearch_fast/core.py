@@ -143,7 +143,7 @@ class MemSearch:
             workers=self.workers,
             progress=progress,
         )
-        report.failed[:0] = [_split_error(e) for e in found.errors]
+        report.failed[:0] = [(e.path, e.reason) for e in found.errors]
         return report
 
     async def index_file(self, path: str | os.PathLike[str]) -> int:
@@ -207,8 +207,3 @@ class MemSearch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _split_error(message: str) -> tuple[str, str]:
-    path, sep, reason = message.partition(": ")
-    return (path, reason) if sep else ("", message)

@@ -11,11 +11,12 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from memsearch_fast._core import ScannedFile
 from memsearch_fast._core import scan_paths as _scan_paths
 
-__all__ = ["ScanResult", "ScannedFile", "normalize_ignore_file_names", "scan", "scan_paths"]
+__all__ = ["ScanError", "ScanResult", "ScannedFile", "normalize_ignore_file_names", "scan", "scan_paths"]
 
 logger = logging.getLogger("memsearch_fast.pipeline.scan")
 
@@ -32,13 +33,23 @@ def normalize_ignore_file_names(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(normalized)
 
 
+class ScanError(NamedTuple):
+    """A path the scan could not use, and why (``path`` is empty when none applies)."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" if self.path else self.reason
+
+
 @dataclass
 class ScanResult:
-    """Files found, one-line errors, and directories that could not be
-    listed (files under them may still exist: never prune there)."""
+    """Files found, paths that could not be used, and directories that could
+    not be listed (files under them may still exist: never prune there)."""
 
     files: list[ScannedFile]
-    errors: list[str]
+    errors: list[ScanError]
     incomplete: list[str]
 
 
@@ -62,7 +73,7 @@ def scan(
         list(normalize_ignore_file_names(ignore_files)),
         [str(p) for p in exclude],
     )
-    return ScanResult(files, errors, [os.fspath(d) for d in incomplete])
+    return ScanResult(files, [ScanError(path, reason) for path, reason in errors], [os.fspath(d) for d in incomplete])
 
 
 def scan_paths(
@@ -72,7 +83,7 @@ def scan_paths(
     ignore_hidden: bool = True,
     ignore_files: Iterable[str] = (),
     exclude: Iterable[str] = (),
-    on_error: Callable[[str], None] | None = None,
+    on_error: Callable[[ScanError], None] | None = None,
 ) -> list[ScannedFile]:
     """Return the markdown files under *paths*, sorted by path.
 
@@ -85,9 +96,9 @@ def scan_paths(
     result = scan(
         paths, extensions=extensions, ignore_hidden=ignore_hidden, ignore_files=ignore_files, exclude=exclude
     )
-    for message in result.errors:
+    for error in result.errors:
         if on_error is not None:
-            on_error(message)
+            on_error(error)
         else:
-            logger.warning("skipped %s", message)
+            logger.warning("skipped %s", error)
     return result.files
