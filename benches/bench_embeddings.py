@@ -98,8 +98,9 @@ class NaiveEmbedder:
             enc = self.tokenizer.encode_batch(texts[i : i + 32])
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                             "token_type_ids": np.zeros_like(ids)})[0]
+            hidden = self.session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )[0]
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
             out.extend((pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).tolist())
         return out
@@ -133,9 +134,10 @@ def test_naive_baseline(benchmark, chunks: list[str], precision: str) -> None:
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_onnx_provider(benchmark, chunks: list[str], precision: str, workers: int) -> None:
     from memsearch_fast.embeddings import get_provider
+    from memsearch_fast.parallelism import plan
 
-    provider = get_provider("onnx", model=str(MODEL_DIR), quantized=precision == "int8", workers=workers,
-                            threads=max(1, (os.cpu_count() or 1) // workers))
+    # plan(workers): the cores are shared out so that workers x threads = available CPUs.
+    provider = get_provider("onnx", model=str(MODEL_DIR), quantized=precision == "int8", parallelism=plan(workers))
     try:
         asyncio.run(provider.embed(chunks[:32]))  # warm-up
         vectors = benchmark.pedantic(lambda: asyncio.run(provider.embed(chunks)), rounds=ROUNDS, iterations=1)
@@ -166,6 +168,15 @@ def test_tolist_cost(benchmark, chunks: list[str]) -> None:
 if __name__ == "__main__":  # quick look at the corpus
     texts = make_chunks()
     lengths = sorted(map(len, texts))
-    print(json.dumps({"n": len(texts), "min": lengths[0], "median": lengths[len(lengths) // 2],
-                      "max": lengths[-1], "mean": round(sum(lengths) / len(lengths))}))
+    print(
+        json.dumps(
+            {
+                "n": len(texts),
+                "min": lengths[0],
+                "median": lengths[len(lengths) // 2],
+                "max": lengths[-1],
+                "mean": round(sum(lengths) / len(lengths)),
+            }
+        )
+    )
     print(texts[0][:300], "\n---\n", texts[1][:300])

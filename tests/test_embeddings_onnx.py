@@ -22,7 +22,8 @@ from memsearch_fast.embeddings import (
     UnknownProviderError,
     get_provider,
 )
-from memsearch_fast.embeddings.onnx import OnnxEmbedding, default_parallelism
+from memsearch_fast.embeddings.onnx import OnnxEmbedding
+from memsearch_fast.parallelism import available_cpus, plan
 
 MODEL_DIR = Path(
     os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
@@ -78,14 +79,14 @@ def test_reference_embeddings_fp32(fp32: OnnxEmbedding) -> None:
     assert fp32.dimension == 384 and fp32.max_seq_length == REFERENCE["max_seq_length"]
     got = embed(fp32, REFERENCE["texts"])
     cos = cosines(got, np.asarray(REFERENCE["embeddings"]))
-    assert cos.min() >= 0.9999, dict(zip(REFERENCE["texts"], cos.round(6)))
+    assert cos.min() >= 0.9999, dict(zip(REFERENCE["texts"], cos.round(6), strict=True))
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
 def test_reference_embeddings_int8_is_the_default(int8: OnnxEmbedding) -> None:
     assert int8.model_path.relative_to(MODEL_DIR).as_posix() == "onnx/model_quantized.onnx"
     cos = cosines(embed(int8, REFERENCE["texts"]), np.asarray(REFERENCE["embeddings"]))
-    assert cos.min() >= 0.97, dict(zip(REFERENCE["texts"], cos.round(4)))
+    assert cos.min() >= 0.97, dict(zip(REFERENCE["texts"], cos.round(4), strict=True))
 
 
 def test_vectors_are_python_floats_in_input_order(fp32: OnnxEmbedding) -> None:
@@ -117,7 +118,7 @@ def test_concurrent_calls_each_get_their_own_results_in_order(fp32: OnnxEmbeddin
     async def main() -> list[list[list[float]]]:
         return await asyncio.gather(*(fp32.embed(texts) for texts in lists))
 
-    for got, want in zip(asyncio.run(main()), expected):
+    for got, want in zip(asyncio.run(main()), expected, strict=True):
         assert np.allclose(np.asarray(got), want, atol=1e-5)
 
 
@@ -176,7 +177,8 @@ def test_max_seq_length_option_truncates(tmp_path: Path) -> None:
     ids = np.asarray([tok.encode("alpha beta gamma " * 40).ids], dtype=np.int64)
     assert ids.shape == (1, 16)
     sess = ort.InferenceSession(str(MODEL_DIR / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
-    hidden = sess.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)})[0]
+    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    hidden = sess.run(None, feed)[0]
     assert cosines(got, hidden.mean(axis=1))[0] >= 0.9999
 
 
@@ -193,17 +195,19 @@ def link_model_dir(tmp_path: Path, pooling: dict[str, bool]) -> Path:
 
 
 def test_cls_pooling_from_config(tmp_path: Path) -> None:
-    d = link_model_dir(tmp_path, {"word_embedding_dimension": 384, "pooling_mode_cls_token": True,
-                                  "pooling_mode_mean_tokens": False})
+    d = link_model_dir(
+        tmp_path, {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+    )
     texts = ["short", "a somewhat longer sentence about Milvus collections and hybrid search"]
     with get_provider("onnx", model=str(d), batch_size=2, workers=1) as p:
         got = embed(p, texts)
     tok = tokenizer()
     sess = ort.InferenceSession(str(MODEL_DIR / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
-    for text, vec in zip(texts, got):
+    for text, vec in zip(texts, got, strict=True):
         ids = np.asarray([tok.encode(text).ids], dtype=np.int64)
-        hidden = sess.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
-                                 "token_type_ids": np.zeros_like(ids)})[0]
+        hidden = sess.run(
+            None, {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        )[0]
         assert cosines(vec[None], hidden[:, 0])[0] >= 0.9999
 
 
@@ -232,8 +236,11 @@ def test_pooled_output_is_used_as_is_and_inputs_come_from_the_graph(tmp_path: Pa
         "pooled",
         [helper.make_tensor_value_info(n, TensorProto.INT64, ["b", "s"]) for n in ("input_ids", "attention_mask")],
         [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["b", 6])],
-        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([2], np.int64), "axis2"),
-         numpy_helper.from_array(np.array([1], np.int64), "axis1")],
+        [
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -251,14 +258,42 @@ def test_pooled_output_is_used_as_is_and_inputs_come_from_the_graph(tmp_path: Pa
     assert np.allclose(got, want, atol=1e-5)
 
 
-def test_default_parallelism_never_oversubscribes() -> None:
+def onnx_pools(workers: int | None = None, *, threads: int | None = None, cpus: int) -> tuple[int, int]:
+    pools = plan(workers, threads=threads, cpus=cpus)
+    return pools.inference_workers, pools.intra_op_threads
+
+
+def test_default_inference_parallelism_never_oversubscribes() -> None:
     for cpus in (1, 2, 3, 4, 8, 16, 64):
-        workers, threads = default_parallelism(cpus)
+        workers, threads = onnx_pools(cpus=cpus)
         assert workers >= 1 and threads >= 1 and workers * threads <= cpus
-    assert default_parallelism(2) == (2, 1)
-    assert default_parallelism(16) == (4, 4)
-    assert default_parallelism(8, workers=1) == (1, 8)
-    assert default_parallelism(8, threads=4) == (2, 4)
+    assert onnx_pools(cpus=2) == (2, 1)
+    assert onnx_pools(cpus=16) == (4, 4)
+    assert onnx_pools(1, cpus=8) == (1, 8)
+    assert onnx_pools(threads=4, cpus=8) == (2, 4)
+
+
+def test_provider_workers_are_the_planned_pools() -> None:
+    with get_provider("onnx", model=str(MODEL_DIR)) as p:  # nothing given: plan() on this machine
+        want = plan()
+        assert (p.workers, p.threads) == (want.inference_workers, want.intra_op_threads)
+    with OnnxEmbedding(str(MODEL_DIR), workers=3, threads=1) as p:
+        assert (p.workers, p.threads) == (3, 1)
+    with pytest.raises(ValueError, match="workers"):
+        OnnxEmbedding(str(MODEL_DIR), workers=0)
+
+
+def test_get_provider_takes_a_parallelism_plan() -> None:
+    pools = plan(3, cpus=available_cpus() * 3)
+    assert (pools.inference_workers, pools.intra_op_threads) == (3, available_cpus())
+    with get_provider("onnx", model=str(MODEL_DIR), parallelism=pools) as p:
+        assert isinstance(p, EmbeddingProvider)
+        assert p.workers == 3 and p.threads == available_cpus()
+        assert len(asyncio.run(p.embed(varied_texts(7)))) == 7
+    with pytest.raises(ValueError, match="either parallelism or workers"):
+        get_provider("onnx", model=str(MODEL_DIR), parallelism=pools, workers=2)
+    with pytest.raises(ValueError, match="either parallelism or workers"):
+        get_provider("onnx", model=str(MODEL_DIR), parallelism=pools, threads=2)
 
 
 def test_errors_are_one_line_and_typed(tmp_path: Path) -> None:
@@ -285,7 +320,7 @@ def test_broken_model_files_are_one_line_errors(tmp_path: Path) -> None:
         OnnxEmbedding(str(tmp_path))
     assert "\n" not in str(info.value)
     (tmp_path / "tokenizer.json").write_text("{broken")
-    with pytest.raises(EmbeddingError, match="cannot load .*tokenizer.json") as info:
+    with pytest.raises(EmbeddingError, match=r"cannot load .*tokenizer\.json") as info:
         OnnxEmbedding(str(tmp_path))
     assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="threads"):

@@ -17,6 +17,7 @@ import pytest
 from memsearch_fast.embeddings import EmbeddingAPIError, EmbeddingProvider, get_provider
 from memsearch_fast.embeddings.ollama import OllamaEmbedding
 from memsearch_fast.embeddings.openai import OpenAIEmbedding
+from memsearch_fast.parallelism import DEFAULT_REMOTE_REQUESTS, plan
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 DIM = 8
@@ -52,9 +53,7 @@ class FakeServer:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:
-                    server.requests.append(
-                        {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-                    )
+                    server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
                     fault = server.faults.pop(0) if server.faults else None
                 if server.delay:
                     time.sleep(server.delay)
@@ -68,7 +67,9 @@ class FakeServer:
                     return self.reply(404, {}, {"error": {"message": "model missing-model does not exist"}})
                 texts = body["input"]
                 if self.path == "/v1/embeddings":
-                    items = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
+                    items = [
+                        {"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)
+                    ]
                     items.reverse()  # the API gives an index per item; order is not guaranteed
                     return self.reply(200, {}, {"object": "list", "data": items, "model": body["model"]})
                 if self.path == "/api/embed":
@@ -127,7 +128,7 @@ def test_order_preserved_across_batches(server: FakeServer) -> None:
     with openai(server, batch_size=3, dimensions=DIM) as p:
         assert isinstance(p, EmbeddingProvider)
         vectors = run(p.embed(texts))
-    for text, vec in zip(texts, vectors):
+    for text, vec in zip(texts, vectors, strict=True):
         assert vec == pytest.approx(normalized(fake_vector(text)), abs=1e-6)
         assert all(type(v) is float for v in vec)
     reqs = server.embedding_requests()
@@ -156,7 +157,7 @@ def test_concurrent_calls_keep_their_order(server: FakeServer) -> None:
             return await asyncio.gather(*(p.embed(texts) for texts in lists))
 
         results = run(main())
-    for texts, vectors in zip(lists, results):
+    for texts, vectors in zip(lists, results, strict=True):
         assert vectors == [pytest.approx(normalized(fake_vector(t)), abs=1e-6) for t in texts]
 
 
@@ -219,8 +220,9 @@ def test_unreachable_server_is_one_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = OpenAIEmbedding("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, dimensions=DIM,
-                        max_retries=1, retry_base_delay=0.01)
+    p = OpenAIEmbedding(
+        "m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, dimensions=DIM, max_retries=1, retry_base_delay=0.01
+    )
     with p, pytest.raises(EmbeddingAPIError) as info:
         run(p.embed(["alpha"]))
     assert info.value.status == 0 and "cannot reach" in str(info.value)
@@ -282,6 +284,33 @@ def test_get_provider_builds_openai(server: FakeServer) -> None:
         assert run(p.embed_query("q")) == pytest.approx(normalized(fake_vector("q")), abs=1e-6)
     finally:
         p.close()
+
+
+def test_workers_are_the_concurrent_requests(server: FakeServer) -> None:
+    with openai(server, dimensions=DIM) as p:
+        assert p.workers == plan().remote_requests == DEFAULT_REMOTE_REQUESTS
+    with openai(server, dimensions=DIM, workers=3) as p:
+        assert p.workers == 3 and "workers=3" in repr(p)
+    for name, url in (("openai", f"{server.url}/v1"), ("ollama", server.url)):
+        with get_provider(name, base_url=url, api_key=KEY, parallelism=plan(5, cpus=2)) as p:
+            assert isinstance(p, EmbeddingProvider) and p.workers == 5
+        with get_provider(name, base_url=url, api_key=KEY, parallelism=plan(cpus=64)) as p:
+            assert p.workers == DEFAULT_REMOTE_REQUESTS
+    with pytest.raises(ValueError, match="either parallelism or workers"):
+        get_provider("openai", base_url=f"{server.url}/v1", api_key=KEY, workers=2, parallelism=plan(2))
+    with pytest.raises(ValueError, match="workers"):
+        OpenAIEmbedding(base_url=f"{server.url}/v1", api_key=KEY, workers=0)
+
+
+def test_long_error_message_is_bounded_and_redacted(server: FakeServer) -> None:
+    # The key straddles the 300-character bound: it must be masked before the message is cut.
+    server.faults.append((400, {}, {"error": {"message": "x" * 290 + f" key {KEY} was bad\nsecond line"}}))
+    with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
+        run(p.embed(["alpha"]))
+    assert info.value.status == 400
+    assert_one_line_without_key(info.value)
+    assert "sk-" not in str(info.value) and "second line" not in str(info.value)
+    assert str(info.value).endswith("…")
 
 
 def test_bad_input_types(server: FakeServer) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from memsearch_fast.embeddings import ModelConversionError, ModelNotFoundError
-from memsearch_fast.embeddings import models
-from memsearch_fast.embeddings.convert import import_model, read_safetensors
+from memsearch_fast.embeddings import ModelConversionError, ModelNotFoundError, models
+from memsearch_fast.embeddings.convert import checkpoint_root, read_safetensors
+from memsearch_fast.embeddings.models import import_model
 from memsearch_fast.embeddings.onnx import OnnxEmbedding
 
 MODEL_DIR = Path(
@@ -39,8 +39,8 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtypes: dict[s
     codes = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64", np.dtype("<u2"): "BF16"}
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     blobs, offset = [], 0
-    for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
+    for name, tensor in tensors.items():
+        arr = np.ascontiguousarray(tensor)
         raw = arr.tobytes()
         code = (dtypes or {}).get(name) or codes[arr.dtype]
         header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
@@ -120,8 +120,13 @@ def converted(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 @needs_shared
 def test_converted_model_matches_reference(converted: Path) -> None:
-    for rel in ("onnx/model.onnx", "onnx/model_quantized.onnx", "tokenizer.json", "1_Pooling/config.json",
-                "sentence_bert_config.json"):
+    for rel in (
+        "onnx/model.onnx",
+        "onnx/model_quantized.onnx",
+        "tokenizer.json",
+        "1_Pooling/config.json",
+        "sentence_bert_config.json",
+    ):
         assert (converted / rel).is_file(), rel
     assert json.loads((converted / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
     ref = json.loads((MODEL_DIR / "reference_embeddings.json").read_text())
@@ -143,7 +148,8 @@ def test_int8_model_quantizes_every_weight_matmul(converted: Path) -> None:
     ops = [n.op_type for n in onnx.load(str(converted / "onnx" / "model_quantized.onnx")).graph.node]
     assert ops.count("MatMulInteger") == 6 * 6  # q, k, v, out, intermediate, output per layer
     assert ops.count("MatMul") == 6 * 2  # the two activation x activation products stay float
-    assert (converted / "onnx" / "model_quantized.onnx").stat().st_size < (converted / "onnx" / "model.onnx").stat().st_size
+    onnx_dir = converted / "onnx"
+    assert (onnx_dir / "model_quantized.onnx").stat().st_size < (onnx_dir / "model.onnx").stat().st_size
 
 
 @needs_shared
@@ -168,10 +174,14 @@ def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: P
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg.parent), str(PYTHON_DIR)])}
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=240) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
     paths = {out.strip().splitlines()[-1] for out, _ in outs}
     assert paths == {str(cache / "all-MiniLM-L6-v2")}
@@ -179,7 +189,8 @@ def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: P
     assert leftovers == []
     model_file = cache / "all-MiniLM-L6-v2" / "onnx" / "model.onnx"
     before = model_file.stat().st_mtime_ns
-    assert models.resolve_model("sentence-transformers/all-MiniLM-L6-v2", cache_dir=cache, offline=True) == model_file.parents[1]
+    again = models.resolve_model("sentence-transformers/all-MiniLM-L6-v2", cache_dir=cache, offline=True)
+    assert again == model_file.parents[1]
     assert model_file.stat().st_mtime_ns == before  # cached: not converted again
 
 
@@ -206,19 +217,36 @@ def test_reimport_replaces_atomically(converted: Path, checkpoint: Path) -> None
 
 def tiny_bert(tmp_path: Path, *, act: str, prefix: str, dtype: str) -> tuple[Path, dict[str, np.ndarray], dict]:
     rng = np.random.default_rng(42)
-    cfg = {"model_type": "bert", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 2,
-           "intermediate_size": 24, "max_position_embeddings": 40, "type_vocab_size": 2, "vocab_size": 50,
-           "layer_norm_eps": 1e-12, "hidden_act": act}
+    cfg = {
+        "model_type": "bert",
+        "hidden_size": 16,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "intermediate_size": 24,
+        "max_position_embeddings": 40,
+        "type_vocab_size": 2,
+        "vocab_size": 50,
+        "layer_norm_eps": 1e-12,
+        "hidden_act": act,
+    }
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
-    shapes = {"embeddings.word_embeddings.weight": (50, h), "embeddings.position_embeddings.weight": (40, h),
-              "embeddings.token_type_embeddings.weight": (2, h), "embeddings.LayerNorm.weight": (h,),
-              "embeddings.LayerNorm.bias": (h,)}
+    shapes = {
+        "embeddings.word_embeddings.weight": (50, h),
+        "embeddings.position_embeddings.weight": (40, h),
+        "embeddings.token_type_embeddings.weight": (2, h),
+        "embeddings.LayerNorm.weight": (h,),
+        "embeddings.LayerNorm.bias": (h,),
+    }
     for n in range(2):
         p = f"encoder.layer.{n}."
         for part in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
             shapes |= {f"{p}{part}.weight": (h, h), f"{p}{part}.bias": (h,)}
-        shapes |= {f"{p}intermediate.dense.weight": (i, h), f"{p}intermediate.dense.bias": (i,),
-                   f"{p}output.dense.weight": (h, i), f"{p}output.dense.bias": (h,)}
+        shapes |= {
+            f"{p}intermediate.dense.weight": (i, h),
+            f"{p}intermediate.dense.bias": (i,),
+            f"{p}output.dense.weight": (h, i),
+            f"{p}output.dense.bias": (h,),
+        }
         for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
             shapes |= {f"{p}{ln}.weight": (h,), f"{p}{ln}.bias": (h,)}
     weights = {k: (rng.normal(size=s) * 0.5).astype(np.float32) for k, s in shapes.items()}
@@ -230,8 +258,9 @@ def tiny_bert(tmp_path: Path, *, act: str, prefix: str, dtype: str) -> tuple[Pat
     src.mkdir()
     write_safetensors(src / "model.safetensors", {prefix + k: v for k, v in stored.items()})
     (src / "config.json").write_text(json.dumps(cfg))
-    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-                                             + [f"w{n}" for n in range(45)]) + "\n")
+    (src / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{n}" for n in range(45)]) + "\n"
+    )
     return src, weights, cfg
 
 
@@ -259,8 +288,10 @@ def numpy_bert(w: dict[str, np.ndarray], cfg: dict, ids: np.ndarray, mask: np.nd
     bias = (1.0 - mask[:, None, None, :]) * -10000.0
     for n in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{n}."
-        q, k, v = (lin(x, p + f"attention.self.{t}").reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
-                   for t in ("query", "key", "value"))
+        q, k, v = (
+            lin(x, p + f"attention.self.{t}").reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
+            for t in ("query", "key", "value")
+        )
         scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + bias
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
@@ -293,6 +324,41 @@ def test_tiny_bert_graph_matches_numpy(tmp_path: Path, act: str, prefix: str, dt
     assert len(vec) == 16 and abs(np.linalg.norm(vec) - 1) < 1e-5
 
 
+def test_zip_with_nested_checkpoint_folder_imports(tmp_path: Path) -> None:
+    src, _, _ = tiny_bert(tmp_path, act="gelu", prefix="", dtype="F32")
+    archive = tmp_path / "tiny-zipped.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in sorted(src.rglob("*")):
+            zf.write(f, ("wrapper" / f.relative_to(src.parent)).as_posix())  # wrapper/tiny/...
+    out = import_model(archive, cache_dir=tmp_path / "cache", quantize=False)
+    assert out == tmp_path / "cache" / "tiny-zipped" and models.is_model_dir(out)
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == ["tiny-zipped"]
+
+
+def test_checkpoint_root(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    with pytest.raises(ModelConversionError, match="no checkpoint"):
+        checkpoint_root(tmp_path)
+    (tmp_path / "a" / "b" / "config.json").write_text("{}")
+    (tmp_path / "a" / "b" / "model.safetensors").write_bytes(b"")
+    assert checkpoint_root(tmp_path) == tmp_path / "a" / "b"
+    (tmp_path / "config.json").write_text("{}")
+    assert checkpoint_root(tmp_path) == tmp_path  # top level wins
+
+
+def test_conversion_does_not_import_the_model_cache() -> None:
+    """convert is pure checkpoint -> ONNX; models (the cache) imports it, never the reverse."""
+    script = (
+        "import sys, memsearch_fast.embeddings.convert\n"
+        "assert 'memsearch_fast.embeddings.models' not in sys.modules, sorted(sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PYTHON_DIR)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -300,9 +366,11 @@ def test_safetensors_reader_dtypes(tmp_path: Path) -> None:
     f32 = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
     bf16_source = np.array([1.5, -2.25, 3.0e5], dtype=np.float32)
     bf16 = (bf16_source.view(np.uint32) >> 16).astype(np.uint16)
-    write_safetensors(tmp_path / "t.safetensors",
-                      {"a": f32, "b": f32.astype(np.float16), "c": np.arange(3, dtype=np.int64), "d": bf16},
-                      dtypes={"d": "BF16"})
+    write_safetensors(
+        tmp_path / "t.safetensors",
+        {"a": f32, "b": f32.astype(np.float16), "c": np.arange(3, dtype=np.int64), "d": bf16},
+        dtypes={"d": "BF16"},
+    )
     got = read_safetensors(tmp_path / "t.safetensors")
     assert np.array_equal(got["a"], f32) and got["a"].shape == (2, 3)
     assert np.array_equal(got["b"], f32.astype(np.float16))
@@ -326,8 +394,9 @@ def test_conversion_errors_are_one_line(tmp_path: Path) -> None:
     fails(src, "config.json not found")
     (src / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
     fails(src, "unsupported model_type 'xlm-roberta'")
-    (src / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2,
-                                                 "num_hidden_layers": 1}))
+    (src / "config.json").write_text(
+        json.dumps({"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1})
+    )
     (src / "pytorch_model.bin").write_bytes(b"\0" * 16)
     fails(src, "pytorch_model.bin")
     (src / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")

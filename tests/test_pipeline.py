@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -102,7 +100,7 @@ def test_edit_insert_delete_and_line_shift_reuse(tmp_path: Path, store, provider
     root = tmp_path / "notes"
     long_file = write(root / "long.md", LONG)
     write(root / "other.md", "# Other\nunrelated text about gardening\n")
-    first, _ = index(store, provider, root, max_chunk_size=400)
+    index(store, provider, root, max_chunk_size=400)
     before = rows_by_source(store)
     assert before[str(long_file)] >= 20
 
@@ -226,9 +224,7 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
         f"asyncio.run(run_index(store, p, scan_paths([{str(root)!r}]), cleanup_roots=[{str(root)!r}]))\n"
         "print('done', flush=True)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     batches = 0
     for line in proc.stdout:
@@ -268,9 +264,7 @@ def test_unlisted_directories_are_not_pruned(tmp_path: Path, store, provider) ->
     index(store, provider, root)
     # The scan could not list "sub": its file is unseen but must be kept.
     files = [str(root / "b.md")]
-    report = asyncio.run(
-        run_index(store, provider, files, cleanup_roots=[str(root)], unlisted=[str(root / "sub")])
-    )
+    report = asyncio.run(run_index(store, provider, files, cleanup_roots=[str(root)], unlisted=[str(root / "sub")]))
     assert report.sources_removed == 0 and store.count() == 2
 
 
@@ -287,9 +281,7 @@ def _pending(n: int) -> list:
     chunks = chunk_markdown(text, "/notes/facts.md")
     assert len(chunks) == n
     vec = [1.0] + [0.0] * 383
-    return [
-        Pending(compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m"), c, vec) for c in chunks
-    ]
+    return [Pending(compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m"), c, vec) for c in chunks]
 
 
 def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
@@ -312,8 +304,8 @@ def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
 
 
 def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
-    from memsearch_fast.store import StoreError
     from memsearch_fast.pipeline.upsert import UpsertStage
+    from memsearch_fast.store import StoreError
 
     class FailingThird:
         """The real store, except that its third upsert call is refused."""

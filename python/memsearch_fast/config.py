@@ -30,11 +30,24 @@ from typing import Any
 PROJECT_CONFIG_NAME = ".memsearch.toml"
 ENV_PREFIX = "env:"
 
+# -- defaults: the only place each one is written ------------------------------------------
+
+DEFAULT_MILVUS_URI = "~/.memsearch/milvus.db"
+DEFAULT_COLLECTION = "memsearch_chunks"
+DEFAULT_PROVIDER = "onnx"
+#: Model used when ``embedding.model`` is empty, per provider.
 DEFAULT_MODELS = {
     "onnx": "all-MiniLM-L6-v2",
     "openai": "text-embedding-3-small",
     "ollama": "nomic-embed-text",
 }
+DEFAULT_MAX_CHUNK_SIZE = 1500
+#: Largest chunk, in characters: four UTF-8 bytes each still fit the store's
+#: 65,535-byte content field, so a chunk is always stored under its own id.
+MAX_CHUNK_SIZE_LIMIT = 16_383
+DEFAULT_OVERLAP_LINES = 2
+MAX_OVERLAP_LINES = 1000
+DEFAULT_DEBOUNCE_MS = 1500
 
 
 class ConfigError(ValueError):
@@ -85,21 +98,21 @@ def _str_list(value: Any) -> list[str]:
 
 # dotted key -> (default, parser). The file layout is ``[section] field = value``.
 SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "milvus.uri": ("~/.memsearch/milvus.db", _str),
+    "milvus.uri": (DEFAULT_MILVUS_URI, _str),
     "milvus.token": ("", _str),
-    "milvus.collection": ("memsearch_chunks", _str),
-    "embedding.provider": ("onnx", _str),
+    "milvus.collection": (DEFAULT_COLLECTION, _str),
+    "embedding.provider": (DEFAULT_PROVIDER, _str),
     "embedding.model": ("", _str),
     "embedding.batch_size": (0, _int(0)),
     "embedding.base_url": ("", _str),
     "embedding.api_key": ("", _str),
     # Bounded so a chunk always fits the store's content field and a project
     # file cannot make indexing explode.
-    "chunking.max_chunk_size": (1500, _int(1, 16_383)),
-    "chunking.overlap_lines": (2, _int(0, 1000)),
+    "chunking.max_chunk_size": (DEFAULT_MAX_CHUNK_SIZE, _int(1, MAX_CHUNK_SIZE_LIMIT)),
+    "chunking.overlap_lines": (DEFAULT_OVERLAP_LINES, _int(0, MAX_OVERLAP_LINES)),
     "indexing.ignore_files": ([], _str_list),
     "indexing.exclude": ([], _str_list),
-    "watch.debounce_ms": (1500, _int(0)),
+    "watch.debounce_ms": (DEFAULT_DEBOUNCE_MS, _int(0)),
     "reranker.model": ("", _str),
 }
 

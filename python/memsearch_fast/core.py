@@ -14,12 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast import config
+from memsearch_fast.parallelism import plan
 from memsearch_fast.pipeline import IndexReport, Progress, run_index
-
-DEFAULT_PROVIDER = "onnx"
-#: Largest chunk, in characters: four UTF-8 bytes each still fit the store's
-#: 65,535-byte content field, so a chunk is always stored under its own id.
-MAX_CHUNK_SIZE = 16_383
 
 
 class MemSearch:
@@ -29,38 +26,40 @@ class MemSearch:
         self,
         paths: Sequence[str | os.PathLike[str]] | None = None,
         *,
-        embedding_provider: str = DEFAULT_PROVIDER,
+        embedding_provider: str = config.DEFAULT_PROVIDER,
         embedding_model: str | None = None,
         embedding_batch_size: int = 0,
         embedding_base_url: str | None = None,
         embedding_api_key: str | None = None,
-        milvus_uri: str = "~/.memsearch/milvus.db",
+        milvus_uri: str = config.DEFAULT_MILVUS_URI,
         milvus_token: str | None = None,
-        collection: str = "memsearch_chunks",
+        collection: str = config.DEFAULT_COLLECTION,
         description: str = "",
-        max_chunk_size: int = 1500,
-        overlap_lines: int = 2,
+        max_chunk_size: int = config.DEFAULT_MAX_CHUNK_SIZE,
+        overlap_lines: int = config.DEFAULT_OVERLAP_LINES,
         ignore_files: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         workers: int | None = None,
     ) -> None:
-        if not 1 <= max_chunk_size <= MAX_CHUNK_SIZE:
-            raise ValueError(f"max_chunk_size must be between 1 and {MAX_CHUNK_SIZE}")
-        if not 0 <= overlap_lines <= 1000:
-            raise ValueError("overlap_lines must be between 0 and 1000")
+        if not 1 <= max_chunk_size <= config.MAX_CHUNK_SIZE_LIMIT:
+            raise ValueError(f"max_chunk_size must be between 1 and {config.MAX_CHUNK_SIZE_LIMIT}")
+        if not 0 <= overlap_lines <= config.MAX_OVERLAP_LINES:
+            raise ValueError(f"overlap_lines must be between 0 and {config.MAX_OVERLAP_LINES}")
         self.paths = [os.fspath(p) for p in (paths or [])]
         self.max_chunk_size = max_chunk_size
         self.overlap_lines = overlap_lines
         self.ignore_files = list(ignore_files or [])
         self.exclude = list(exclude or [])
         self.workers = workers
+        #: Pool sizes for this instance's runs, resolved once from ``workers``.
+        self.parallelism = plan(workers)
         self._provider_args: dict[str, Any] = {
             "name": embedding_provider,
             "model": embedding_model or None,
             "batch_size": embedding_batch_size,
             "base_url": embedding_base_url or None,
             "api_key": embedding_api_key or None,
-            "workers": workers,
+            "parallelism": self.parallelism,
         }
         self._store_args: dict[str, Any] = {
             "uri": milvus_uri,
@@ -124,9 +123,7 @@ class MemSearch:
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
         from memsearch_fast.pipeline.scan import scan
 
-        found = await asyncio.to_thread(
-            scan, self.paths, ignore_files=self.ignore_files, exclude=self.exclude
-        )
+        found = await asyncio.to_thread(scan, self.paths, ignore_files=self.ignore_files, exclude=self.exclude)
         roots = [str(Path(p).expanduser().resolve()) for p in self.paths if Path(p).expanduser().is_dir()]
         store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
         report = await run_index(
@@ -140,7 +137,7 @@ class MemSearch:
             force=force,
             max_chunk_size=self.max_chunk_size,
             overlap_lines=self.overlap_lines,
-            workers=self.workers,
+            parallelism=self.parallelism,
             progress=progress,
         )
         report.failed[:0] = [(e.path, e.reason) for e in found.errors]
@@ -157,7 +154,7 @@ class MemSearch:
             only_sources=[resolved],
             max_chunk_size=self.max_chunk_size,
             overlap_lines=self.overlap_lines,
-            workers=self.workers,
+            parallelism=self.parallelism,
         )
         if report.failed:
             raise OSError(f"{report.failed[0][0]}: {report.failed[0][1]}")
@@ -184,6 +181,27 @@ class MemSearch:
             return None
         self._check_dimension(store)
         return store
+
+    def collection_exists(self) -> bool:
+        """Whether the collection exists; opens the store without a model and
+        never creates anything (checked before a search loads a model)."""
+        return bool(self._read_store().exists)
+
+    def stats(self) -> dict[str, Any] | None:
+        """Chunk and file counts and the vector dimension; None when the
+        collection does not exist. Loads no model."""
+        store = self._read_store()
+        if not store.exists:
+            return None
+        return {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
+
+    def drop(self) -> bool:
+        """Drop the collection; False when there was none."""
+        store = self._read_store()
+        if not store.exists:
+            return False
+        store.drop()
+        return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""

@@ -9,8 +9,9 @@ and agent hooks.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from memsearch_fast.config import DEFAULT_PROVIDER
 from memsearch_fast.errors import (
     EmbeddingAPIError,
     EmbeddingError,
@@ -19,19 +20,20 @@ from memsearch_fast.errors import (
     UnknownProviderError,
 )
 
+if TYPE_CHECKING:
+    from memsearch_fast.parallelism import Parallelism
+
 __all__ = [
     "DEFAULT_PROVIDER",
+    "PROVIDERS",
     "EmbeddingAPIError",
     "EmbeddingError",
     "EmbeddingProvider",
     "ModelConversionError",
     "ModelNotFoundError",
-    "PROVIDERS",
     "UnknownProviderError",
     "get_provider",
 ]
-
-DEFAULT_PROVIDER = "onnx"
 
 # name -> (module, class); resolved lazily by get_provider.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -47,7 +49,9 @@ class EmbeddingProvider(Protocol):
 
     ``embed`` returns one L2-normalised vector (a list of Python floats, the
     form pymilvus accepts) per input text, in input order. It may be awaited
-    concurrently from several tasks.
+    concurrently from several tasks; ``workers`` is how many batches it really
+    processes at once (inference workers or concurrent requests), so callers
+    can size how many ``embed`` calls they keep in flight.
     """
 
     @property
@@ -58,6 +62,9 @@ class EmbeddingProvider(Protocol):
 
     @property
     def batch_size(self) -> int: ...
+
+    @property
+    def workers(self) -> int: ...
 
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
 
@@ -74,15 +81,22 @@ def get_provider(
     base_url: str | None = None,
     api_key: str | None = None,
     workers: int | None = None,
+    parallelism: Parallelism | None = None,
     **options: Any,
 ) -> EmbeddingProvider:
     """Build the provider called *name* ("onnx", "openai" or "ollama").
 
     ``model=None`` and ``batch_size=0`` pick the provider's defaults.
     ``workers`` is the number of inference workers (onnx) or concurrent
-    requests (HTTP providers). ``base_url``/``api_key`` are ignored by the
-    local onnx provider. Extra keyword ``options`` go to the provider (for
-    example ``quantized=False`` for onnx, ``dimensions=256`` for openai).
+    requests (HTTP providers), resolved by ``memsearch_fast.parallelism.plan``
+    inside the provider. A ``parallelism`` (the run's ``plan(...)``) sizes the
+    provider instead: onnx gets its ``inference_workers`` and
+    ``intra_op_threads``, HTTP providers its ``remote_requests``; it cannot be
+    combined with ``workers`` or, for onnx, ``threads``. ``base_url``/``api_key``
+    are ignored by the local onnx provider. Extra keyword ``options`` go to the
+    provider (for example ``quantized=False`` for onnx, ``dimensions=256`` for
+    openai). The built provider's ``workers`` property gives its real
+    concurrency.
     """
     key = (name or "").strip().lower()
     target = PROVIDERS.get(key)
@@ -93,6 +107,14 @@ def get_provider(
         raise ValueError(f"batch_size must be an integer >= 0 (0 = provider default), got {batch_size!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if parallelism is not None:
+        if workers is not None or (key == "onnx" and "threads" in options):
+            raise ValueError("pass either parallelism or workers/threads, not both")
+        if key == "onnx":
+            workers = parallelism.inference_workers
+            options["threads"] = parallelism.intra_op_threads
+        else:
+            workers = parallelism.remote_requests
     module_name, class_name = target
     cls = getattr(importlib.import_module(module_name), class_name)
     provider: EmbeddingProvider

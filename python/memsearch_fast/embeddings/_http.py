@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from memsearch_fast.errors import EmbeddingAPIError
+from memsearch_fast.errors import EmbeddingAPIError, one_line
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _USER_AGENT = "memsearch-fast"
@@ -93,7 +93,7 @@ class JsonClient:
     def __init__(self, timeout: float) -> None:
         self._timeout = timeout
         try:
-            import httpx
+            import httpx  # type: ignore[import-not-found, unused-ignore]  # optional dependency
         except ImportError:
             self._httpx: Any = None
             self._client: Any = None
@@ -131,7 +131,7 @@ class JsonClient:
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         opener = urllib.request.build_opener(NoRedirect)
         try:
-            with opener.open(request, timeout=self._timeout) as r:  # noqa: S310 - http(s) only
+            with opener.open(request, timeout=self._timeout) as r:  # http(s) only: checked by normalize_base_url
                 return Response(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
         except urllib.error.HTTPError as exc:
             with exc:
@@ -182,8 +182,8 @@ def error_message(response: Response, secret: Secret | None) -> str:
         if isinstance(err, dict):
             err = err.get("message") or err.get("code")
         text = str(err) if err else text
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return redact(line[:300], secret)
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return one_line(redact(line, secret))  # redact first: a cut must not leave part of the key
 
 
 def redact(text: str, secret: Secret | None) -> str:
@@ -227,7 +227,8 @@ async def post_json(
             detail = error_message(response, secret)
             if status in (401, 403):
                 raise EmbeddingAPIError(
-                    f"{what} at {where} rejected the API key (HTTP {status}); check the key or its environment variable",
+                    f"{what} at {where} rejected the API key (HTTP {status}); "
+                    "check the key or its environment variable",
                     status,
                 )
             if status == 404:

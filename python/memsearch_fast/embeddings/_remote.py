@@ -13,12 +13,14 @@ from typing import Any
 
 from memsearch_fast.embeddings._http import JsonClient, Secret, post_json, safe_url
 from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
-
-DEFAULT_WORKERS = 4
+from memsearch_fast.parallelism import plan
 
 
 class RemoteEmbedding:
-    """Base class: subclasses set ``_url`` and implement ``_payload`` and ``_parse``."""
+    """Base class: subclasses set ``_url`` and implement ``_payload`` and ``_parse``.
+
+    At most ``workers`` requests are in flight at once (unset: ``plan().remote_requests``).
+    """
 
     kind = "embedding server"
     default_batch_size = 256
@@ -45,7 +47,7 @@ class RemoteEmbedding:
         self._url = url
         self._secret = secret
         self._batch_size = batch_size if batch_size > 0 else self.default_batch_size
-        self._workers = workers or DEFAULT_WORKERS
+        self._workers = plan(workers).remote_requests  # validates workers
         self._dimension = dimension
         self._max_retries = max_retries
         self._base_delay = retry_base_delay
@@ -73,6 +75,11 @@ class RemoteEmbedding:
     @property
     def batch_size(self) -> int:
         return self._batch_size
+
+    @property
+    def workers(self) -> int:
+        """Requests sent at once (the size of the request pool)."""
+        return self._workers
 
     @property
     def dimension(self) -> int:

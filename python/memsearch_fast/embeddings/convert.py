@@ -3,21 +3,21 @@
 The graph is written op by op with ``onnx.helper`` from the safetensors
 weights, so a default install can build its embedding model offline from a
 checkpoint on disk, without pulling in PyTorch (~2 GB) just to export once.
+
+This module is pure conversion (checkpoint directory in, hub-layout model
+folder out); naming, caching and publishing a converted model is
+``memsearch_fast.embeddings.models.import_model``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import struct
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.embeddings.models import cache_key, models_dir, publish_model
 from memsearch_fast.errors import ModelConversionError
 
 if TYPE_CHECKING:
@@ -36,43 +36,6 @@ _COPIED_FILES = (
     "LICENSE",
     "NOTICE",
 )
-
-
-def import_model(
-    src: str | os.PathLike[str],
-    *,
-    name: str | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    quantize: bool = True,
-    replace: bool = True,
-) -> Path:
-    """Convert the checkpoint at *src* (a directory or a .zip of one) into the model cache.
-
-    Writes ``onnx/model.onnx`` (fp32), ``onnx/model_quantized.onnx`` (int8,
-    when *quantize*), ``tokenizer.json``, ``1_Pooling/config.json`` and
-    ``sentence_bert_config.json`` to ``<cache_dir>/<name>/`` and returns that
-    directory; the onnx provider then finds the model by *name*.
-    """
-    source = Path(src).expanduser()
-    if not source.exists():
-        raise ModelConversionError(f"checkpoint {source} does not exist")
-    if not (source.is_dir() or zipfile.is_zipfile(source)):
-        raise ModelConversionError(f"checkpoint {source} must be a directory or a .zip of one")
-    model_name = name or (source.stem if source.is_file() else source.resolve().name)
-    key = cache_key(model_name)
-    root = models_dir(cache_dir)
-    root.mkdir(parents=True, exist_ok=True)
-
-    def build(out: Path) -> None:
-        if source.is_dir():
-            convert_checkpoint(source, out, quantize=quantize)
-            return
-        with tempfile.TemporaryDirectory(prefix=".extract-", dir=root) as tmp:
-            with zipfile.ZipFile(source) as archive:
-                archive.extractall(tmp)
-            convert_checkpoint(_checkpoint_root(Path(tmp)), out, quantize=quantize)
-
-    return publish_model(root, key, build, replace=replace)
 
 
 def convert_checkpoint(src: Path, out: Path, *, quantize: bool = True) -> None:
@@ -172,9 +135,11 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 def read_safetensors_dir(src: Path) -> dict[str, np.ndarray]:
     files = sorted(src.glob("*.safetensors"))
     if not files:
-        hint = " (only pytorch_model.bin found; save the checkpoint as safetensors)" if (
-            src / "pytorch_model.bin"
-        ).exists() else ""
+        hint = (
+            " (only pytorch_model.bin found; save the checkpoint as safetensors)"
+            if (src / "pytorch_model.bin").exists()
+            else ""
+        )
         raise ModelConversionError(f"no *.safetensors weights in {src}{hint}")
     tensors: dict[str, np.ndarray] = {}
     for f in files:
@@ -278,8 +243,8 @@ def _read_json(path: Path, *, required: bool) -> Any:
         raise ModelConversionError(f"{path} is not valid JSON") from None
 
 
-def _checkpoint_root(extracted: Path) -> Path:
-    """An archive may hold the checkpoint at its top level or inside one folder."""
+def checkpoint_root(extracted: Path) -> Path:
+    """The checkpoint folder inside an extracted archive: its top level or the folder holding the weights."""
     if (extracted / "config.json").is_file():
         return extracted
     found = sorted(p.parent for p in extracted.rglob("config.json") if any(p.parent.glob("*.safetensors")))
@@ -343,17 +308,25 @@ def build_bert_graph(w: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
         return g.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=eps)
 
     # Embeddings: word + position + token type, then LayerNorm.
-    word = g.op("Gather", [g.const("embeddings.word_embeddings.weight", w["embeddings.word_embeddings.weight"]),
-                           "input_ids"])
+    word = g.op(
+        "Gather", [g.const("embeddings.word_embeddings.weight", w["embeddings.word_embeddings.weight"]), "input_ids"]
+    )
     shape = g.op("Shape", ["input_ids"])
     seq_len = g.op("Gather", [shape, g.const("one_i64", np.array(1, dtype=np.int64))], axis=0)
     positions = g.op("Range", [g.const("zero_i64", np.array(0, dtype=np.int64)), seq_len, "one_i64"])
-    pos = g.op("Gather", [g.const("embeddings.position_embeddings.weight",
-                                  w["embeddings.position_embeddings.weight"]), positions])
+    pos = g.op(
+        "Gather",
+        [g.const("embeddings.position_embeddings.weight", w["embeddings.position_embeddings.weight"]), positions],
+    )
     emb = g.op("Add", [word, pos])
     if "embeddings.token_type_embeddings.weight" in w:
-        tt = g.op("Gather", [g.const("embeddings.token_type_embeddings.weight",
-                                     w["embeddings.token_type_embeddings.weight"]), "token_type_ids"])
+        tt = g.op(
+            "Gather",
+            [
+                g.const("embeddings.token_type_embeddings.weight", w["embeddings.token_type_embeddings.weight"]),
+                "token_type_ids",
+            ],
+        )
         emb = g.op("Add", [emb, tt])
     x = layer_norm(emb, "embeddings.LayerNorm")
 
@@ -371,12 +344,13 @@ def build_bert_graph(w: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
 
     for i in range(int(config["num_hidden_layers"])):
         p = f"encoder.layer.{i}."
-        q = g.op("Transpose", [g.op("Reshape", [linear(x, p + "attention.self.query"), split_shape])],
-                 perm=[0, 2, 1, 3])
-        k = g.op("Transpose", [g.op("Reshape", [linear(x, p + "attention.self.key"), split_shape])],
-                 perm=[0, 2, 3, 1])
-        v = g.op("Transpose", [g.op("Reshape", [linear(x, p + "attention.self.value"), split_shape])],
-                 perm=[0, 2, 1, 3])
+        q = g.op(
+            "Transpose", [g.op("Reshape", [linear(x, p + "attention.self.query"), split_shape])], perm=[0, 2, 1, 3]
+        )
+        k = g.op("Transpose", [g.op("Reshape", [linear(x, p + "attention.self.key"), split_shape])], perm=[0, 2, 3, 1])
+        v = g.op(
+            "Transpose", [g.op("Reshape", [linear(x, p + "attention.self.value"), split_shape])], perm=[0, 2, 1, 3]
+        )
         scores = g.op("Add", [g.op("Div", [g.op("MatMul", [q, k]), sqrt_hd]), ext_mask])
         probs = g.op("Softmax", [scores], axis=-1)
         ctx = g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
@@ -399,11 +373,12 @@ def build_bert_graph(w: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
 
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
     dyn = ["batch_size", "sequence_length"]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, dyn)
-              for n in ("input_ids", "attention_mask", "token_type_ids")]
+    inputs = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, dyn)
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
     output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [*dyn, hidden])
     graph = helper.make_graph(g.nodes, "bert_encoder", inputs, [output], g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="memsearch-fast")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="memsearch-fast")
     model.ir_version = IR_VERSION
     return model

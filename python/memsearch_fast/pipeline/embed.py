@@ -72,11 +72,11 @@ class EmbedStage:
             vectors = await self._embed([embedding_text(p.chunk) for p in batch])
             if len(vectors) != len(batch):
                 raise RuntimeError(f"embedding provider returned {len(vectors)} vectors for {len(batch)} texts")
-            for p, v in zip(batch, vectors):
+            for p, v in zip(batch, vectors, strict=True):
                 p.vector = v
             self.embedded += len(batch)
             await self._deliver(batch)
-        except BaseException as exc:  # surfaced by the next add() or finish()
+        except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the next add() or finish()
             if self._error is None:
                 self._error = exc
         finally:

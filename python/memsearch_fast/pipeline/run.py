@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memsearch_fast import parallelism as par
 from memsearch_fast._core import compute_chunk_id, content_hash
-from memsearch_fast._system import available_cpus
+from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
 from memsearch_fast.pipeline.chunk import chunk_files
 from memsearch_fast.pipeline.dedup import Dedup, FilePlan
 from memsearch_fast.pipeline.embed import EmbedStage, Pending
@@ -75,6 +76,12 @@ def _embed_batch_size(provider: Any) -> int:
     return max(32, min(512, own * 4))
 
 
+def _embed_in_flight(provider: Any) -> int:
+    """One batch per worker the provider really runs, plus one queued so a
+    worker that finishes never waits for the next batch to be packed."""
+    return max(1, int(getattr(provider, "workers", 1) or 1)) + 1
+
+
 async def run_index(
     store: Any,
     provider: Any,
@@ -84,9 +91,10 @@ async def run_index(
     unlisted: Sequence[str] = (),
     only_sources: Sequence[str] | None = None,
     force: bool = False,
-    max_chunk_size: int = 1500,
-    overlap_lines: int = 2,
+    max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+    overlap_lines: int = DEFAULT_OVERLAP_LINES,
     workers: int | None = None,
+    parallelism: par.Parallelism | None = None,
     progress: Progress | None = None,
 ) -> IndexReport:
     """Index *files* into *store* with *provider*.
@@ -94,7 +102,9 @@ async def run_index(
     ``cleanup_roots`` are directory roots whose vanished files are removed
     from the index, except under ``unlisted`` directories (the scan could not
     read them); ``only_sources`` limits the stored ids consulted to those
-    sources (explicit-file runs, which prune nothing else).
+    sources (explicit-file runs, which prune nothing else). ``parallelism``
+    is the run's plan (:func:`memsearch_fast.parallelism.plan`), made from
+    ``workers`` when not given.
     """
     started = time.perf_counter()
     progress = progress or NullProgress()
@@ -111,9 +121,11 @@ async def run_index(
         await upsert.add(items)
         progress.chunks_embedded(len(items))
 
-    workers = workers or available_cpus()
-    embed = EmbedStage(provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=workers + 1)
-    stream = chunk_files(files, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines, workers=workers)
+    pools = parallelism or par.plan(workers)
+    embed = EmbedStage(
+        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=_embed_in_flight(provider)
+    )
+    stream = chunk_files(files, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines, workers=pools.chunk_threads)
     stale: list[str] = []
     failed = True
     try:
@@ -168,7 +180,7 @@ async def run_index(
                 with contextlib.suppress(Exception):  # the original error matters more
                     await upsert.finish()
             await upsert.flush()
-        except Exception:  # noqa: BLE001 - the original error matters more
+        except Exception:  # the original error matters more
             if not failed:
                 raise
         progress.finish()

@@ -93,9 +93,7 @@ def scan_paths(
     unreadable paths are reported to *on_error* (default: a warning on the
     ``memsearch_fast.pipeline.scan`` logger), never raised.
     """
-    result = scan(
-        paths, extensions=extensions, ignore_hidden=ignore_hidden, ignore_files=ignore_files, exclude=exclude
-    )
+    result = scan(paths, extensions=extensions, ignore_hidden=ignore_hidden, ignore_files=ignore_files, exclude=exclude)
     for error in result.errors:
         if on_error is not None:
             on_error(error)
