@@ -25,16 +25,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast.lite import broker as lite_broker, paths as lite_paths
-from memsearch_fast import store as store_mod
+from memsearch_fast.lite import broker as lite_broker
+from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.store import MilvusStore
+from memsearch_fast.store import milvus as store_mod
 
 DIM = 384
 ROWS = int(os.environ.get("BENCH_ROWS", "20000"))
 SWEEP_ROWS = int(os.environ.get("BENCH_SWEEP_ROWS", "10000"))
 CHUNKS_PER_FILE = 10
 ENGINE = f"milvus-lite {importlib.metadata.version('milvus-lite')}"
-PKG_ROOT = str(Path(store_mod.__file__).resolve().parent.parent)
+PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])  # python/
 
 _WORDS = (
     "memory agent index search chunk vector milvus markdown embedding hybrid keyword session hook "

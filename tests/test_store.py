@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths, process as lite_process
-from memsearch_fast.store import milvus as store_mod
+from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import process as lite_process
 from memsearch_fast.store import (
     MAX_CONTENT_BYTES,
     DimensionMismatchError,
@@ -32,6 +32,7 @@ from memsearch_fast.store import (
     prefix_filter,
     split_long_rows,
 )
+from memsearch_fast.store import milvus as store_mod
 
 DIM = 8
 PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
@@ -45,10 +46,24 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
+
+
 LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
 
-HOSTILE = ['a"b', "a\\b", "it's", "new\nline", "pct%x", "under_x", "underAx", "uni\u00e9\u4e2d\U0001f600", 'a\\"b', "tab\tx"]
+HOSTILE = [
+    'a"b',
+    "a\\b",
+    "it's",
+    "new\nline",
+    "pct%x",
+    "under_x",
+    "underAx",
+    "uni\u00e9\u4e2d\U0001f600",
+    'a\\"b',
+    "tab\tx",
+]
 
 
 def unit(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
@@ -287,7 +302,8 @@ def test_hybrid_scores_are_normalised(store):
     assert hits[0]["score"] == pytest.approx(1.0, abs=1e-6)  # first in both lists
     assert all(0.0 <= h["score"] <= 1.0 for h in hits)
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
-    assert set(hits[0]) == {"content", "source", "heading", "chunk_hash", "heading_level", "start_line", "end_line", "score"}
+    fields = {"content", "source", "heading", "chunk_hash", "heading_level", "start_line", "end_line", "score"}
+    assert set(hits[0]) == fields
     dense_only = store.search(list(vecs[7]), "", top_k=3)
     assert dense_only[0]["chunk_hash"] == f"{7:064x}" and dense_only[0]["score"] == pytest.approx(1.0, abs=1e-6)
 
@@ -310,7 +326,9 @@ FILLER = [f"unrelated filler paragraph number {i} about gardening" for i in rang
 
 def test_bm25_finds_chinese_keyword(store):
     if store.analyzer != store_mod.CJK_ANALYZER:
-        pytest.fail(f"CJK analyzer unavailable on this engine (got {store.analyzer}); install jieba for Milvus Lite 3.x")
+        pytest.fail(
+            f"CJK analyzer unavailable on this engine (got {store.analyzer}); install jieba for Milvus Lite 3.x"
+        )
     texts = [*FILLER, "我喜欢机器学习和深度学习", "数据库索引的设计原则", "Quick Brown Fox jumps"]
     assert _bm25_only_hit(store, texts, 17, "机器学习")
     assert not _bm25_only_hit(store, texts, 17, "园艺")  # control: a word it does not contain
@@ -322,7 +340,8 @@ def test_bm25_english_is_case_insensitive(store):
 
 
 def test_source_prefix_filter_is_literal(store):
-    sources = ["pre%/a.md", "preX/a.md", "pre_/b.md", "preY/b.md", 'q"/c.md', "q\\/c.md", "it's/d.md", "nl\n/e.md", "nl/f.md"]
+    sources = ["pre%/a.md", "preX/a.md", "pre_/b.md", "preY/b.md"]
+    sources += ['q"/c.md', "q\\/c.md", "it's/d.md", "nl\n/e.md", "nl/f.md"]
     vecs = unit(len(sources), seed=5)
     store.upsert([make_row(i, vecs[i], content="same words", source=s) for i, s in enumerate(sources)])
     q = list(unit(1, seed=99)[0])
@@ -485,7 +504,7 @@ def milvus_server(tmp_path_factory):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if lite_process._endpoint_open(f"127.0.0.1:{port}", 0.2):
+            if lite_process.endpoint_open(f"127.0.0.1:{port}", 0.2):
                 break
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.1)

@@ -20,9 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast.lite import broker as lite_broker, paths as lite_paths, process as lite_process, server as lite_server
-from memsearch_fast.store import milvus as store_mod
+from memsearch_fast.lite import broker as lite_broker
+from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import process as lite_process
+from memsearch_fast.lite import server as lite_server
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
+from memsearch_fast.store import milvus as store_mod
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 
@@ -84,7 +87,8 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180)
 def test_first_open_spawns_server_others_attach(db):
     s = MilvusStore(db, dimension=DIM)
     st = lite_paths.read_state(db)
-    assert st and st["status"] == "ready" and st["uri"] == st["address"] == "unix:" + lite_paths.socket_path(db, st["pid"])
+    assert st and st["status"] == "ready"
+    assert st["uri"] == st["address"] == "unix:" + lite_paths.socket_path(db, st["pid"])
     assert lite_broker.server_status(db)["pid"] == st["pid"] != os.getpid()
     s.upsert(rows(0, 10))
     s2 = MilvusStore(db)  # attaches to the same server, no second engine
@@ -93,7 +97,7 @@ def test_first_open_spawns_server_others_attach(db):
     s2.close()
     assert lite_broker.server_status(db)["pid"] == st["pid"]  # outlives its clients until idle
     assert lite_broker.stop_server(db) is True
-    assert not lite_process._pid_alive(st["pid"]) and lite_paths.read_state(db) is None
+    assert not lite_process.pid_alive(st["pid"]) and lite_paths.read_state(db) is None
 
 
 WRITER = """
@@ -151,11 +155,11 @@ def test_kill_9_server_then_next_open_recovers(db):
     s.upsert(rows(1000, 10))  # acknowledged but not flushed
     old = lite_paths.read_state(db)["pid"]
     os.kill(old, signal.SIGKILL)
-    assert wait_until(lambda: not lite_process._pid_alive(old), 10)
+    assert wait_until(lambda: not lite_process.pid_alive(old), 10)
     # the open store re-attaches on its own: a new server recovers the database
     assert s.count() == 50
     new = lite_paths.read_state(db)["pid"]
-    assert new != old and lite_process._pid_alive(new)
+    assert new != old and lite_process.pid_alive(new)
     hits = s.search(rows(1000, 10)[3]["embedding"], "", top_k=3)
     assert hits and hits[0]["chunk_hash"] == f"{1003:064x}"
     s.close()
@@ -201,10 +205,10 @@ def test_idle_server_exits_and_removes_its_record(db, monkeypatch):
     s = MilvusStore(db, dimension=DIM)
     pid = lite_paths.read_state(db)["pid"]
     time.sleep(3.5)  # a connected client keeps it alive past the timeout
-    assert lite_process._pid_alive(pid)
+    assert lite_process.pid_alive(pid)
     assert s.count() == 0
     s.close()
-    assert wait_until(lambda: not lite_process._pid_alive(pid), 20)
+    assert wait_until(lambda: not lite_process.pid_alive(pid), 20)
     assert lite_paths.read_state(db) is None
     s2 = MilvusStore(db)  # and the next open starts a new one
     assert s2.exists and lite_paths.read_state(db)["pid"] != pid
@@ -267,13 +271,10 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
 def test_cli_status_and_stop(db):
     MilvusStore(db, dimension=DIM).close()
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    out = subprocess.run(
-        [sys.executable, "-m", "memsearch_fast.lite.server", "status", db], env=env, capture_output=True, text=True
-    )
+    cmd = [sys.executable, "-m", "memsearch_fast.lite.server"]
+    out = subprocess.run([*cmd, "status", db], env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == "ready"
-    out = subprocess.run(
-        [sys.executable, "-m", "memsearch_fast.lite.server", "stop", db], env=env, capture_output=True, text=True
-    )
+    out = subprocess.run([*cmd, "stop", db], env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and lite_broker.server_status(db) is None
 
 
@@ -312,7 +313,7 @@ def test_server_is_reachable_only_by_this_user(db):
     listening = _listening_tcp_inodes()
     assert all(not (_socket_inodes(p) & listening) for p in engine_pids)
     # the server counts clients on its socket, so it does not idle out under one
-    assert lite_server._count_connections(st["address"]) >= 1
+    assert lite_server.count_connections(st["address"]) >= 1
     s.close()
     assert lite_broker.stop_server(db) is True
     assert not os.path.exists(sock)  # a stopped server removes its socket
@@ -349,7 +350,7 @@ def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
     s.close()
     old = lite_paths.read_state(db)
     os.unlink(old["address"][len("unix:") :])
-    assert wait_until(lambda: not lite_process._pid_alive(old["pid"]), 30)
+    assert wait_until(lambda: not lite_process.pid_alive(old["pid"]), 30)
     s2 = MilvusStore(db)  # a new server owns the database and serves its rows
     assert s2.count() == 4 and lite_paths.read_state(db)["pid"] != old["pid"]
     s2.close()

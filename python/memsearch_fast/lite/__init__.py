@@ -1,8 +1,10 @@
 """One process owns a Milvus Lite database and serves every other process.
 
 Milvus Lite lets one process at a time open a database, but agents run
-``memsearch search`` while ``watch`` or ``index`` runs on the same one. For a
-local database the store therefore connects through a small broker:
+``memsearch search`` while ``watch`` or ``index`` runs on the same one. The
+store gets a client for a local database from :func:`connect`, which hides
+which mode serves it. By default it goes through a small broker
+(:mod:`.broker`):
 
 1. take an exclusive ``flock`` on ``<db>.lock`` (held only while attaching);
 2. read ``<db>.server.json``; if the recorded server is alive (pid, command
@@ -19,5 +21,17 @@ server leaves its record behind; the next attach sees the dead pid and starts
 a new server, which recovers the database from its write-ahead log.
 
 ``MEMSEARCH_LITE_MODE=embedded`` opens the database inside the calling
-process instead (one process at a time, as plain pymilvus does).
+process instead (one process at a time, as plain pymilvus does; :mod:`.embedded`
+counts the stores using it and stops the engine when the last one closes).
+
+Modules: :mod:`.connection` (:func:`connect`, :class:`LiteConnection`),
+:mod:`.broker` (attach, spawn, stop: the client side), :mod:`.server` (the
+server process), :mod:`.paths` (settings, socket paths, the server record,
+the broker lock), :mod:`.process` (is a recorded server alive, ours,
+answering), :mod:`.embedded`, :mod:`.version`. Nothing here imports
+:mod:`memsearch_fast.store` or pymilvus at import time.
 """
+
+from memsearch_fast.lite.connection import LiteConnection, connect
+
+__all__ = ["LiteConnection", "connect"]

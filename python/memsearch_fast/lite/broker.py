@@ -14,25 +14,25 @@ from typing import Any, TypeVar
 
 from memsearch_fast.errors import StoreUnavailableError, one_line
 from memsearch_fast.lite.paths import (
-    _SERVER_MARK,
     DEFAULT_START_TIMEOUT,
     ENV_MODE,
     ENV_START,
-    _address,
-    _env_seconds,
-    _flock,
-    _own_socket,
+    SERVER_MARK,
+    env_seconds,
+    flock,
     idle_timeout,
+    own_socket,
     read_state,
+    record_address,
     sidecar_paths,
 )
 from memsearch_fast.lite.process import (
-    _endpoint_open,
-    _is_ours,
-    _log_tail,
-    _pid_alive,
-    _pid_uid,
-    _terminate,
+    endpoint_open,
+    is_ours,
+    log_tail,
+    pid_alive,
+    pid_uid,
+    terminate,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def server_status(db_path: str) -> dict[str, Any] | None:
     """The live server record for ``db_path``, or None when no server is running."""
     db_path = str(Path(db_path).expanduser().resolve())
     st = read_state(db_path)
-    if st and st.get("status") == "ready" and _is_ours(st.get("pid"), db_path) and _endpoint_open(_address(st)):
+    if st and st.get("status") == "ready" and is_ours(st.get("pid"), db_path) and endpoint_open(record_address(st)):
         return st
     return None
 
@@ -57,7 +57,7 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
     reach its idle exit between being found and being connected to.
     """
     db_path = str(Path(db_path).expanduser().resolve())
-    start_timeout = start_timeout or _env_seconds(ENV_START, DEFAULT_START_TIMEOUT)
+    start_timeout = start_timeout or env_seconds(ENV_START, DEFAULT_START_TIMEOUT)
     try:
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         return _attach_locked(db_path, connect, start_timeout)
@@ -67,21 +67,22 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
 
 def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: float) -> _T:
     paths = sidecar_paths(db_path)
-    with _flock(paths["lock"], timeout=start_timeout + 30):
+    with flock(paths["lock"], timeout=start_timeout + 30):
         st = read_state(db_path)
-        if st and st.get("status") == "starting" and _is_ours(st.get("pid"), db_path):
+        if st and st.get("status") == "starting" and is_ours(st.get("pid"), db_path):
             st = _wait_ready(db_path, st["pid"], start_timeout)  # a spawner died mid-start
-        if st and st.get("status") == "ready" and _is_ours(st.get("pid"), db_path):
-            if _endpoint_open(_address(st)):
+        if st and st.get("status") == "ready" and is_ours(st.get("pid"), db_path):
+            if endpoint_open(record_address(st)):
                 try:
                     return connect(st["uri"])
                 except Exception as exc:  # noqa: BLE001 - decided below
-                    if _endpoint_open(_address(st)) and _pid_alive(st.get("pid")):
+                    if endpoint_open(record_address(st)) and pid_alive(st.get("pid")):
                         raise StoreUnavailableError(
-                            f"Milvus Lite server for {db_path} (pid {st['pid']}) refused the connection: {one_line(exc)}"
+                            f"Milvus Lite server for {db_path} (pid {st['pid']}) refused the connection: "
+                            f"{one_line(exc)}"
                         ) from None
             else:
-                uid = _pid_uid(st["pid"])
+                uid = pid_uid(st["pid"])
                 if uid is not None and uid != os.geteuid():
                     raise StoreUnavailableError(
                         f"the Milvus Lite server for {db_path} (pid {st['pid']}) runs as another user (uid {uid}); "
@@ -102,13 +103,13 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
 def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     """Stop what is left of a dead or hung server and forget it."""
     pid = st.get("pid")
-    if isinstance(pid, int) and _is_ours(pid, db_path):
-        _terminate(pid)
+    if isinstance(pid, int) and is_ours(pid, db_path):
+        terminate(pid)
     engine_pid = st.get("engine_pid")
-    if isinstance(engine_pid, int) and _is_ours(engine_pid, db_path, mark="milvus"):
-        _terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
-    sock = _own_socket(_address(st))
-    if sock is not None and not _pid_alive(pid):
+    if isinstance(engine_pid, int) and is_ours(engine_pid, db_path, mark="milvus"):
+        terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
+    sock = own_socket(record_address(st))
+    if sock is not None and not pid_alive(pid):
         with contextlib.suppress(OSError):
             os.unlink(sock)
     with contextlib.suppress(OSError):
@@ -122,7 +123,7 @@ def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env.pop(ENV_MODE, None)
-    cmd = [sys.executable, "-m", _SERVER_MARK, "serve", "--detach", "--idle-timeout", str(idle_timeout()), db_path]
+    cmd = [sys.executable, "-m", SERVER_MARK, "serve", "--detach", "--idle-timeout", str(idle_timeout()), db_path]
     try:  # keep the log bounded: start afresh once it passes 1 MB
         mode = "wb" if os.path.getsize(paths["log"]) > 1 << 20 else "ab"
     except OSError:
@@ -145,7 +146,7 @@ def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
         proc.wait()
         raise StoreUnavailableError(f"Milvus Lite server launcher for {db_path} hung") from None
     if rc != 0:
-        raise StoreUnavailableError(f"cannot start the Milvus Lite server for {db_path}: {_log_tail(db_path)}")
+        raise StoreUnavailableError(f"cannot start the Milvus Lite server for {db_path}: {log_tail(db_path)}")
     return _wait_ready(db_path, None, start_timeout)
 
 
@@ -163,14 +164,14 @@ def _wait_ready(db_path: str, pid: int | None, start_timeout: float) -> dict[str
                 with contextlib.suppress(OSError):
                     os.unlink(sidecar_paths(db_path)["state"])
                 raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {st.get('error')}")
-        if seen_pid is not None and not _pid_alive(seen_pid):
+        if seen_pid is not None and not pid_alive(seen_pid):
             raise StoreUnavailableError(
-                f"Milvus Lite server for {db_path} exited while starting: {_log_tail(db_path) or 'see the .server.log'}"
+                f"Milvus Lite server for {db_path} exited while starting: {log_tail(db_path) or 'see the .server.log'}"
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
     if seen_pid is not None:
-        _terminate(seen_pid)
+        terminate(seen_pid)
     raise StoreUnavailableError(f"Milvus Lite server for {db_path} did not start within {start_timeout:.0f}s")
 
 
@@ -182,8 +183,8 @@ def stop_server(db_path: str, timeout: float = 10.0) -> bool:
         return False
     pid = st.get("pid")
     running = False
-    if isinstance(pid, int) and _is_ours(pid, db_path):
+    if isinstance(pid, int) and is_ours(pid, db_path):
         running = True
-        _terminate(pid, grace=timeout)
+        terminate(pid, grace=timeout)
     _cleanup(db_path, st)
     return running

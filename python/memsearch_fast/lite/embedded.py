@@ -1,16 +1,66 @@
-"""Embedded mode: the Lite engine inside this process, shared by its stores."""
+"""Embedded mode: the Lite engine inside this process, shared by its clients.
+
+:func:`open_client` opens a database in this process and counts one user of
+it; :func:`release` stops the engine when the last user closes. The logging
+helpers keep the in-process engine's tracebacks off the terminal.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
-# Embedded Lite engines are per path and per process, shared by every store
-# (and pymilvus client) on that path: release one only when its last store closes.
-_EMBEDDED_REFS: dict[str, int] = {}
+from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+
+_T = TypeVar("_T")
+
+# Embedded Lite engines are per path and per process, shared by every client
+# on that path: release one only when its last user closes.
+_REFS: dict[str, int] = {}
 
 
-_EMBEDDED_LOCK = threading.Lock()
+_LOCK = threading.Lock()
+
+
+def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
+    """``make_client(db_path)``, opening the database in this process; counts one user."""
+    if not db_path.endswith(".db"):
+        raise StoreError(f"embedded Milvus Lite needs a path ending in .db, got {db_path}")
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    _quiet_grpc_server()
+    _quiet_lite_embedded()
+    try:
+        client = make_client(db_path)
+    except Exception as exc:  # noqa: BLE001 - any failure to open means the database is unavailable here
+        raise StoreUnavailableError(
+            f"cannot open Milvus Lite database {db_path}: {one_line(exc)} "
+            "(is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server)"
+        ) from None
+    with _LOCK:
+        _REFS[db_path] = _REFS.get(db_path, 0) + 1
+    return client
+
+
+def release(db_path: str) -> None:
+    """One user of ``db_path`` closed its client: stop the engine if it was the last.
+
+    Stopping it at once releases the database lock now rather than at
+    interpreter exit.
+    """
+    with _LOCK:
+        left = _REFS.get(db_path, 1) - 1
+        if left > 0:
+            _REFS[db_path] = left
+            return
+        _REFS.pop(db_path, None)
+    with contextlib.suppress(Exception):  # an engine already gone, or a milvus-lite without the manager
+        from milvus_lite.server_manager import server_manager_instance
+
+        server_manager_instance.release_server(db_path)
 
 
 def drop_unimplemented(record: logging.LogRecord) -> bool:

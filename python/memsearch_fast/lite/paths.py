@@ -38,7 +38,7 @@ DEFAULT_START_TIMEOUT = 120.0
 HOST = "127.0.0.1"
 
 
-_SERVER_MARK = "memsearch_fast.lite.server"
+SERVER_MARK = "memsearch_fast.lite.server"
 
 
 def lite_mode() -> str:
@@ -51,7 +51,7 @@ def lite_mode() -> str:
     return "server" if os.name == "posix" else "embedded"
 
 
-def _env_seconds(name: str, default: float) -> float:
+def env_seconds(name: str, default: float) -> float:
     try:
         value = float(os.environ.get(name, default))
     except ValueError:
@@ -60,7 +60,7 @@ def _env_seconds(name: str, default: float) -> float:
 
 
 def idle_timeout() -> float:
-    return _env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
+    return env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
 
 
 def _socket_dirs() -> list[Path]:
@@ -114,15 +114,15 @@ def socket_path(db_path: str, pid: int) -> str:
     raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
 
 
-def _socket_file(address: str | None) -> str | None:
+def socket_file(address: str | None) -> str | None:
     """The socket path of a ``unix:/path`` address; None for ``host:port``."""
     return address[len("unix:") :] if address and address.startswith("unix:") else None
 
 
-def _own_socket(address: str | None) -> str | None:
+def own_socket(address: str | None) -> str | None:
     """The path of ``address`` when it is a socket in one of our socket dirs
     (only those may be removed on a dead server's behalf)."""
-    sock = _socket_file(address)
+    sock = socket_file(address)
     if sock is None:
         return None
     path = Path(sock)
@@ -130,12 +130,12 @@ def _own_socket(address: str | None) -> str | None:
     return sock if ours else None
 
 
-def _uri(address: str) -> str:
+def address_uri(address: str) -> str:
     """pymilvus URI of a server address (``unix:/path`` or ``host:port``)."""
-    return address if _socket_file(address) else f"http://{address}"
+    return address if socket_file(address) else f"http://{address}"
 
 
-def _address(st: dict[str, Any]) -> str | None:
+def record_address(st: dict[str, Any]) -> str | None:
     """Where a recorded server listens (records of older versions name only a port)."""
     address = st.get("address")
     if isinstance(address, str):
@@ -168,7 +168,7 @@ def check_layout(db_path: str) -> None:
 
 
 @contextlib.contextmanager
-def _flock(path: str, timeout: float) -> Iterator[None]:
+def flock(path: str, timeout: float) -> Iterator[None]:
     """Exclusive advisory lock on ``path``, waiting at most ``timeout`` seconds."""
     import fcntl
 
@@ -204,7 +204,7 @@ def read_state(db_path: str) -> dict[str, Any] | None:
         return None
 
 
-def _write_state(db_path: str, data: dict[str, Any]) -> None:
+def write_state(db_path: str, data: dict[str, Any]) -> None:
     """Atomically replace the server record."""
     target = sidecar_paths(db_path)["state"]
     tmp = f"{target}.{os.getpid()}.tmp"
@@ -213,7 +213,7 @@ def _write_state(db_path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
-def _remove_state_if(db_path: str, pid: int) -> None:
+def remove_state_if(db_path: str, pid: int) -> None:
     st = read_state(db_path)
     if st is not None and st.get("pid") == pid:
         with contextlib.suppress(OSError):

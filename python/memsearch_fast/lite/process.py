@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from memsearch_fast.errors import one_line
-from memsearch_fast.lite.paths import _SERVER_MARK, _socket_file, sidecar_paths
+from memsearch_fast.lite.paths import SERVER_MARK, sidecar_paths, socket_file
 
 
-def _pid_alive(pid: Any) -> bool:
+def pid_alive(pid: Any) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -39,26 +39,28 @@ def _cmdline(pid: int) -> str | None:
     except OSError:
         pass
     try:
-        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=5, check=False
+        )
         return out.stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def _is_ours(pid: Any, db_path: str, mark: str = _SERVER_MARK) -> bool:
+def is_ours(pid: Any, db_path: str, mark: str = SERVER_MARK) -> bool:
     """Alive and running ``mark`` on ``db_path`` (guards against pid reuse)."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     cmd = _cmdline(pid)
     return cmd is None or (mark in cmd and db_path in cmd)
 
 
-def _endpoint_open(address: str | None, timeout: float = 1.0) -> bool:
+def endpoint_open(address: str | None, timeout: float = 1.0) -> bool:
     """Whether a server accepts connections at ``address`` (``unix:/path`` or ``host:port``)."""
     if not address:
         return False
     try:
-        sock = _socket_file(address)
+        sock = socket_file(address)
         if sock is not None:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(timeout)
@@ -71,22 +73,22 @@ def _endpoint_open(address: str | None, timeout: float = 1.0) -> bool:
         return False
 
 
-def _terminate(pid: int, grace: float = 5.0) -> None:
+def terminate(pid: int, grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after ``grace`` seconds."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while _pid_alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
-def _pid_uid(pid: Any) -> int | None:
+def pid_uid(pid: Any) -> int | None:
     """The user a process runs as (Linux), or None when unknown."""
     try:
         return os.stat(f"/proc/{int(pid)}").st_uid
@@ -94,7 +96,7 @@ def _pid_uid(pid: Any) -> int | None:
         return None
 
 
-def _log_tail(db_path: str) -> str:
+def log_tail(db_path: str) -> str:
     """Last meaningful line of the server log, for one-line error messages."""
     try:
         with open(sidecar_paths(db_path)["log"], "rb") as f:

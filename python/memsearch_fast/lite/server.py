@@ -22,24 +22,24 @@ from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
     ENV_MODE,
     HOST,
-    _remove_state_if,
-    _socket_file,
-    _uri,
-    _write_state,
+    address_uri,
     check_layout,
     idle_timeout,
+    remove_state_if,
     sidecar_paths,
+    socket_file,
     socket_path,
+    write_state,
 )
-from memsearch_fast.lite.process import _endpoint_open
+from memsearch_fast.lite.process import endpoint_open
 from memsearch_fast.lite.version import milvus_lite_major
 
 logger = logging.getLogger(__name__)
 
 
-def _count_connections(address: str) -> int | None:
+def count_connections(address: str) -> int | None:
     """Clients connected to ``address`` (Linux), or None when unknown."""
-    path = _socket_file(address)
+    path = socket_file(address)
     if path is not None:
         try:  # accepted connections carry the listening socket's path; state 03 is connected
             with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
@@ -164,7 +164,7 @@ class _Lite3Engine(_Engine):
                 self.db.close()
             from milvus_lite.adapter.grpc.server import start_server_in_thread
 
-            if _socket_file(listen):
+            if socket_file(listen):
                 raise StoreUnavailableError(
                     f"this milvus-lite {milvus_lite_major()}.x cannot be served on a unix socket; "
                     f"set {ENV_MODE}=embedded"
@@ -178,7 +178,7 @@ class _Lite3Engine(_Engine):
         except RuntimeError as exc:
             self.db.close()
             raise StoreUnavailableError(f"cannot listen on {listen}: {one_line(exc)}") from None
-        self.address = listen if _socket_file(listen) else f"{listen.rpartition(':')[0]}:{bound}"
+        self.address = listen if socket_file(listen) else f"{listen.rpartition(':')[0]}:{bound}"
         self.server.start()
 
     def _stop(self) -> None:
@@ -188,8 +188,8 @@ class _Lite3Engine(_Engine):
 
 
 def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
-    class _Guard(grpc.ServerInterceptor):
-        def intercept_service(self, continuation, details):  # noqa: ANN001, ANN202
+    class _Guard(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped (Any)
+        def intercept_service(self, continuation: Any, details: Any) -> Any:
             activity.touch()
             handler = continuation(details)
             method = details.method.rsplit("/", 1)[-1]
@@ -197,7 +197,7 @@ def _make_interceptor(grpc: Any, activity: _Activity) -> Any:
                 return handler
             inner = handler.unary_unary
 
-            def guarded(request, context):  # noqa: ANN001, ANN202
+            def guarded(request: Any, context: Any) -> Any:
                 with activity.write_lock:
                     try:
                         return inner(request, context)
@@ -248,7 +248,7 @@ class _Lite2Engine(_Engine):
             )
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _endpoint_open(address, timeout=0.2):
+                if endpoint_open(address, timeout=0.2):
                     self.address = address
                     self.engine_pid = self.proc.pid
                     return
@@ -289,7 +289,7 @@ def _die_with_parent() -> None:
 
 
 def _unlink_socket(address: str) -> None:
-    sock = _socket_file(address)
+    sock = socket_file(address)
     if sock is not None:
         with contextlib.suppress(OSError):
             os.unlink(sock)
@@ -326,8 +326,8 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         ready_r, ready_w = os.pipe()
         if os.fork() != 0:
             os.close(ready_w)
-            started = os.read(ready_r, 1) == b"1"  # b"" if the server died first
-            os._exit(0 if started else 1)
+            launched = os.read(ready_r, 1) == b"1"  # b"" if the server died first
+            os._exit(0 if launched else 1)
         os.close(ready_r)
     pid = os.getpid()
     stop = threading.Event()
@@ -337,7 +337,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     logging.getLogger("grpc._server").addFilter(drop_unimplemented)
     warnings.filterwarnings("ignore", category=UserWarning, module="jieba")
-    _write_state(db_path, {"pid": pid, "status": "starting", "db": db_path})
+    write_state(db_path, {"pid": pid, "status": "starting", "db": db_path})
     if ready_w is not None:
         os.write(ready_w, b"1")
         os.close(ready_w)
@@ -354,19 +354,19 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             _Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else _Lite2Engine(db_path, listen)
         )
     except Exception as exc:  # noqa: BLE001 - reported through the record
-        _write_state(db_path, {"pid": pid, "status": "error", "error": one_line(exc)})
+        write_state(db_path, {"pid": pid, "status": "error", "error": one_line(exc)})
         logger.error("cannot open %s: %s", db_path, one_line(exc))
         return 1
     import importlib.metadata
 
-    _write_state(
+    write_state(
         db_path,
         {
             "pid": pid,
             "status": "ready",
             "db": db_path,
             "address": engine.address,
-            "uri": _uri(engine.address),
+            "uri": address_uri(engine.address),
             "engine": f"milvus-lite {importlib.metadata.version('milvus-lite')}",
             "engine_pid": engine.engine_pid,
             "started": time.time(),
@@ -378,7 +378,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     started = time.monotonic()
     last_client = started
     poll = max(0.05, min(1.0, idle / 4))
-    sock = _socket_file(engine.address)
+    sock = socket_file(engine.address)
     sock_id = _inode(sock) if sock else None
     try:
         while not stop.wait(poll):
@@ -390,7 +390,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
                 logger.warning("socket %s of %s was removed; exiting", sock, db_path)
                 break
             now = time.monotonic()
-            conns = _count_connections(engine.address)
+            conns = count_connections(engine.address)
             if conns:
                 last_client = now
             if conns is None and not activity.known:
@@ -400,7 +400,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             if _idle_exit(db_path, pid, engine, activity, idle):
                 break
     finally:
-        _remove_state_if(db_path, pid)
+        remove_state_if(db_path, pid)
         engine.stop()
     return 0
 
@@ -425,9 +425,9 @@ def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idl
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # someone is attaching right now
-        if _count_connections(engine.address) or time.monotonic() - activity.last < idle:
+        if count_connections(engine.address) or time.monotonic() - activity.last < idle:
             return False
-        _remove_state_if(db_path, pid)
+        remove_state_if(db_path, pid)
         engine.stop()
         return True
     finally:
@@ -444,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--idle-timeout", type=float, default=None)
     p_serve.add_argument("--detach", action="store_true")
     p_serve.add_argument(
-        "--port", type=int, default=None, help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket"
+        "--port",
+        type=int,
+        default=None,
+        help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket",
     )
     p_status = sub.add_parser("status", help="show the server owning a database")
     p_status.add_argument("db")

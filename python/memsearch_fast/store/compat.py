@@ -11,7 +11,7 @@ def is_local_uri(uri: str) -> bool:
     return not uri.startswith(("http://", "https://", "tcp://", "unix:", "grpc://"))
 
 
-def _quiet_pymilvus() -> None:
+def quiet_pymilvus() -> None:
     """Stop pymilvus printing tracebacks for errors the store reports itself.
 
     Only applies while the logger is at pymilvus's own default level, so an
@@ -22,7 +22,7 @@ def _quiet_pymilvus() -> None:
         log.setLevel(logging.CRITICAL)
 
 
-def _skip_client_varchar_check() -> None:
+def skip_client_varchar_check() -> None:
     """Turn off pymilvus's client-side VARCHAR length check on row inserts.
 
     In pymilvus 3.0 the row path runs that check over every *character* of
@@ -40,7 +40,7 @@ def _skip_client_varchar_check() -> None:
         entity_helper.CHECK_STR_ARRAY = False
 
 
-def _own_connection_kwargs() -> dict[str, Any]:
+def own_connection_kwargs() -> dict[str, Any]:
     """MilvusClient arguments giving this store a connection of its own.
 
     pymilvus shares one connection per URI between clients: in 3.x it stays
@@ -59,7 +59,17 @@ def _own_connection_kwargs() -> dict[str, Any]:
     return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
 
 
-def _is_unavailable(exc: BaseException) -> bool:
+# Message fragments of connection failures that carry no usable error code.
+_UNAVAILABLE_TEXTS = (
+    "fail connecting",
+    "server unavailable",
+    "failed to connect",
+    "connection refused",
+    "closed client",
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` means Milvus could not be reached (as opposed to a bad request)."""
     seen: set[int] = set()
     e: BaseException | None = exc
@@ -76,10 +86,7 @@ def _is_unavailable(exc: BaseException) -> bool:
             except Exception:  # noqa: BLE001 - a broken error object must not mask the real one
                 pass
         text = str(getattr(e, "message", "") or e).lower()
-        if any(
-            s in text
-            for s in ("fail connecting", "server unavailable", "failed to connect", "connection refused", "closed client")
-        ):
+        if any(s in text for s in _UNAVAILABLE_TEXTS):
             return True
         e = e.__cause__ or e.__context__
     return False

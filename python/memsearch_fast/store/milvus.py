@@ -5,56 +5,53 @@ and a BM25 sparse vector (computed by Milvus from ``content``) for keyword
 search. The schema matches memsearch 0.4.23 field for field, so an index built
 by either tool is searchable by the other.
 
-``uri`` picks the backend: a local path is a Milvus Lite database (shared
-between processes through :mod:`memsearch_fast.lite`), ``http(s)://``
-is a Milvus server or Zilliz Cloud. pymilvus is imported lazily so that
-importing this module stays cheap for the CLI and hooks.
+``uri`` picks the backend: a local path is a Milvus Lite database, whose
+client comes from :func:`memsearch_fast.lite.connect` (shared between
+processes through a per-database server, or embedded; the store does not
+need to know which), ``http(s)://`` is a Milvus server or Zilliz Cloud.
+pymilvus is imported lazily so that importing this module stays cheap for the
+CLI and hooks. Filter escaping lives in :mod:`.filters`, row limits and
+splitting in :mod:`.rows`, pymilvus workarounds and error classification in
+:mod:`.compat`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from memsearch_fast.config import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import (
     DimensionMismatchError,
     StoreError,
     StoreUnavailableError,
     one_line,
 )
-from memsearch_fast.lite.embedded import (
-    _EMBEDDED_LOCK,
-    _EMBEDDED_REFS,
-    _quiet_grpc_server,
-    _quiet_lite_embedded,
-)
 from memsearch_fast.store.compat import (
-    _is_unavailable,
-    _own_connection_kwargs,
-    _quiet_pymilvus,
-    _skip_client_varchar_check,
     is_local_uri,
+    is_unavailable,
+    own_connection_kwargs,
+    quiet_pymilvus,
+    skip_client_varchar_check,
 )
 from memsearch_fast.store.filters import prefix_filter, quote_filter_value
 from memsearch_fast.store.rows import (
     MAX_CONTENT_BYTES,
     MAX_HEADING_BYTES,
     MAX_SOURCE_BYTES,
-    _utf8_cut,
     split_long_rows,
+    utf8_cut,
 )
 
+if TYPE_CHECKING:
+    from memsearch_fast.lite import LiteConnection
+
 logger = logging.getLogger(__name__)
-
-
-DEFAULT_URI = "~/.memsearch/milvus.db"
-
-
-DEFAULT_COLLECTION = "memsearch_chunks"
 
 
 RRF_K = 60
@@ -108,7 +105,7 @@ class MilvusStore:
 
     def __init__(
         self,
-        uri: str = DEFAULT_URI,
+        uri: str = DEFAULT_MILVUS_URI,
         *,
         token: str | None = None,
         collection: str = DEFAULT_COLLECTION,
@@ -123,8 +120,9 @@ class MilvusStore:
         self.content_max_bytes = MAX_CONTENT_BYTES
         self._token = token
         self._client: Any = None
+        self._conn: LiteConnection | None = None  # a local database's connection
         self._exists = False
-        self._managed = False  # connected through the per-database Lite server
+        self._shared = False  # served by the per-database Lite server: re-attach if it dies
         # Deletes, flush and drop run one at a time; upserts may overlap
         # (the upsert stage keeps a few in flight, see upsert.py).
         self._write_lock = threading.RLock()
@@ -147,47 +145,40 @@ class MilvusStore:
     # -- connection ---------------------------------------------------------------------
 
     def _connect(self) -> None:
-        """Open the client: through the shared Lite server, embedded, or remote."""
-        from pymilvus import MilvusClient
+        """Open the client: a Milvus server, or a local database through :func:`memsearch_fast.lite.connect`."""
+        import pymilvus  # noqa: F401 - loaded here (about 1 s), never while the Lite broker's lock is held
 
-        _quiet_pymilvus()
-        _quiet_grpc_server()
-        _skip_client_varchar_check()
+        quiet_pymilvus()
+        skip_client_varchar_check()
         if not self._local:
-            kwargs: dict[str, Any] = {"uri": self.uri, "timeout": 10, **_own_connection_kwargs()}
-            if self._token:
-                kwargs["token"] = self._token
             try:
-                self._client = MilvusClient(**kwargs)
-            except Exception as exc:
+                self._client = self._new_client(self.uri, self._token)
+            except Exception as exc:  # noqa: BLE001 - every pymilvus failure is translated to a StoreError
                 raise self._translate(exc, "connect") from None
             return
 
-        from memsearch_fast.lite import broker, paths
+        from memsearch_fast import lite
 
         assert self._path is not None
-        paths.check_layout(self._path)
-        if paths.lite_mode() == "embedded":
-            if not self._path.endswith(".db"):
-                raise StoreError(f"embedded Milvus Lite needs a path ending in .db, got {self._path}")
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            _quiet_lite_embedded()
-            try:
-                self._client = MilvusClient(uri=self._path, **_own_connection_kwargs())
-            except Exception as exc:
-                raise StoreUnavailableError(
-                    f"cannot open Milvus Lite database {self._path}: {one_line(exc)} "
-                    "(is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server)"
-                ) from None
-            with _EMBEDDED_LOCK:
-                _EMBEDDED_REFS[self._path] = _EMBEDDED_REFS.get(self._path, 0) + 1
-            return
+        self._conn = lite.connect(self._path, self._new_client)
+        self._client = self._conn.client
+        self._shared = self._conn.shared
 
-        def connect(server_uri: str) -> Any:
-            return MilvusClient(uri=server_uri, timeout=10, **_own_connection_kwargs())
+    @staticmethod
+    def _new_client(uri: str, token: str | None = None) -> Any:
+        """A client with a connection of its own to ``uri``.
 
-        self._client = broker.attach(self._path, connect)
-        self._managed = True
+        A server (remote, or a database's Lite server) gets a 10 s connect
+        timeout; a database path is opened in this process with pymilvus's own.
+        """
+        from pymilvus import MilvusClient
+
+        kwargs: dict[str, Any] = {"uri": uri, **own_connection_kwargs()}
+        if not is_local_uri(uri):
+            kwargs["timeout"] = 10
+        if token:
+            kwargs["token"] = token
+        return MilvusClient(**kwargs)
 
     def _reconnect(self) -> None:
         """Re-attach after the shared server went away (idle exit, crash, kill)."""
@@ -198,28 +189,12 @@ class MilvusStore:
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
-        if client is None:
-            return
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001 - closing a dead connection is not an error
-            pass
-        if self._local and not self._managed and self._path is not None:
-            # Embedded Lite: stop the in-process engine once its last store in
-            # this process closes, so the database lock is released now rather
-            # than at interpreter exit.
-            with _EMBEDDED_LOCK:
-                left = _EMBEDDED_REFS.get(self._path, 1) - 1
-                if left > 0:
-                    _EMBEDDED_REFS[self._path] = left
-                    return
-                _EMBEDDED_REFS.pop(self._path, None)
-            try:
-                from milvus_lite.server_manager import server_manager_instance
-
-                server_manager_instance.release_server(self._path)
-            except Exception:  # noqa: BLE001
-                pass
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # also stops an embedded engine once its last store closes
+        elif client is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection is not an error
+                client.close()
 
     def _call(self, op: str, fn: Callable[[Any], _T], *, retry: bool = True) -> _T:
         """Run ``fn(client)``, translating errors; re-attach once if the Lite server died."""
@@ -235,9 +210,9 @@ class MilvusStore:
             return fn(client)
         except StoreError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - translated to a StoreError, raised below
             err = self._translate(exc, op)
-        if retry and self._managed:
+        if retry and self._shared:
             with self._conn_lock:
                 # Calls in flight on other threads fail together: the first
                 # re-attaches, the others (whatever their error, e.g. "closed
@@ -253,7 +228,7 @@ class MilvusStore:
     def _translate(self, exc: BaseException, op: str) -> StoreError:
         """Map a pymilvus/grpc error to a one-line StoreError."""
         msg = one_line(getattr(exc, "message", None) or exc)
-        if _is_unavailable(exc):
+        if is_unavailable(exc):
             return StoreUnavailableError(f"Milvus at {self._display} is unreachable during {op}: {msg}")
         code = getattr(exc, "code", None)
         low = msg.lower()
@@ -379,12 +354,11 @@ class MilvusStore:
                     f"collection '{self.collection}' does not exist at {self._display}; "
                     "open the store with the embedding dimension to create it"
                 )
-            with self._conn_lock:  # upserts may arrive from several threads
-                if self._exists:
-                    return
-                if self._client is None:
-                    self._connect()
-                self._open_collection()
+            with self._conn_lock:  # upserts may arrive from several threads: the first one opens it
+                if not self._exists:
+                    if self._client is None:
+                        self._connect()
+                    self._open_collection()
 
     # -- filters --------------------------------------------------------------------------
 
@@ -419,10 +393,8 @@ class MilvusStore:
                     return
                 yield page
         finally:
-            try:
+            with contextlib.suppress(Exception):  # an iterator whose connection died
                 it.close()
-            except Exception:  # noqa: BLE001
-                pass
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -468,7 +440,7 @@ class MilvusStore:
             raise StoreError(f"source path longer than {MAX_SOURCE_BYTES} bytes: {source[:80]}…")
         heading = out.get("heading") or ""
         if len(heading.encode("utf-8")) > MAX_HEADING_BYTES:
-            heading = heading[: _utf8_cut(heading, MAX_HEADING_BYTES)]
+            heading = heading[: utf8_cut(heading, MAX_HEADING_BYTES)]
         out["heading"] = heading
         out["source"] = source
         for key in ("heading_level", "start_line", "end_line"):

@@ -18,7 +18,7 @@ MAX_SOURCE_BYTES = 1024
 MAX_HEADING_BYTES = 1024
 
 
-def _utf8_cut(text: str, max_bytes: int) -> int:
+def utf8_cut(text: str, max_bytes: int) -> int:
     """Length in characters of the longest prefix of ``text`` within ``max_bytes``."""
     raw = text.encode("utf-8")[:max_bytes]
     return len(raw.decode("utf-8", errors="ignore"))
@@ -34,23 +34,22 @@ def _split_text(text: str, max_bytes: int) -> list[tuple[str, int]]:
     buf: list[str] = []
     buf_bytes = 0
     buf_line = 0
-    line_no = 0
-    for line in text.splitlines(keepends=True):
+    for line_no, line in enumerate(text.splitlines(keepends=True)):
         size = len(line.encode("utf-8"))
         if buf and buf_bytes + size > max_bytes:
             parts.append(("".join(buf), buf_line))
             buf, buf_bytes = [], 0
         if not buf:
             buf_line = line_no
+        rest = line
         while size > max_bytes:
-            cut = _utf8_cut(line, max_bytes)
-            parts.append((line[:cut], line_no))
-            line = line[cut:]
-            size = len(line.encode("utf-8"))
-        if line:
-            buf.append(line)
+            cut = utf8_cut(rest, max_bytes)
+            parts.append((rest[:cut], line_no))
+            rest = rest[cut:]
+            size = len(rest.encode("utf-8"))
+        if rest:
+            buf.append(rest)
             buf_bytes += size
-        line_no += 1
     if buf:
         parts.append(("".join(buf), buf_line))
     return parts
