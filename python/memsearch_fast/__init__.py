@@ -23,7 +23,18 @@ _LAZY = {
     "MemSearch": "memsearch_fast.core",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = [
+    "Chunk",
+    "FileChunks",
+    "MemSearch",
+    "ScannedFile",
+    "__version__",
+    "chunk_files",
+    "chunk_markdown",
+    "clean_content_for_embedding",
+    "compute_chunk_id",
+    "scan_paths",
+]
 
 if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch

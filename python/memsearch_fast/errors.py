@@ -15,10 +15,23 @@ class StoreUnavailableError(StoreError):
     """Milvus could not be reached or opened (server down, database held)."""
 
 
-def one_line(text: object, limit: int = 300) -> str:
-    """Collapse an error text to a single bounded line."""
+def one_line(text: object, limit: int | None = 300) -> str:
+    """Collapse an error text to a single line, bounded to *limit* characters."""
     s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    return s if limit is None or len(s) <= limit else s[: limit - 1] + "…"
+
+
+def describe(exc: BaseException) -> str:
+    """The one line a user sees for *exc*.
+
+    Our errors, ValueError and OSError carry user-facing messages already;
+    anything else is prefixed with its type, which is then the useful part.
+    """
+    text = one_line(exc, limit=None)
+    own = type(exc).__module__.startswith("memsearch_fast")
+    if isinstance(exc, (ValueError, OSError)) or own:
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class EmbeddingError(RuntimeError):

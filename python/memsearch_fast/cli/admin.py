@@ -4,73 +4,56 @@ from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import _fail, _guard, _stdin_is_tty, app
-from memsearch_fast.cli.options import (
-    Collection,
-    DefaultCollection,
-    JsonOutput,
-    MilvusToken,
-    MilvusUri,
-    _memsearch,
-    _missing_collection,
-    _settings,
-)
+from memsearch_fast.cli.app import app, fail, guard, stdin_is_tty
+from memsearch_fast.cli.options import MILVUS, Flags, JsonOutput, memsearch, missing_collection, settings, uses
 
 
 @app.command()
-@_guard
-def stats(
-    collection: Collection = None,
-    default_collection: DefaultCollection = None,
-    milvus_uri: MilvusUri = None,
-    milvus_token: MilvusToken = None,
-    json_output: JsonOutput = False,
-) -> None:
+@guard
+@uses(MILVUS)
+def stats(opts: Flags, json_output: JsonOutput = False) -> None:
     """Show statistics about the index."""
     from memsearch_fast.cli import display
 
-    cfg = _settings(default_collection, collection=collection, milvus_uri=milvus_uri, milvus_token=milvus_token)
-    store = _memsearch(cfg)._read_store()
+    cfg = settings(opts)
+    ms = memsearch(cfg)
     try:
-        if not store.exists:
-            _fail(_missing_collection(cfg))
-        info = {
-            "chunks": store.count(),
-            "files": store.count_sources(),
-            "dimension": store.dimension,
-            "collection": cfg["milvus"]["collection"],
-            "uri": cfg["milvus"]["uri"],
-            "provider": cfg["embedding"]["provider"],
-            "model": cfg["embedding"]["model"],
-        }
+        counts = ms.stats()
     finally:
-        store.close()
+        ms.close()
+    if counts is None:
+        fail(missing_collection(cfg))
+    info = {
+        **counts,
+        "collection": cfg["milvus"]["collection"],
+        "uri": cfg["milvus"]["uri"],
+        "provider": cfg["embedding"]["provider"],
+        "model": cfg["embedding"]["model"],
+    }
     typer.echo(display.to_json(info) if json_output else display.format_stats(info))
 
 
 @app.command()
-@_guard
+@guard
+@uses(MILVUS)
 def reset(
-    collection: Collection = None,
-    default_collection: DefaultCollection = None,
-    milvus_uri: MilvusUri = None,
-    milvus_token: MilvusToken = None,
+    opts: Flags,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm the action without prompting.")] = False,
 ) -> None:
     """Drop all indexed data."""
-    cfg = _settings(default_collection, collection=collection, milvus_uri=milvus_uri, milvus_token=milvus_token)
+    cfg = settings(opts)
     name = cfg["milvus"]["collection"]
     if not yes:
-        if not _stdin_is_tty():
-            _fail(f"refusing to drop collection '{name}' without confirmation; pass --yes")
+        if not stdin_is_tty():
+            fail(f"refusing to drop collection '{name}' without confirmation; pass --yes")
         if not typer.confirm(f"This will delete all indexed data in collection '{name}'. Continue?"):
-            _fail("aborted; nothing was dropped")
-    store = _memsearch(cfg)._read_store()
+            fail("aborted; nothing was dropped")
+    ms = memsearch(cfg)
     try:
-        if not store.exists:
-            typer.echo(f"Collection '{name}' does not exist; nothing to drop.")
-            return
-        store.drop()
+        dropped = ms.drop()
     finally:
-        store.close()
+        ms.close()
+    if not dropped:
+        typer.echo(f"Collection '{name}' does not exist; nothing to drop.")
+        return
     typer.echo(f"Dropped collection '{name}'.")

@@ -1,85 +1,100 @@
 """The ``memsearch`` command line.
 
 Commands and flags follow memsearch 0.4.23 so scripts and agent plugins
-written for it keep working. This module only parses arguments, resolves
-configuration and prints; the work happens in :mod:`memsearch_fast.core`.
+written for it keep working. This module holds the application, the error
+guard and the entry point; the command modules beside it only parse
+arguments, resolve configuration and print; the work happens in
+:mod:`memsearch_fast.core`.
 Heavy modules (the Rust core, onnxruntime, pymilvus, numpy, rich) are imported
 inside the commands that need them, so ``memsearch --help`` and agent hooks
 start fast. Every error is reported as one line on stderr with a non-zero exit
 status; set ``MEMSEARCH_DEBUG=1`` to get the traceback instead.
 """
 
+import contextlib
 import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, NoReturn, Optional, TypeVar
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
 from memsearch_fast import __version__
+from memsearch_fast.errors import describe
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-
-#: Exit status for commands this version does not provide yet, and usage errors.
+#: Exit status for usage errors (and commands this version does not provide yet).
 EXIT_USAGE = 2
-
-
 EXIT_INTERRUPTED = 130
-
-
 INTERRUPTED_MESSAGE = "interrupted; what was written is kept, rerun to finish"
 
 
-app = typer.Typer(
+class Command(TyperCommand):
+    """A command whose usage line reads as the reference's (``QUERY``, ``PATHS...``).
+
+    In plain help (a pipe) arguments appear only in the usage line, as in
+    memsearch 0.4.23; rich help lists them in their own panel.
+    """
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                optional = not param.required
+                name = f"{name}..." if param.nargs != 1 else name
+                pieces.append(f"[{name}]" if optional else name)
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        rows = [
+            row
+            for param in self.get_params(ctx)
+            if param.param_type_name == "option" and (row := param.get_help_record(ctx)) is not None
+        ]
+        if rows:
+            with formatter.section("Options"):
+                formatter.write_dl(rows)
+
+
+class Typer(typer.Typer):
+    """Typer whose commands are :class:`Command` unless told otherwise."""
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Callable[[_F], _F]:
+        decorate: Callable[[_F], _F] = super().command(*args, cls=cls or Command, **kwargs)
+        return decorate
+
+
+app = Typer(
     name="memsearch",
     help="memsearch — semantic memory search for markdown knowledge bases.",
-    add_completion=False,
     no_args_is_help=True,
-    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-
-
-config_app = typer.Typer(help="Manage memsearch configuration.", no_args_is_help=True, rich_markup_mode=None)
-
-
-model_app = typer.Typer(help="Manage local embedding models.", no_args_is_help=True, rich_markup_mode=None)
-
-
-skills_app = typer.Typer(
+config_app = Typer(help="Manage memsearch configuration.", no_args_is_help=True)
+model_app = Typer(help="Manage local embedding models.", no_args_is_help=True)
+skills_app = Typer(
     help="Distill, capture, list, and install candidate skills from memory (procedural memory).",
     no_args_is_help=True,
-    rich_markup_mode=None,
+    hidden=True,  # listed once its commands work
 )
-
-
 app.add_typer(config_app, name="config")
-
-
 app.add_typer(model_app, name="model")
-
-
 app.add_typer(skills_app, name="skills")
 
+_APPS = (app, config_app, model_app, skills_app)
 
-def _err(line: str) -> None:
+
+def err(line: str) -> None:
     typer.echo(line, err=True)
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
-    _err(f"Error: {message}")
+def fail(message: str, code: int = 1) -> NoReturn:
+    err(f"Error: {message}")
     raise typer.Exit(code)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    own = type(exc).__module__.startswith("memsearch_fast")
-    if isinstance(exc, (ValueError, OSError)) or own:
-        # Our exceptions carry one-line, user-facing messages already.
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _is_cli_signal(exc: BaseException) -> bool:
@@ -87,7 +102,7 @@ def _is_cli_signal(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("typer", "click")
 
 
-def _guard(func: _F) -> _F:
+def guard(func: _F) -> _F:
     """Turn any error into one line on stderr and Ctrl-C into exit 130."""
 
     @functools.wraps(func)
@@ -97,7 +112,7 @@ def _guard(func: _F) -> _F:
         except KeyboardInterrupt:
             if os.environ.get("MEMSEARCH_DEBUG"):
                 raise
-            _err(INTERRUPTED_MESSAGE)
+            err(INTERRUPTED_MESSAGE)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             # The reader went away (`memsearch search … | head`): stop quietly.
@@ -106,16 +121,16 @@ def _guard(func: _F) -> _F:
         except Exception as exc:
             if _is_cli_signal(exc) or os.environ.get("MEMSEARCH_DEBUG"):
                 raise
-            _fail(_one_line(exc))
+            fail(describe(exc))
 
     return wrapper  # type: ignore[return-value]
 
 
-def _not_available(command: str) -> NoReturn:
-    _fail(f"'memsearch {command}' is not available in memsearch-fast {__version__} yet", EXIT_USAGE)
+def not_available(command: str) -> NoReturn:
+    fail(f"'memsearch {command}' is not available in memsearch-fast {__version__} yet", EXIT_USAGE)
 
 
-def _run(coro: Any) -> Any:
+def run(coro: Any) -> Any:
     """Run a coroutine, on uvloop when it is installed (the `uvloop` extra)."""
     try:
         import uvloop
@@ -126,9 +141,16 @@ def _run(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-def _stdin_is_tty() -> bool:
+def stdin_is_tty() -> bool:
     try:
         return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout is not None and sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
 
@@ -152,24 +174,33 @@ def _root(
 def _utf8_streams() -> None:
     """Paths and notes are often non-ASCII; never fail on a narrow terminal encoding."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.reconfigure(encoding="utf-8", errors="replace")  # type: ignore[union-attr]
-        except (AttributeError, OSError, ValueError):
-            pass
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def _help_style() -> None:
+    """Rich help panels on a terminal, plain text in a pipe (and no rich import there).
+
+    Colour follows rich's own rules: none when ``NO_COLOR`` is set.
+    """
+    mode: Literal["rich"] | None = "rich" if _stdout_is_tty() and os.environ.get("TERM") != "dumb" else None
+    for sub in _APPS:
+        sub.rich_markup_mode = mode
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point; errors that escape a command still end in one line."""
     _utf8_streams()
+    _help_style()
     try:
         app(args=list(argv) if argv is not None else None, prog_name="memsearch")
     except KeyboardInterrupt:
         if os.environ.get("MEMSEARCH_DEBUG"):
             raise
-        _err(INTERRUPTED_MESSAGE)
+        err(INTERRUPTED_MESSAGE)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if os.environ.get("MEMSEARCH_DEBUG"):
             raise
-        _err(f"Error: {_one_line(exc)}")
+        err(f"Error: {describe(exc)}")
         sys.exit(1)

@@ -1,19 +1,19 @@
 """`config get/set/list/init`."""
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import (
     EXIT_USAGE,
-    _err,
-    _fail,
-    _guard,
-    _stdin_is_tty,
     config_app,
+    err,
+    fail,
+    guard,
+    stdin_is_tty,
 )
-from memsearch_fast.cli.options import JsonOutput, _text
+from memsearch_fast.cli.options import JsonOutput, text
 
 
 def _show_value(value: Any) -> str:
@@ -27,21 +27,21 @@ def _show_value(value: Any) -> str:
 
 
 @config_app.command("get", short_help="Get a resolved config value (e.g. memsearch config get milvus.uri).")
-@_guard
+@guard
 def config_get(
     key: Annotated[str, typer.Argument(metavar="KEY", show_default=False)],
     default_collection: Annotated[
-        Optional[str],
-        _text("--default-collection", help="Fallback collection name; explicit config takes precedence."),
+        str | None,
+        text("--default-collection", help="Fallback collection name; explicit config takes precedence."),
     ] = None,
 ) -> None:
     """Get a resolved config value (e.g. memsearch config get milvus.uri)."""
-    cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=_err)
+    cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
     typer.echo(_show_value(cfgmod.get_value(cfgmod.for_display(cfg), key)))
 
 
 @config_app.command("set", short_help="Set a config value (e.g. memsearch config set milvus.uri http://host:19530).")
-@_guard
+@guard
 def config_set(
     key: Annotated[str, typer.Argument(metavar="KEY", show_default=False)],
     value: Annotated[str, typer.Argument(metavar="VALUE", show_default=False)],
@@ -54,15 +54,15 @@ def config_set(
 
 
 @config_app.command("list")
-@_guard
+@guard
 def config_list(
     resolved: Annotated[bool, typer.Option("--resolved", help="Show fully resolved config (default).")] = False,
     global_: Annotated[bool, typer.Option("--global", help="Show global config file only.")] = False,
     project: Annotated[bool, typer.Option("--project", help="Show project config file only.")] = False,
     json_output: JsonOutput = False,
     default_collection: Annotated[
-        Optional[str],
-        _text(
+        str | None,
+        text(
             "--default-collection",
             help="Fallback collection for resolved output; explicit config takes precedence.",
         ),
@@ -72,7 +72,7 @@ def config_list(
     from memsearch_fast.cli import display
 
     if resolved + global_ + project > 1:
-        _fail("choose one of --resolved, --global, --project", EXIT_USAGE)
+        fail("choose one of --resolved, --global, --project", EXIT_USAGE)
     if global_:
         path = cfgmod.global_config_path()
         data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Global ({path})"
@@ -80,7 +80,7 @@ def config_list(
         path = cfgmod.project_config_path()
         data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Project ({path})"
     else:
-        cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=_err)
+        cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
         data, label = cfgmod.for_display(cfg), "Resolved (all sources merged)"
     if json_output:
         import json
@@ -91,7 +91,7 @@ def config_list(
 
 
 @config_app.command("init")
-@_guard
+@guard
 def config_init(
     project: Annotated[
         bool, typer.Option("--project", help="Write allowlisted local indexing keys to .memsearch.toml.")
@@ -107,7 +107,7 @@ def config_init(
     existing = cfgmod.load_file(target)
     # The wizard edits the target file: its own values over the defaults.
     current = cfgmod.deep_merge(cfgmod.defaults(), existing)
-    ask = _stdin_is_tty()
+    ask = stdin_is_tty()
     keys = sorted(cfgmod.PROJECT_ALLOWED) if project else [k for k in cfgmod.SCHEMA if k != "reranker.model"]
     flat_existing = cfgmod.flatten(existing)
     typer.echo(f"Writing {'project' if project else 'global'} configuration to {target}")

@@ -1,87 +1,66 @@
 """`search`, `expand` and `transcript`: the three layers of recall."""
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import _err, _fail, _guard, _not_available, _run, app
+from memsearch_fast.cli.app import app, err, fail, guard, not_available, run
 from memsearch_fast.cli.options import (
-    ApiKey,
-    BaseUrl,
-    BatchSize,
-    Collection,
-    DefaultCollection,
+    EMBEDDING,
+    MILVUS,
+    SPLICED,
+    Flags,
     JsonOutput,
-    MilvusToken,
-    MilvusUri,
-    Model,
-    Provider,
-    _collection_exists,
-    _int,
-    _memsearch,
-    _missing_collection,
-    _settings,
-    _text,
+    integer,
+    memsearch,
+    missing_collection,
+    settings,
+    text,
+    uses,
 )
 
 
 @app.command()
-@_guard
+@guard
+@uses(MILVUS, EMBEDDING)
 def search(
-    query: Annotated[str, typer.Argument(metavar="QUERY", show_default=False)],
-    top_k: Annotated[int, _int("--top-k", "-k", min=1, help="Number of results.")] = 5,
+    query: Annotated[str, typer.Argument(show_default=False, help="What to look for, in words.")],
+    top_k: Annotated[int, integer("--top-k", "-k", min=1, help="Number of results.")] = 5,
     source_prefix: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--source-prefix", metavar="PATH", help="Only search chunks whose source path starts with this prefix."
         ),
     ] = None,
-    milvus_token: MilvusToken = None,
-    milvus_uri: MilvusUri = None,
-    default_collection: DefaultCollection = None,
-    collection: Collection = None,
-    api_key: ApiKey = None,
-    base_url: BaseUrl = None,
-    batch_size: BatchSize = None,
-    model: Model = None,
-    provider: Provider = None,
+    opts: Flags = SPLICED,
     reranker_model: Annotated[
-        Optional[str],
-        _text("--reranker-model", help="Cross-encoder model for reranking (empty string disables)."),
+        str | None,
+        text("--reranker-model", help="Cross-encoder model for reranking (empty string disables)."),
     ] = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Search indexed memory for QUERY."""
     from memsearch_fast.cli import display
 
-    cfg = _settings(
-        default_collection,
-        provider=provider,
-        model=model,
-        batch_size=batch_size,
-        base_url=base_url,
-        api_key=api_key,
-        collection=collection,
-        milvus_uri=milvus_uri,
-        milvus_token=milvus_token,
-        reranker_model=reranker_model,
-    )
+    cfg = settings(opts, reranker_model=reranker_model)
     if reranker_model:
-        _err("warning: reranking is not supported by this version; --reranker-model is ignored")
-    ms = _memsearch(cfg)
+        err("warning: reranking is not supported by this version; --reranker-model is ignored")
+    ms = memsearch(cfg)
     try:
-        if not _collection_exists(ms):
-            _fail(_missing_collection(cfg))
-        results = _run(ms.search(query, top_k=top_k, source_prefix=source_prefix))
+        # Checked before loading a model: a search must not create an empty collection.
+        if not ms.collection_exists():
+            fail(missing_collection(cfg))
+        results = run(ms.search(query, top_k=top_k, source_prefix=source_prefix))
     finally:
         ms.close()
     typer.echo(display.to_json(results) if json_output else display.format_search(results))
 
 
 @app.command()
-@_guard
+@guard
+@uses(MILVUS, EMBEDDING)
 def expand(
-    chunk_hash: Annotated[str, typer.Argument(metavar="CHUNK_HASH", show_default=False)],
+    chunk_hash: Annotated[str, typer.Argument(show_default=False, help="A chunk_hash from search results.")],
     section: Annotated[
         bool,
         typer.Option(
@@ -89,18 +68,10 @@ def expand(
         ),
     ] = True,
     lines: Annotated[
-        Optional[int], _int("--lines", "-n", min=0, help="Show N lines before/after instead of full section.")
+        int | None, integer("--lines", "-n", min=0, help="Show N lines before/after instead of full section.")
     ] = None,
     json_output: JsonOutput = False,
-    milvus_token: MilvusToken = None,
-    milvus_uri: MilvusUri = None,
-    default_collection: DefaultCollection = None,
-    collection: Collection = None,
-    api_key: ApiKey = None,
-    base_url: BaseUrl = None,
-    batch_size: BatchSize = None,
-    model: Model = None,
-    provider: Provider = None,
+    opts: Flags = SPLICED,
 ) -> None:
     """Expand a memory chunk to show full context.
 
@@ -113,41 +84,31 @@ def expand(
     """
     from memsearch_fast.cli import display
 
-    cfg = _settings(
-        default_collection,
-        provider=provider,
-        model=model,
-        batch_size=batch_size,
-        base_url=base_url,
-        api_key=api_key,
-        collection=collection,
-        milvus_uri=milvus_uri,
-        milvus_token=milvus_token,
-    )
-    ms = _memsearch(cfg)
+    cfg = settings(opts)
+    ms = memsearch(cfg)
     try:
         result = ms.expand(chunk_hash, section=section, lines=lines)
         if result is None:
-            if not _collection_exists(ms):
-                _fail(_missing_collection(cfg))
-            _fail(f"chunk not found: {chunk_hash}")
+            if not ms.collection_exists():
+                fail(missing_collection(cfg))
+            fail(f"chunk not found: {chunk_hash}")
     finally:
         ms.close()
     warning = result.pop("warning", None)
     if warning:
-        _err(f"warning: {warning}")
+        err(f"warning: {warning}")
     typer.echo(display.to_json(result) if json_output else display.format_expand(result))
 
 
-@app.command()
-@_guard
+@app.command(hidden=True)  # listed once it works
+@guard
 def transcript(
-    path: Annotated[str, typer.Argument(metavar="PATH", show_default=False)],
+    path: Annotated[str, typer.Argument(show_default=False, help="Session transcript (JSONL).")],
     turn: Annotated[
-        Optional[str],
-        _text("--turn", "-t", help="Target turn/session id (prefix match); shows surrounding context."),
+        str | None,
+        text("--turn", "-t", help="Target turn/session id (prefix match); shows surrounding context."),
     ] = None,
-    context: Annotated[int, _int("--context", "-c", help="Turns of context to show before/after --turn.")] = 3,
+    context: Annotated[int, integer("--context", "-c", help="Turns of context to show before/after --turn.")] = 3,
     json_output: JsonOutput = False,
 ) -> None:
     """Show original conversation turns, with tool calls, from a session transcript.
@@ -156,4 +117,4 @@ def transcript(
     transcript path from a journal anchor to recover the exact commands,
     flags, and paths the journal summary drops.
     """
-    _not_available("transcript")
+    not_available("transcript")
