@@ -26,7 +26,10 @@ PER_SOURCE = 20
 def _rows() -> list[tuple[str, str]]:
     # As the store yields them: a fresh id and source string per row, ids in our format.
     return [
-        (hashlib.sha256(str(i).encode()).hexdigest()[:16], "".join(f"notes/d{i // PER_SOURCE % 100}/f{i // PER_SOURCE}.md"))
+        (
+            hashlib.sha256(str(i).encode()).hexdigest()[:16],
+            "".join(f"notes/d{i // PER_SOURCE % 100}/f{i // PER_SOURCE}.md"),
+        )
         for i in range(IDS)
     ]
 

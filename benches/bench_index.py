@@ -26,7 +26,9 @@ import pytest
 from benches.corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_DIR = Path(os.environ.get("MEMSEARCH_TEST_MODEL_DIR", ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"))
+MODEL_DIR = Path(
+    os.environ.get("MEMSEARCH_TEST_MODEL_DIR", ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx")
+)
 SMALL_MB = int(os.environ.get("MEMSEARCH_BENCH_SMALL_MB", "20"))
 LARGE_MB = int(os.environ.get("MEMSEARCH_BENCH_LARGE_MB", "100"))
 MODEL_MB = float(os.environ.get("MEMSEARCH_BENCH_MODEL_MB", "1"))
@@ -56,7 +58,9 @@ class ZeroCost:
         pass
 """
 
-OURS = ZERO_COST + """
+OURS = (
+    ZERO_COST
+    + """
 import asyncio, json, resource, sys, time
 from memsearch_fast.pipeline import run_index
 from memsearch_fast.pipeline.scan import scan_paths
@@ -81,6 +85,7 @@ print(json.dumps({"wall": wall, "open": open_s, "noop": noop, "chunks": report.c
                   "rows": rows, "again_embedded": again.embedded,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 
 FLOOR = """
 import asyncio, json, sys, time
@@ -102,7 +107,9 @@ asyncio.run(run())
 print(json.dumps({"floor": time.perf_counter() - t0, "texts": len(texts)}))
 """
 
-REFERENCE = ZERO_COST + """
+REFERENCE = (
+    ZERO_COST
+    + """
 import asyncio, json, resource, sys, time
 from importlib.metadata import version
 import memsearch.core as core
@@ -117,6 +124,7 @@ ms.close()
 print(json.dumps({"wall": wall, "chunks": n, "engine": version("milvus-lite"),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 
 
 # One run may take hours: the reference's 50 MB end-to-end run alone is ~1.5-2 h on 2 cores.
@@ -238,7 +246,9 @@ async def main():
         t = time.perf_counter(); await ms.search(queries[0]); first = time.perf_counter() - t
         times = []
         for i in range(70):
-            t = time.perf_counter(); await ms.search(queries[i % len(queries)], top_k=5); times.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await ms.search(queries[i % len(queries)], top_k=5)
+            times.append(time.perf_counter() - t)
         return first, times
 first, times = asyncio.run(main())
 times.sort()
@@ -253,7 +263,8 @@ def test_end_to_end_against_reference(benchmark, corpora, tmp_path: Path) -> Non
     ours = run_script(OURS, str(root), str(tmp_path / "ours.db"), "model", str(MODEL_DIR))
     ref = benchmark.pedantic(
         lambda: run_script(REFERENCE_E2E, str(root), str(tmp_path / "ref.db"), str(MODEL_DIR), python=REF_PYTHON),
-        rounds=1, iterations=1
+        rounds=1,
+        iterations=1,
     )
     RESULTS["e2e"] = {"ours": ours, "reference": ref}
     benchmark.extra_info.update(ours=ours, reference=ref)

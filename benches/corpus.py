@@ -54,7 +54,7 @@ def daily_log(rng: random.Random, day: date, cjk_ratio: float = 0.1) -> str:
     for _ in range(rng.randint(3, 12)):
         hh, mm = rng.randint(0, 23), rng.randint(0, 59)
         parts.append(f"## Session {hh:02d}:{mm:02d}")
-        sid = "%08x" % rng.getrandbits(32)
+        sid = f"{rng.getrandbits(32):08x}"
         parts.append(f"<!-- session:{sid} turn:{rng.randint(1, 40)} transcript:~/.claude/projects/p/{sid}.jsonl -->")
         for _ in range(rng.randint(1, 4)):
             if rng.random() < 0.3:

@@ -24,8 +24,25 @@ FENCE = re.compile(r"^ {0,3}(```|~~~)", re.MULTILINE)
 # sentence punctuation, CJK, emoji, ellipses.
 SPECIAL = list(" \t\x0b\x0c\r\x1c\x1d\x1e\x1f\x85\xa0\u3000\u2028\u2029.!?;…。！？；#-*>`~<!->")
 WORDS = [
-    "memory", "index", "Milvus", "user@example.com", "v1.2.3", "path/to/file.py", "http://foo.bar",
-    "数据库", "迁移完成", "テスト", "검색", "🚀", "👩‍💻", "e.g.", "Dr.", "end.", "why?", "yes!", "a;b",
+    "memory",
+    "index",
+    "Milvus",
+    "user@example.com",
+    "v1.2.3",
+    "path/to/file.py",
+    "http://foo.bar",
+    "数据库",
+    "迁移完成",
+    "テスト",
+    "검색",
+    "🚀",
+    "👩‍💻",
+    "e.g.",
+    "Dr.",
+    "end.",
+    "why?",
+    "yes!",
+    "a;b",
 ]
 
 
@@ -36,7 +53,7 @@ def _texts() -> st.SearchStrategy[str]:
         st.sampled_from(SPECIAL),
     )
     plain = st.lists(word, max_size=40).map(" ".join)
-    long_line = st.lists(st.sampled_from(WORDS + ["sentence.", "。", "…", "……"]), min_size=50, max_size=400).map(
+    long_line = st.lists(st.sampled_from([*WORDS, "sentence.", "。", "…", "……"]), min_size=50, max_size=400).map(
         lambda ws: "".join(w + (" " if i % 3 else "") for i, w in enumerate(ws))
     )
     heading = st.tuples(st.integers(1, 7), st.sampled_from(["", " ", "  ", "\t"]), plain).map(
@@ -59,9 +76,9 @@ def assert_same(text: str, *, max_chunk_size: int, overlap_lines: int, source: s
     actual = ms.chunk_markdown(text, source, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines)
     assert _as_tuples(actual) == _as_tuples(expected)
     for c in actual:
-        assert ms.compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m") == ref_chunker.compute_chunk_id(
+        assert ms.compute_chunk_id(
             c.source, c.start_line, c.end_line, c.content_hash, "m"
-        )
+        ) == ref_chunker.compute_chunk_id(c.source, c.start_line, c.end_line, c.content_hash, "m")
     assert ms.clean_content_for_embedding(text) == ref_chunker.clean_content_for_embedding(text)
 
 
@@ -99,7 +116,9 @@ def test_chunk_id_matches_reference(source: str, start: int, end: int, model: st
 
     h = content_hash(content)
     assert h == ref_chunker.Chunk(content, "", "", 0, 1, 1).content_hash
-    assert ms.compute_chunk_id(source, start, end, h, model) == ref_chunker.compute_chunk_id(source, start, end, h, model)
+    assert ms.compute_chunk_id(source, start, end, h, model) == ref_chunker.compute_chunk_id(
+        source, start, end, h, model
+    )
 
 
 def _realistic_files(sample_dir):

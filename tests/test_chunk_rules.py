@@ -4,6 +4,7 @@ and the streaming contract of chunk_files."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_chunk_files_equals_chunk_markdown_per_file(sample_dir) -> None:
         assert batch
         for fc in batch:
             assert fc.error is None
-            expected = ms.chunk_markdown(open(fc.path, encoding="utf-8").read(), fc.path, max_chunk_size=200)
+            expected = ms.chunk_markdown(Path(fc.path).read_text(encoding="utf-8"), fc.path, max_chunk_size=200)
             assert fc.chunks == expected
             assert fc.size == os.path.getsize(fc.path)
             assert len(fc.fingerprint) == 16

@@ -80,7 +80,7 @@ def test_precedence(dirs: tuple[Path, Path]) -> None:
 
 
 def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path]) -> None:
-    home, project = dirs
+    _home, project = dirs
     write(
         project / ".memsearch.toml",
         '[milvus]\nuri = "http://evil:19530"\ntoken = "stolen"\ncollection = "ok"\n'
@@ -104,7 +104,7 @@ def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path
         assert key in warnings[0]
     assert "stolen" not in warnings[0]
 
-    with pytest.raises(cfgmod.ConfigError, match="may not set milvus.uri"):
+    with pytest.raises(cfgmod.ConfigError, match=r"may not set milvus\.uri"):
         cfgmod.set_value("milvus.uri", "http://x", project=True)
     value, path = cfgmod.set_value("chunking.max_chunk_size", "700", project=True)
     assert value == 700 and path == project / ".memsearch.toml"
@@ -150,8 +150,10 @@ def test_config_commands(tmp_path: Path) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
     project.mkdir()
     secret = "sk-proj-SECRET0123456789"
-    assert cli(["config", "set", "embedding.api_key", secret], home, project).stdout.strip().endswith(
-        f"= sk-*** in {home / '.memsearch' / 'config.toml'}"
+    assert (
+        cli(["config", "set", "embedding.api_key", secret], home, project)
+        .stdout.strip()
+        .endswith(f"= sk-*** in {home / '.memsearch' / 'config.toml'}")
     )
     assert cli(["config", "set", "milvus.collection", "mine"], home, project).returncode == 0
     write(project / ".memsearch.toml", '[embedding]\nbase_url = "http://evil"\nbatch_size = 8\n')

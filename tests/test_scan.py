@@ -52,7 +52,15 @@ def tree(tmp_path: Path) -> Path:
 
 def test_walks_recursively_and_sorts_by_path_components(tree: Path) -> None:
     files = same_as_reference([tree])
-    assert names(files, tree) == ["B.MD", "a.md", "build/out.md", "c.markdown", "sub/d.md", "sub/deeper/e.md", "sub-file.md"]
+    assert names(files, tree) == [
+        "B.MD",
+        "a.md",
+        "build/out.md",
+        "c.markdown",
+        "sub/d.md",
+        "sub/deeper/e.md",
+        "sub-file.md",
+    ]
     assert all(os.path.isabs(f.path) for f in files)
 
 
@@ -158,7 +166,7 @@ def test_tilde_is_expanded(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_scanned_file_is_pathlike(tree: Path) -> None:
     (f,) = ms.scan_paths([tree / "a.md"])
-    assert open(f).read().startswith("# T")
+    assert Path(f).read_text().startswith("# T")
     assert f == ms.ScannedFile(f.path, f.mtime, f.size)
 
 

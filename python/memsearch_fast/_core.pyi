@@ -4,18 +4,18 @@ import os
 from typing import final
 
 __all__ = [
-    "__version__",
-    "ScannedFile",
     "Chunk",
-    "FileChunks",
     "ChunkStream",
-    "scan_paths",
-    "chunk_markdown",
+    "FileChunks",
+    "ScannedFile",
+    "__version__",
     "chunk_files",
+    "chunk_markdown",
+    "clean_content_for_embedding",
     "compute_chunk_id",
     "content_hash",
-    "clean_content_for_embedding",
     "heading_levels",
+    "scan_paths",
 ]
 
 __version__: str

@@ -1,0 +1,109 @@
+"""The package's shape: no import circle, nothing imports the CLI, every module imports alone."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "python" / "memsearch_fast"
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = ["memsearch_fast", *path.relative_to(PKG).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """Every node below *node*, leaving out ``if TYPE_CHECKING:`` blocks."""
+    out: list[ast.AST] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        out.append(child)
+        out.extend(_walk(child))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """memsearch_fast modules imported by *path*, at module level or lazily inside a function."""
+    found: set[str] = set()
+    for node in _walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n in MODULES)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Imports (lazy ones too: a lazy import back is still a circle), plus the
+    packages every import passes through."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for dep in _imports(path):
+            parts = dep.split(".")
+            deps.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+        deps.discard(name)
+        # A package's own submodules run after it: importing them is not a cycle back.
+        graph[name] = {d for d in deps if d in MODULES and not name.startswith(d + ".")}
+    return graph
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycle = [*stack[stack.index(dep):], dep]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_nothing_outside_the_cli_imports_it() -> None:
+    for name, path in MODULES.items():
+        if name.startswith("memsearch_fast.cli") or name == "memsearch_fast.__main__":
+            continue
+        cli = {d for d in _imports(path) if d.startswith("memsearch_fast.cli")}
+        assert not cli, f"{name} imports {sorted(cli)}"
+
+
+def test_every_module_imports_alone() -> None:
+    """In a fresh interpreter each: an order-dependent circle would fail here."""
+    names = [n for n in MODULES if not n.endswith("__main__")]
+    code = (
+        "import importlib, subprocess, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
+        "    if r.returncode: failed.append(name + ': ' + (r.stderr.strip().splitlines() or ['?'])[-1])\n"
+        "print('\\n'.join(failed))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", out.stdout
