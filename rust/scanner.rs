@@ -381,17 +381,21 @@ mod tests {
         dir
     }
 
+    fn error_pairs(outcome: ScanOutcome) -> Vec<(PathBuf, String)> {
+        outcome
+            .errors
+            .into_iter()
+            .map(ScanError::into_parts)
+            .collect()
+    }
+
     #[test]
     fn a_missing_root_is_a_path_and_reason_pair() {
         let dir = temp_dir("missing");
         let missing = dir.join("nope.md");
         let outcome = scan(std::slice::from_ref(&missing), &options(&[]));
         assert!(outcome.files.is_empty());
-        let errors: Vec<_> = outcome
-            .errors
-            .into_iter()
-            .map(ScanError::into_parts)
-            .collect();
+        let errors = error_pairs(outcome);
         assert_eq!(
             errors,
             vec![(missing.clone(), "No such file or directory".to_string())]
@@ -412,11 +416,7 @@ mod tests {
         let outcome = scan(std::slice::from_ref(&dir), &options(&[]));
         let root = fs::canonicalize(&dir).unwrap();
         assert_eq!(outcome.files.len(), 1);
-        let errors: Vec<_> = outcome
-            .errors
-            .into_iter()
-            .map(ScanError::into_parts)
-            .collect();
+        let errors = error_pairs(outcome);
         assert_eq!(
             errors,
             vec![(root.join("pipe.md"), "not a regular file".to_string())]
