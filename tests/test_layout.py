@@ -73,7 +73,7 @@ def test_no_import_circle() -> None:
         stack.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                cycle = [*stack[stack.index(dep):], dep]
+                cycle = [*stack[stack.index(dep) :], dep]
                 raise AssertionError("import circle: " + " -> ".join(cycle))
             if dep not in state:
                 visit(dep)
