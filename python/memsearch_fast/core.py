@@ -212,6 +212,28 @@ class MemSearch:
             return None
         return expand_chunk(row, section=section, lines=lines)
 
+    def watch(self, *, debounce_ms: int = config.DEFAULT_DEBOUNCE_MS, stop: asyncio.Event | None = None) -> Any:
+        """Index the paths now and after every burst of file changes.
+
+        An async iterator of :class:`memsearch_fast.watch.run.WatchEvent`
+        (one per index run, error, or stop); set ``stop`` (or cancel the
+        iteration) to end it after the run in hand is written and flushed.
+        """
+        from memsearch_fast.store.compat import is_local_uri
+        from memsearch_fast.watch.run import watch
+
+        uri = self._store_args["uri"]
+        database = str(Path(uri).expanduser().resolve()) if is_local_uri(uri) else None
+        return watch(self, debounce_ms=debounce_ms, stop=stop, database=database)
+
+    @property
+    def uri(self) -> str:
+        return str(self._store_args["uri"])
+
+    @property
+    def collection(self) -> str:
+        return str(self._store_args["collection"])
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

@@ -97,6 +97,11 @@ def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
 
 
+def to_json_line(data: Any) -> str:
+    """One compact JSON document on one line (event streams)."""
+    return json.dumps(data, ensure_ascii=False, default=_json_default, separators=(",", ":"))
+
+
 # -- text forms ---------------------------------------------------------------------------
 
 

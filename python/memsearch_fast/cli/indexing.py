@@ -1,11 +1,12 @@
 """`index` and `watch`: keep the index in step with the markdown files."""
 
 import os
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, not_available, run
+from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
     FILES,
@@ -65,15 +66,120 @@ def index(
         raise typer.Exit(1)
 
 
-@app.command(hidden=True)  # listed once it works
+@app.command()
 @guard
 @uses(MILVUS, EMBEDDING, FILES)
 def watch(
     paths: Paths,
     opts: Flags,
-    debounce_ms: Annotated[int | None, integer("--debounce-ms", help="Debounce delay in ms.")] = None,
+    debounce_ms: Annotated[
+        int | None, integer("--debounce-ms", min=0, help="Debounce delay in ms (quiet time before a re-index).")
+    ] = None,
     max_chunk_size: MaxChunkSize = None,
     description: Description = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No event lines (errors still go to stderr).")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json-output", "-j", help="One JSON line per event on stdout, for tools.")
+    ] = False,
 ) -> None:
-    """Watch PATHS for markdown changes and auto-index."""
-    not_available("watch")
+    """Watch PATHS for markdown changes and auto-index.
+
+    Indexes PATHS now, then again after every burst of changes; a second
+    watcher of the same paths and collection exits at once. SIGINT or
+    SIGTERM finish the run in hand, flush, and exit 0.
+    """
+    import signal
+    import threading
+
+    from memsearch_fast.watch.lock import WatchLock, lock_base
+
+    # A signal before the event loop runs must stop it too, not kill the process.
+    early_stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: early_stop.set())
+    for p in paths:
+        if not os.path.exists(os.path.expanduser(p)):
+            fail(f"path does not exist: {p}", EXIT_USAGE)
+    cfg = settings(opts, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
+    ms = memsearch(cfg, paths, {**opts, "description": description})
+    roots = [str(Path(p).expanduser().resolve()) for p in paths]
+    lock = WatchLock(lock_base(ms.uri, ms.collection, roots))
+    out = _Events(quiet=quiet, json_lines=json_output)
+    try:
+        if not lock.acquire(roots):
+            holder = lock.holder()
+            who = f"pid {holder.pid}" if holder.pid else "another process"
+            out.event(
+                f"memsearch watch is already running for these paths on collection '{ms.collection}' ({who}); "
+                "nothing to do",
+                {"event": "already_running", "pid": holder.pid, "roots": holder.roots or roots},
+            )
+            return
+        out.event(
+            f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}); Ctrl-C to stop",
+            {"event": "watching", "pid": os.getpid(), "roots": roots},
+        )
+        run(_watch(ms, cfg["watch"]["debounce_ms"], out, early_stop))
+    finally:
+        lock.release()
+        ms.close()
+
+
+class _Events:
+    """Event lines on stderr (none with --quiet), or JSON lines on stdout with -j.
+
+    Errors always reach stderr as one line.
+    """
+
+    def __init__(self, *, quiet: bool, json_lines: bool) -> None:
+        self.quiet = quiet
+        self.json_lines = json_lines
+
+    def event(self, line: str, data: dict[str, Any]) -> None:
+        if self.json_lines:
+            from memsearch_fast.cli import display
+
+            typer.echo(display.to_json_line(data))
+        elif not self.quiet:
+            err(line)
+
+    def error(self, line: str, data: dict[str, Any]) -> None:
+        err(line)
+        if self.json_lines:
+            self.event(line, data)
+
+
+async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> None:
+    import asyncio
+    import signal
+
+    from memsearch_fast.cli import display
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if early_stop.is_set():
+        stop.set()
+    async for event in ms.watch(debounce_ms=debounce_ms, stop=stop):
+        if event.kind == "indexed":
+            report = event.report
+            out.event(_report_line(report), {"event": "indexed", **display.index_report_dict(report)})
+            for line in display.format_failures(report):
+                err(line)
+        elif event.kind == "error":
+            out.error(
+                f"error: {event.error}; retrying in {event.retry_in:.0f} s",
+                {"event": "error", "error": event.error, "retry_in": event.retry_in},
+            )
+        else:
+            reason = event.error or "stopped"
+            out.event(f"Stopped watching: {reason}", {"event": "stopped", "reason": reason})
+
+
+def _report_line(report: Any) -> str:
+    return (
+        f"indexed: {report.changed} changed of {report.files} files, {report.embedded} chunks embedded, "
+        f"{report.reused} reused, {report.deleted} deleted, {report.sources_removed} files removed "
+        f"({report.seconds:.2f} s)"
+    )

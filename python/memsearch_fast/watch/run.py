@@ -1,0 +1,147 @@
+"""The watch loop: file events → debounced, coalesced re-index runs.
+
+Events only say *that* something changed. Each run is an ordinary index run
+over the roots (the same scanner rules, the same pipeline, the same
+per-database server), so create, modify, delete, rename and moves between
+roots, directories created or removed, and edits to ignore files all end in
+the index a fresh ``memsearch index`` would build; files that did not change
+cost a stat and nothing else once the manifest is in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
+
+if TYPE_CHECKING:
+    from memsearch_fast.core import MemSearch
+    from memsearch_fast.pipeline import IndexReport
+
+#: Longest wait for events before the loop checks that its roots and database still exist.
+CHECK_INTERVAL_MS = 2000
+#: Backoff after a failed run (seconds): doubled per failure up to the cap.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 60.0
+
+
+@dataclass
+class WatchEvent:
+    """What one turn of the loop did: an index run, a failed run, or the reason it stopped."""
+
+    kind: str  # "indexed", "error", "stopped"
+    report: IndexReport | None = None
+    error: str = ""
+    changes: int = 0  # file events behind this run
+    retry_in: float = 0.0
+
+
+def _relevant(extensions: Sequence[str], ignore_files: Sequence[str]) -> Callable[[Any, str], bool]:
+    """A cheap pre-filter: which raw events may change the index.
+
+    It only decides whether a run is worth starting; what is indexed is
+    decided by the scanner's own rules in that run. A path without a
+    markdown suffix may be a directory (created, removed or renamed), so it
+    passes unless it lies in a hidden directory the scan never enters.
+    """
+    exts = tuple(e.lower() for e in extensions)
+    names = frozenset(ignore_files)
+
+    def accept(_change: Any, path: str) -> bool:
+        name = os.path.basename(path)
+        if name in names:
+            return True
+        if any(part.startswith(".") for part in Path(path).parts[1:]):
+            return False
+        return name.lower().endswith(exts) or "." not in name
+
+    return accept
+
+
+def _roots_alive(roots: Sequence[str]) -> bool:
+    return any(os.path.exists(r) for r in roots)
+
+
+async def watch(
+    ms: MemSearch,
+    *,
+    debounce_ms: int = DEFAULT_DEBOUNCE_MS,
+    stop: asyncio.Event | None = None,
+    extensions: Sequence[str] = (".md", ".markdown"),
+    database: str | None = None,
+) -> AsyncIterator[WatchEvent]:
+    """Index ``ms.paths`` now, then again after every burst of changes.
+
+    A burst ends when no event arrived for ``debounce_ms``. Yields one
+    :class:`WatchEvent` per run. Ends when ``stop`` is set (after the run in
+    hand is written and flushed), when every root is gone, or when the local
+    database file ``database`` is gone. A failed run (unreadable store,
+    transient error) is reported and retried with backoff; it never ends the
+    loop.
+    """
+    from watchfiles import awatch
+
+    stop = stop or asyncio.Event()
+    roots = [str(Path(p).expanduser().resolve()) for p in ms.paths]
+    step = max(1, int(debounce_ms))
+    accept = _relevant(extensions, ms.ignore_files)
+    delay = 0.0
+    pending = 1  # the initial run
+
+    while not stop.is_set():
+        if pending:
+            try:
+                report = await ms.index_with_report()
+            except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
+                from memsearch_fast.errors import describe
+
+                delay = min(RETRY_MAX_S, delay * 2 if delay else RETRY_FIRST_S)
+                yield WatchEvent("error", error=describe(exc), changes=pending, retry_in=delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                continue
+            delay = 0.0
+            yield WatchEvent("indexed", report=report, changes=pending)
+            pending = 0
+        if not _roots_alive(roots):
+            yield WatchEvent("stopped", error="every watched path is gone")
+            return
+        if database is not None and not os.path.exists(database):
+            yield WatchEvent("stopped", error=f"the database {database} is gone")
+            return
+        watched = [r for r in roots if os.path.exists(r)]
+        try:
+            async for changes in awatch(
+                *watched,
+                watch_filter=accept,
+                debounce=max(step * 4, 10_000),  # a continuous storm still gets indexed
+                step=step,
+                stop_event=stop,
+                rust_timeout=CHECK_INTERVAL_MS,
+                yield_on_timeout=True,
+                ignore_permission_denied=True,
+            ):
+                if changes:
+                    pending = len(changes)
+                    break
+                if not _roots_alive(roots) or (database is not None and not os.path.exists(database)):
+                    break
+                if sorted(r for r in roots if os.path.exists(r)) != sorted(watched):
+                    pending = 1  # a root came back or vanished: watch the new set
+                    break
+        except (FileNotFoundError, RuntimeError) as exc:
+            # The notify backend gives up when a watched root disappears.
+            if _roots_alive(roots):
+                from memsearch_fast.errors import describe
+
+                yield WatchEvent("error", error=describe(exc), retry_in=RETRY_FIRST_S)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=RETRY_FIRST_S)
+            pending = 1
+    yield WatchEvent("stopped", error="")

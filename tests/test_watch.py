@@ -1,0 +1,223 @@
+"""`memsearch watch` as a real subprocess on real files: events, singleton, signals, exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsearch_fast.store import MilvusStore
+
+DEBOUNCE_MS = "200"
+
+
+class Watcher:
+    """A `memsearch watch -j` subprocess whose JSON event lines are read on a thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memsearch_fast.cli", "watch", *args, "-j", "--debounce-ms", DEBOUNCE_MS],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        self.stderr.extend(self.proc.stderr)
+
+    def next(self, kind: str, timeout: float = 90.0) -> dict[str, Any]:
+        """The next event of ``kind`` (earlier events of other kinds are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {kind!r} event within {timeout} s; stderr: {''.join(self.stderr)[-2000:]}")
+            try:
+                event = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if event["event"] == kind:
+                return event
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def env(tmp_path: Path, model_dir: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
+    e.pop("MEMSEARCH_LITE_MODE", None)
+    return e
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    path = tmp_path / "m.db"
+    yield path
+    from memsearch_fast.lite import broker
+
+    broker.stop_server(str(path))
+
+
+def common(db: Path, model_dir: Path) -> list[str]:
+    return ["--milvus-uri", str(db), "-m", str(model_dir)]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def stored(db: Path) -> dict[str, set[str]]:
+    """Chunk ids per source, read through the shared server beside the watcher."""
+    store = MilvusStore(str(db))
+    try:
+        out: dict[str, set[str]] = {}
+        for chunk_id, source in store.iter_ids_by_source():
+            out.setdefault(source, set()).add(chunk_id)
+        return out
+    finally:
+        store.close()
+
+
+def clean_index(
+    root: Path, tmp_path: Path, model_dir: Path, env: dict[str, str], extra: list[str]
+) -> dict[str, set[str]]:
+    """What a fresh `memsearch index` of the same tree stores."""
+    fresh = tmp_path / "fresh.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", "index", str(root), "-q", *common(fresh, model_dir), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    try:
+        return stored(fresh)
+    finally:
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(fresh))
+
+
+def test_watch_follows_edits_renames_and_deletes(
+    tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
+) -> None:
+    root = tmp_path / "notes"
+    write(root / "a.md", "# Alpha\nThe alpha note mentions cats.\n")
+    write(root / "sub" / "b.md", "# Beta\nThe beta note mentions dogs.\n")
+    w = Watcher([str(root), *common(db, model_dir), "--exclude", "drafts/"], env)
+    try:
+        assert w.next("watching")["pid"] == w.proc.pid
+        first = w.next("indexed")
+        assert first["files"] == 2 and first["embedded"] == 2
+
+        write(root / "c.md", "# Gamma\nA new note about parrots.\n")
+        assert w.next("indexed")["changed"] == 1
+
+        with (root / "a.md").open("a", encoding="utf-8") as f:  # a burst of appends: runs coalesce
+            for i in range(5):
+                f.write(f"\n## Entry {i}\nmore text {i}\n")
+                f.flush()
+                time.sleep(0.02)
+        assert w.next("indexed")["changed"] == 1
+
+        (root / "sub").rename(root / "moved")  # a directory rename
+        moved = w.next("indexed")
+        assert moved["sources_removed"] == 1
+
+        write(root / ".hidden.md", "# Hidden\nnever indexed\n")
+        write(root / "drafts" / "d.md", "# Draft\nexcluded\n")
+        (root / "c.md").unlink()
+        deleted = w.next("indexed")
+        assert deleted["sources_removed"] >= 1
+
+        have = stored(db)
+        assert sorted(Path(s).relative_to(root).as_posix() for s in have) == ["a.md", "moved/b.md"]
+        assert have == clean_index(root, tmp_path, model_dir, env, ["--exclude", "drafts/"])
+    finally:
+        assert w.stop() == 0
+    assert w.next("stopped")["reason"] == "stopped"
+
+
+def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path) -> None:
+    root = tmp_path / "notes"
+    write(root / "a.md", "# Alpha\ncats\n")
+    first = Watcher([str(root), *common(db, model_dir)], env)
+    try:
+        first.next("indexed")
+        second = Watcher([str(root), *common(db, model_dir)], env)
+        busy = second.next("already_running")
+        assert busy["pid"] == first.proc.pid
+        assert second.proc.wait(timeout=60) == 0
+
+        # A killed holder leaves no lock behind: the next watcher takes over.
+        first.proc.kill()
+        first.proc.wait(timeout=30)
+        third = Watcher([str(root), *common(db, model_dir)], env)
+        try:
+            assert third.next("watching")["pid"] == third.proc.pid
+            third.next("indexed")
+        finally:
+            assert third.stop(signal.SIGINT) == 0
+    finally:
+        first.stop()
+
+
+def test_watcher_exits_when_its_roots_are_deleted(
+    tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
+) -> None:
+    root = tmp_path / "worktree" / "memory"
+    write(root / "2026-11-23.md", "# Today\nsomething happened\n")
+    w = Watcher([str(root), *common(db, model_dir)], env)
+    w.next("indexed")
+    shutil.rmtree(tmp_path / "worktree")
+    assert "gone" in w.next("stopped", timeout=60)["reason"]
+    assert w.proc.wait(timeout=60) == 0
+
+
+def test_start_stop_cycles_leave_no_watcher_behind(
+    tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
+) -> None:
+    root = tmp_path / "notes"
+    write(root / "a.md", "# Alpha\ncats\n")
+    pids = []
+    for i in range(6):
+        w = Watcher([str(root), *common(db, model_dir)], env)
+        pids.append(w.proc.pid)
+        if i % 2:
+            w.next("watching")  # stop it while it may still be indexing
+        else:
+            w.next("indexed")
+        assert w.stop(signal.SIGTERM if i % 3 else signal.SIGINT) == 0
+    time.sleep(0.5)
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert alive == []
