@@ -111,6 +111,27 @@ def test_large_calls_are_processed_in_windows(fp32: OnnxEmbedding, monkeypatch: 
     assert np.allclose(fp32.embed_sync(texts), whole, atol=1e-5)
 
 
+def test_long_texts_go_in_smaller_batches(int8: OnnxEmbedding, fp32: OnnxEmbedding) -> None:
+    """Rows x length^2 per inference batch is bounded, so the arena stays small;
+    short texts still fill the configured batch size."""
+    from memsearch_fast.embeddings import onnx as onnx_module
+
+    long_texts = ["word " * 400] * 40  # truncated to max_seq_length tokens each
+    short_texts = ["a short note"] * 40
+    long_batches = int8._plan(long_texts, 0)
+    short_batches = int8._plan(short_texts, 0)
+    assert all(b.ids.shape[1] == int8.max_seq_length for b in long_batches)
+    assert max(b.ids.shape[0] for b in long_batches) * int8.max_seq_length**2 <= onnx_module.ATTENTION_BUDGET
+    assert max(b.ids.shape[0] for b in short_batches) == int8.batch_size
+    assert sum(b.ids.shape[0] for b in long_batches) == 40
+    # Same vectors whatever the batch sizes (fp32: int8's dynamic quantisation
+    # scales by the batch, so its vectors move slightly with the batch anyway).
+    mixed = asyncio.run(fp32.embed([*long_texts[:3], *short_texts[:3]]))
+    alone = [asyncio.run(fp32.embed([t]))[0] for t in (long_texts[0], short_texts[0])]
+    for got, want in ((mixed[0], alone[0]), (mixed[3], alone[1])):
+        assert sum(a * b for a, b in zip(got, want, strict=True)) > 0.9999
+
+
 def test_concurrent_calls_each_get_their_own_results_in_order(fp32: OnnxEmbedding) -> None:
     lists = [varied_texts(17, seed=s) for s in range(4)]
     expected = [fp32.embed_sync(texts) for texts in lists]
