@@ -249,7 +249,13 @@ def test_errors_are_one_line(env: dict[str, str], tmp_path: Path, sample_dir: Pa
 
 
 def _index(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    return json.loads(ok(run(["index", *args, "-j"], env)).stdout)
+    proc = ok(run(["index", *args, "-j"], env))
+    report = json.loads(proc.stdout)
+    # -j: progress as JSON lines on stderr for tools, the last one at the end of the run.
+    progress = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"event":"progress"')]
+    assert progress and progress[-1]["files_done"] == report["files"] - len(report["failed"])
+    assert progress[-1]["embedded"] == report["embedded"]
+    return report
 
 
 def test_index_search_expand_stats_reindex_reset(

@@ -66,10 +66,76 @@ class RichProgress:
         self._progress.stop()
 
 
-def make_progress(quiet: bool = False, stream: TextIO | None = None) -> NullProgress | RichProgress:
-    """A bar only when a person is watching: stderr is a terminal and not ``--quiet``."""
+class JsonProgress:
+    """Progress for tools: a JSON line on stderr at most every ``interval`` seconds.
+
+    ``{"event": "progress", "files_done", "files", "chunks", "embedded",
+    "chunks_per_s", "eta_s"}``; the ETA assumes the files still to come hold
+    as many chunks per file as those done, all to be embedded at the current rate.
+    """
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 2.0) -> None:
+        self._stream = stream or sys.stderr
+        self._interval = interval
+        self._files = self._files_done = self._chunks = self._embedded = 0
+        self._started = self._last = 0.0
+
+    def start(self, files: int) -> None:
+        self._files = files
+        self._started = self._last = time.perf_counter()
+
+    def files_done(self, files: int, chunks: int) -> None:
+        self._files_done += files
+        self._chunks += chunks
+        self._maybe_emit()
+
+    def chunks_embedded(self, n: int) -> None:
+        self._embedded += n
+        self._maybe_emit()
+
+    def finish(self) -> None:
+        self._emit(time.perf_counter())
+
+    def _maybe_emit(self) -> None:
+        now = time.perf_counter()
+        if now - self._last >= self._interval:
+            self._emit(now)
+
+    def _emit(self, now: float) -> None:
+        self._last = now
+        elapsed = max(now - self._started, 1e-6)
+        rate = self._embedded / elapsed
+        eta: float | None = None
+        if self._files_done and rate > 0:
+            expected = self._chunks / self._files_done * self._files
+            eta = round(max(0.0, expected - self._embedded) / rate, 1)
+        line = {
+            "event": "progress",
+            "files_done": self._files_done,
+            "files": self._files,
+            "chunks": self._chunks,
+            "embedded": self._embedded,
+            "chunks_per_s": round(rate, 1),
+            "eta_s": eta,
+        }
+        try:
+            self._stream.write(to_json_line(line) + "\n")
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass  # progress must never fail a run
+
+
+def make_progress(
+    quiet: bool = False, stream: TextIO | None = None, *, json_lines: bool = False
+) -> NullProgress | RichProgress | JsonProgress:
+    """A bar when a person is watching (stderr is a terminal), JSON lines for
+    tools (``-j``), nothing with ``--quiet``."""
     stream = stream or sys.stderr
-    if quiet or not _isatty(stream):
+    if quiet:
+        return NullProgress()
+    if json_lines:
+        return JsonProgress(stream)
+    if not _isatty(stream):
         return NullProgress()
     return RichProgress(stream)
 

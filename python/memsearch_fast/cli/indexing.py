@@ -40,7 +40,10 @@ def index(
     description: Description = None,
     workers: Annotated[int | None, integer("--workers", min=1, help=WORKERS_HELP)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
-    json_output: Annotated[bool, typer.Option("--json-output", "-j", help="Print the summary as JSON.")] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json-output", "-j", help="Print the summary as JSON (and progress as JSON lines on stderr)."),
+    ] = False,
 ) -> None:
     """Index markdown files from PATHS."""
     from memsearch_fast.cli import display
@@ -50,7 +53,7 @@ def index(
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(opts, max_chunk_size=max_chunk_size)
     ms = memsearch(cfg, paths, {**opts, "description": description}, workers=workers)
-    progress = display.make_progress(quiet=quiet or json_output)
+    progress = display.make_progress(quiet=quiet, json_lines=json_output)
     try:
         report = run(ms.index_with_report(force=force, progress=progress))
     finally:
