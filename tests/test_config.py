@@ -230,3 +230,132 @@ def test_saved_config_is_owner_only(tmp_path) -> None:
     path = tmp_path / "config.toml"
     save_file({"embedding": {"api_key": "sk-test"}}, path)
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+# -- the LLM, prompt and plugin keys -----------------------------------------------------
+
+
+def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
+    home, _ = dirs
+    cfg = cfgmod.resolve()
+    assert cfg["llm"] == {"provider": "", "model": "", "base_url": "", "api_key": ""}
+    assert cfg["compact"]["llm_provider"] == "openai" and cfg["prompts"]["summarize"] == ""
+    for platform in ("claude-code", "codex", "opencode", "openclaw", "dsh"):
+        assert cfg["plugins"][platform]["summarize"] == {"enabled": True, "provider": "", "model": ""}
+        assert cfg["plugins"][platform]["project_review"]["output_file"] == ".memsearch/PROJECT.md"
+        assert cfg["plugins"][platform]["memory_to_skill"]["min_occurrences"] == 3
+
+    assert cfgmod.set_value("plugins.codex.summarize.enabled", "false")[0] is False
+    assert cfgmod.set_value("plugins.claude_code.summarize.provider", "work")[0] == "work"  # the reference's alias
+    assert cfgmod.set_value("llm.providers.work.type", "anthropic")[0] == "anthropic"
+    assert cfgmod.set_value("plugins.opencode.memory_to_skill.paths", ".claude/skills, .codex/skills")[0] == [
+        ".claude/skills",
+        ".codex/skills",
+    ]
+    cfg = cfgmod.resolve()
+    assert cfg["plugins"]["codex"]["summarize"]["enabled"] is False
+    assert cfg["plugins"]["claude-code"]["summarize"]["provider"] == "work"
+    assert cfgmod.get_value(cfg, "plugins.claude_code.summarize.provider") == "work"
+    assert cfg["llm"]["providers"] == {"work": {"type": "anthropic"}}
+
+    for key, value, message in (
+        ("plugins.codex.summarize.enabled", "maybe", "expected true or false"),
+        ("plugins.vscode.summarize.provider", "x", "platform one of claude-code"),
+        ("plugins.codex.summarize.temperature", "1", "summarize fields: enabled, provider, model"),
+        ("llm.providers.work.temperature", "1", "llm.providers.*.type"),
+        ("llm.providers..type", "x", "unknown config key"),
+        ("prompts.nope", "x", "prompts.summarize"),
+    ):
+        with pytest.raises(cfgmod.ConfigError, match=message):
+            cfgmod.set_value(key, value)
+
+    # A file written by the reference, alias table included, loads.
+    global_file(
+        home,
+        '[plugins.claude_code.summarize]\nprovider = "a"\nmodel = "m"\n'
+        '[plugins.claude-code.summarize]\nprovider = "b"\n'
+        '[llm.providers.a]\ntype = "openai"\nextra = 1\n',
+    )
+    cfg = cfgmod.resolve()
+    assert cfg["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "b", "model": "m"}
+    global_file(home, '[plugins.codex.summarize]\nenabled = "sometimes"\n')
+    with pytest.raises(cfgmod.ConfigError, match=r"plugins\.codex\.summarize\.enabled"):
+        cfgmod.resolve()
+
+
+def test_project_file_cannot_set_llm_keys(dirs: tuple[Path, Path]) -> None:
+    _, project = dirs
+    write(
+        project / ".memsearch.toml",
+        '[llm]\nprovider = "openai"\nbase_url = "http://evil"\n[llm.providers.evil]\ntype = "openai"\n'
+        '[compact]\nbase_url = "http://evil"\n[prompts]\nsummarize = "/tmp/evil.txt"\n'
+        '[plugins.claude-code.summarize]\nprovider = "evil"\nmodel = "x"\n'
+        "[plugins.claude_code.summarize]\nenabled = false\n",
+    )
+    warnings: list[str] = []
+    cfg = cfgmod.resolve(warn=warnings.append)
+    assert cfg["llm"]["provider"] == "" and "providers" not in cfg["llm"]
+    assert cfg["compact"]["base_url"] == "" and cfg["prompts"]["summarize"] == ""
+    assert cfg["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "", "model": ""}
+    for key in (
+        "llm.provider",
+        "llm.providers.evil.type",
+        "prompts.summarize",
+        "plugins.claude-code.summarize.provider",
+    ):
+        assert key in warnings[0]
+    for key in ("llm.model", "llm.providers.x.api_key", "prompts.summarize", "plugins.codex.summarize.provider"):
+        with pytest.raises(cfgmod.ConfigError, match="may not set"):
+            cfgmod.set_value(key, "x", project=True)
+
+
+def test_llm_secrets_are_masked_and_read_late(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    home, _ = dirs
+    global_file(
+        home,
+        '[llm]\napi_key = "sk-ant-LIVE-0123456789"\nbase_url = "env:UNSET_LLM_URL"\n'
+        '[llm.providers.work]\napi_key = "sk-WORK-0123456789"\n[compact]\napi_key = "env:UNSET_COMPACT_KEY"\n',
+    )
+    # Unset variables in the LLM sections do not break indexing or search: they are read when an LLM is called.
+    cfg = cfgmod.resolve()
+    assert cfg["llm"]["base_url"] == "env:UNSET_LLM_URL"
+    shown = cfgmod.for_display(cfgmod.resolve(resolve_env=False))
+    assert shown["llm"]["api_key"] == "sk-***" and shown["llm"]["providers"]["work"]["api_key"] == "sk-***"
+    assert shown["llm"]["base_url"] == "env:UNSET_LLM_URL" and shown["compact"]["api_key"] == "env:UNSET_COMPACT_KEY"
+    # Elsewhere an unset variable is still an error.
+    global_file(home, '[embedding]\nbase_url = "env:UNSET_EMBEDDING_URL"\n')
+    with pytest.raises(cfgmod.ConfigError, match="UNSET_EMBEDDING_URL"):
+        cfgmod.resolve()
+
+
+def test_llm_config_commands(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    project.mkdir()
+    secret = "sk-ant-SECRET0123456789"
+    for key, value in (
+        ("llm.provider", "anthropic"),
+        ("llm.providers.work.api_key", secret),
+        ("plugins.claude-code.summarize.provider", "work"),
+        ("plugins.codex.summarize.enabled", "off"),
+    ):
+        proc = cli(["config", "set", key, value], home, project)
+        assert proc.returncode == 0, proc.stderr
+        assert secret not in proc.stdout
+    assert cli(["config", "get", "plugins.codex.summarize.enabled"], home, project).stdout == "false\n"
+    assert cli(["config", "get", "plugins.claude-code.summarize.provider"], home, project).stdout == "work\n"
+    assert cli(["config", "get", "llm.providers.work.api_key"], home, project).stdout == "sk-***\n"
+    for args in (["config", "list"], ["config", "list", "-j"], ["config", "list", "--global"]):
+        proc = cli(args, home, project)
+        assert proc.returncode == 0 and secret not in proc.stdout and "sk-***" in proc.stdout
+    data = json.loads(cli(["config", "list", "-j"], home, project).stdout)
+    assert data["llm"]["provider"] == "anthropic" and data["plugins"]["codex"]["summarize"]["enabled"] is False
+    bad = cli(["config", "set", "--project", "llm.provider", "openai"], home, project)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+
+    # The wizard writes the summarize routing and [llm], not the deprecated [compact] or the advanced tasks.
+    proc = cli(["config", "init"], home, project)
+    assert proc.returncode == 0, proc.stderr
+    written = cfgmod.flatten(cfgmod.load_file(home / ".memsearch" / "config.toml"))
+    assert written["plugins.claude-code.summarize.provider"] == "work" and written["llm.provider"] == "anthropic"
+    assert written["llm.providers.work.api_key"] == secret
+    assert not any(k.startswith(("compact.", "plugins.dsh.")) or ".project_review." in k for k in written)

@@ -48,6 +48,16 @@ MAX_CHUNK_SIZE_LIMIT = 16_383
 DEFAULT_OVERLAP_LINES = 2
 MAX_OVERLAP_LINES = 1000
 DEFAULT_DEBOUNCE_MS = 1500
+#: Where the manifest of a collection on a Milvus server lives (a local
+#: database keeps its manifests beside the database file).
+DEFAULT_MANIFEST_DIR = "~/.memsearch/manifests"
+#: A file modified less than this many seconds before an index run started is
+#: recorded without its mtime, so the next run reads it again: a second write
+#: within the file system's timestamp granularity would keep size and mtime.
+MANIFEST_RACY_SECONDS = 2.0
+#: Chunks the embed stage sorts by length before cutting them into batches:
+#: chunks of similar length share a batch, so the provider pads little.
+EMBED_SORT_WINDOW = 2048
 
 
 class ConfigError(ValueError):
@@ -96,6 +106,57 @@ def _str_list(value: Any) -> list[str]:
     return list(value)
 
 
+def _bool(value: Any) -> bool:
+    """A boolean; on the command line true/false, yes/no, on/off or 1/0."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+    if not isinstance(value, bool):
+        raise ConfigError("expected true or false")
+    return value
+
+
+#: LLM protocols (``llm.provider``, ``llm.providers.<name>.type``) and the model
+#: each uses when none is configured: the reference's choices where it has one;
+#: ``claude-code`` and ``codex`` are the host agents' own CLIs.
+DEFAULT_LLM_MODELS = {
+    "openai": "gpt-5-mini",
+    "openai-compatible": "gpt-5-mini",
+    "anthropic": "claude-sonnet-4-6",
+    "gemini": "gemini-3-flash-preview",
+    "ollama": "llama3.2",
+    "claude-code": "haiku",
+    "codex": "gpt-5.1-codex-mini",
+}
+#: Agent platforms with a ``[plugins.<platform>]`` table (``claude_code`` is
+#: accepted for ``claude-code``, as the reference does).
+PLUGIN_PLATFORMS = ("claude-code", "codex", "opencode", "openclaw", "dsh")
+_PLUGIN_ALIASES = {"claude_code": "claude-code"}
+_Spec = tuple[Any, Callable[[Any], Any]]  # (default, parser)
+
+
+def _maintenance_task(**extra: _Spec) -> dict[str, _Spec]:
+    return {
+        "enabled": (False, _bool),
+        "provider": ("native", _str),
+        "model": ("", _str),
+        "min_interval_hours": (24, _int(0)),
+        "input_dir": (".memsearch/memory", _str),
+        **extra,
+    }
+
+
+#: task -> field -> (default, parser), the same for every platform.
+_PLUGIN_TASKS: dict[str, dict[str, _Spec]] = {
+    "summarize": {"enabled": (True, _bool), "provider": ("", _str), "model": ("", _str)},
+    "project_review": _maintenance_task(output_file=(".memsearch/PROJECT.md", _str)),
+    "user_profile": _maintenance_task(output_file=(".memsearch/USER.md", _str)),
+    "memory_to_skill": _maintenance_task(min_occurrences=(3, _int(0)), paths=([], _str_list)),
+}
+
 # dotted key -> (default, parser). The file layout is ``[section] field = value``.
 SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "milvus.uri": (DEFAULT_MILVUS_URI, _str),
@@ -114,7 +175,37 @@ SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "indexing.exclude": ([], _str_list),
     "watch.debounce_ms": (DEFAULT_DEBOUNCE_MS, _int(0)),
     "reranker.model": ("", _str),
+    # The LLM that `compact` uses (empty provider: compact.llm_provider).
+    "llm.provider": ("", _str),
+    "llm.model": ("", _str),
+    "llm.base_url": ("", _str),
+    "llm.api_key": ("", _str),
+    # Deprecated by the reference in favour of [llm] and [prompts]; still read.
+    "compact.llm_provider": ("openai", _str),
+    "compact.llm_model": ("", _str),
+    "compact.prompt_file": ("", _str),
+    "compact.base_url": ("", _str),
+    "compact.api_key": ("", _str),
+    # Prompt template files; empty = the built-in prompt.
+    **{
+        f"prompts.{name}": ("", _str)
+        for name in ("compact", "summarize", "project_review", "user_profile", "memory_to_skill")
+    },
+    **{
+        f"plugins.{platform}.{task}.{field}": spec
+        for platform in PLUGIN_PLATFORMS
+        for task, task_fields in _PLUGIN_TASKS.items()
+        for field, spec in task_fields.items()
+    },
 }
+#: Keys with a free name in them (``*``): the named LLM providers that
+#: ``plugins.<platform>.summarize.provider`` picks.
+NAMED_SCHEMA: dict[str, _Spec] = {
+    f"llm.providers.*.{field}": ("", _str) for field in ("type", "model", "base_url", "api_key")
+}
+#: Sections whose ``env:VAR`` values are read only when an LLM is called, so an
+#: unset variable there does not break indexing or search.
+_LAZY_ENV_SECTIONS = ("llm.", "compact.")
 
 #: Keys a project file may set: nothing that changes where data goes, which
 #: credentials are sent, or which code/model is fetched.
@@ -131,6 +222,44 @@ PROJECT_ALLOWED = frozenset(
 )
 
 _SECRET_FIELDS = ("api_key", "token", "password", "secret")
+
+
+def canonical_key(key: str) -> str:
+    """*key* with a plugin platform alias replaced (``plugins.claude_code.…`` → ``plugins.claude-code.…``)."""
+    parts = key.split(".")
+    if len(parts) > 1 and parts[0] == "plugins" and parts[1] in _PLUGIN_ALIASES:
+        parts[1] = _PLUGIN_ALIASES[parts[1]]
+    return ".".join(parts)
+
+
+def _entry(key: str) -> _Spec | None:
+    """The (default, parser) of a known key, named-provider keys included."""
+    if key in SCHEMA:
+        return SCHEMA[key]
+    parts = key.split(".")
+    if len(parts) == 4 and parts[2]:
+        return NAMED_SCHEMA.get(".".join((parts[0], parts[1], "*", parts[3])))
+    return None
+
+
+def _unknown_key(key: str) -> ConfigError:
+    """The error for an unknown key, naming the keys of its section (or the sections)."""
+    parts = key.split(".")
+    if parts[0] == "plugins":  # 100+ keys: describe them
+        fields = ", ".join(_PLUGIN_TASKS.get(parts[2], {})) if len(parts) > 2 else ""
+        return ConfigError(
+            f"unknown config key {key!r}; plugin keys are plugins.<platform>.<task>.<field>, platform one of "
+            f"{', '.join(PLUGIN_PLATFORMS)}, task one of {', '.join(_PLUGIN_TASKS)}"
+            + (f"; {parts[2]} fields: {fields}" if fields else "")
+        )
+    known = [k for k in (*SCHEMA, *NAMED_SCHEMA) if k.split(".", 1)[0] == parts[0]]
+    if not known:
+        known = list(dict.fromkeys(k.split(".", 1)[0] for k in SCHEMA))
+    return ConfigError(f"unknown config key {key!r}; known keys: {', '.join(known)}")
+
+
+def _lazy_env(key: str) -> bool:
+    return key.startswith(_LAZY_ENV_SECTIONS)
 
 
 def global_config_path() -> Path:
@@ -221,8 +350,14 @@ def load_file(path: Path, *, check: bool = True) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not check:
         return data
+    plugins = data.get("plugins")
+    if isinstance(plugins, dict):
+        for alias, platform in _PLUGIN_ALIASES.items():
+            if isinstance(plugins.get(alias), dict):
+                table = plugins.pop(alias)
+                plugins[platform] = deep_merge(table, plugins.get(platform) or {})
     for key, value in flatten(data).items():
-        if key in SCHEMA:
+        if _entry(key) is not None:
             set_path(data, key, parse_value(key, value, str(path)))
     return data
 
@@ -230,8 +365,11 @@ def load_file(path: Path, *, check: bool = True) -> dict[str, Any]:
 def parse_value(key: str, value: Any, where: str) -> Any:
     """*value* converted and checked for *key* (strings from the command line
     become ints or lists); the error names the key and where it came from."""
+    entry = _entry(key)
+    if entry is None:
+        raise _unknown_key(key)
     try:
-        return SCHEMA[key][1](value)
+        return entry[1](value)
     except ConfigError as exc:
         shown = mask(value) if is_secret(key) else value
         raise ConfigError(f"bad config value {key} = {shown!r} in {where}: {exc}") from None
@@ -299,7 +437,7 @@ def resolve(
     result = deep_merge(result, allowed)
     for key, value in (overrides or {}).items():
         if value is not None:
-            set_path(result, key, parse_value(key, value, "command-line option") if key in SCHEMA else value)
+            set_path(result, key, parse_value(key, value, "command-line option") if _entry(key) else value)
     if resolve_env:
         result = _resolve_env(result)
     if not _get(result, "embedding.model"):
@@ -326,7 +464,7 @@ def _resolve_env(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out[k] = _resolve_env(v, key + ".")
-        elif isinstance(v, str):
+        elif isinstance(v, str) and not _lazy_env(key):
             out[k] = resolve_env_ref(v, key)
         else:
             out[k] = v
@@ -336,16 +474,17 @@ def _resolve_env(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def get_value(cfg: Mapping[str, Any], key: str) -> Any:
     """A value by dotted key; a section name returns the section."""
     try:
-        return _get(cfg, key)
+        return _get(cfg, canonical_key(key))
     except KeyError:
-        raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(SCHEMA)}") from None
+        raise _unknown_key(key) from None
 
 
 def set_value(key: str, raw: Any, *, project: bool = False) -> tuple[Any, Path]:
     """Validate *raw* for *key*, write it to the global or project file and
     return the stored value and the file written."""
-    if key not in SCHEMA:
-        raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(SCHEMA)}")
+    key = canonical_key(key)
+    if _entry(key) is None:
+        raise _unknown_key(key)
     if project and key not in PROJECT_ALLOWED:
         raise ConfigError(
             f"a project file may not set {key}; allowed there: {', '.join(sorted(PROJECT_ALLOWED))} "
@@ -388,7 +527,7 @@ def masked(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def for_display(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A config dict (resolved with ``resolve_env=False``) as it may be shown:
     ``env:VAR`` references of ordinary keys are resolved, secrets are masked
-    and their references are shown as written."""
+    and their references, and those of the LLM sections, are shown as written."""
     out: dict[str, Any] = {}
     for k, v in cfg.items():
         key = f"{prefix}{k}"
@@ -396,7 +535,7 @@ def for_display(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
             out[k] = for_display(v, key + ".")
         elif is_secret(key):
             out[k] = mask(v)
-        elif isinstance(v, str):
+        elif isinstance(v, str) and not _lazy_env(key):
             out[k] = resolve_env_ref(v, key)
         else:
             out[k] = v

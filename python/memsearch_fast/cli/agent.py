@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import app, guard, not_available, skills_app
+from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, not_available, skills_app, stdin_is_tty
 from memsearch_fast.cli.options import EMBEDDING, MILVUS, PLUGIN_HELP, SPLICED, Flags, JsonOutput, text, uses
 
 
@@ -31,14 +31,33 @@ def compact(
     not_available("compact")
 
 
-@app.command(hidden=True)  # listed once it works
+@app.command()
 @guard
 def summarize(
     plugin: Annotated[str, text("--plugin", help=PLUGIN_HELP)],
     agent_name: Annotated[str, text("--agent-name", help="Agent display name for the summarize prompt.")] = "",
 ) -> None:
     """Summarize stdin using a configured memsearch-managed LLM provider."""
-    not_available("summarize")
+    import sys
+
+    from memsearch_fast import config as cfgmod
+    from memsearch_fast.llm import summarize as notes
+
+    # Usage problems first, then the route, then stdin (as the reference):
+    # exit 2 for both, and an unusable answer is an error, never printed.
+    try:
+        platform = notes.platform_of(plugin)
+        cfg = cfgmod.resolve(resolve_env=False, warn=err)
+        settings = notes.route(cfg, platform)
+    except (notes.UnknownPluginError, notes.NativeSummarization) as exc:
+        fail(str(exc), EXIT_USAGE)
+    if stdin_is_tty():
+        fail("summarize reads the turn to summarize on stdin", EXIT_USAGE)
+    transcript = sys.stdin.buffer.read().decode("utf-8", "replace") if sys.stdin is not None else ""
+    if not transcript.strip():
+        return  # nothing to summarize: no notes, as the reference
+    instructions = notes.load_prompt(cfg, agent_name.strip() or notes.AGENT_NAMES[platform], warn=err)
+    typer.echo(notes.summarize(settings, instructions, transcript))
 
 
 @skills_app.command("add")

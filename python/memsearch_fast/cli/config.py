@@ -108,7 +108,7 @@ def config_init(
     # The wizard edits the target file: its own values over the defaults.
     current = cfgmod.deep_merge(cfgmod.defaults(), existing)
     ask = stdin_is_tty()
-    keys = sorted(cfgmod.PROJECT_ALLOWED) if project else [k for k in cfgmod.SCHEMA if k != "reranker.model"]
+    keys = sorted(cfgmod.PROJECT_ALLOWED) if project else [k for k in cfgmod.SCHEMA if _asked(k)]
     flat_existing = cfgmod.flatten(existing)
     typer.echo(f"Writing {'project' if project else 'global'} configuration to {target}")
     if not ask:
@@ -125,6 +125,18 @@ def config_init(
         cfgmod.set_path(data, key, cfgmod.parse_value(key, value, str(target)))
     cfgmod.save_file(data, target)
     typer.echo(f"Config saved to {target}")
+
+
+def _asked(key: str) -> bool:
+    """What the global wizard asks: what the reference's asks, less its advanced
+    maintenance tasks (no command uses them yet); not the reranker, the
+    deprecated [compact] table or the dsh plugin."""
+    parts = key.split(".")
+    if parts[0] == "plugins":
+        return parts[1] != "dsh" and parts[2] == "summarize"
+    if parts[0] == "prompts":
+        return parts[1] in ("compact", "summarize")
+    return key != "reranker.model" and parts[0] != "compact"
 
 
 def _prompt_value(key: str, current: Any) -> Any:

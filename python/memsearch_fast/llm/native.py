@@ -1,0 +1,119 @@
+"""The host agent's own CLI as the model: ``claude -p`` (Claude Code) and
+``codex exec`` (Codex), with the flags the reference's plugin hooks use.
+
+The prompt goes on stdin (no argv length limit) and the answer is what the
+CLI prints on stdout. The child runs in its own session with the variables
+that keep memsearch's hooks from running inside it (no recursion), and its
+whole process group is killed on timeout. No retries: the CLIs retry their
+own API calls. ``base_url`` and ``api_key`` do not apply (the CLI uses its
+own login).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+
+from memsearch_fast.errors import one_line
+from memsearch_fast.llm.base import LLM, LLMError
+
+
+class NativeAgent(LLM):
+    program = ""
+    default_timeout = 110.0  # the reference's hook timeout
+    #: Variables set for the child (memsearch hooks read them and stand down).
+    child_env: tuple[tuple[str, str], ...] = (("MEMSEARCH_NO_WATCH", "1"),)
+    #: Variables removed for the child.
+    child_unset: tuple[str, ...] = ()
+
+    def _argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def _complete(self, prompt: str) -> str:
+        exe = shutil.which(self.program)
+        if exe is None:
+            raise LLMError(f"{self.program!r} is not on PATH; install it or set plugins.<platform>.summarize.provider")
+        env = {k: v for k, v in os.environ.items() if k not in self.child_unset}
+        env.update(self.child_env)
+        proc = subprocess.Popen(
+            [exe, *self._argv()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own process group, killed as one
+        )
+        try:
+            out, err = proc.communicate(prompt.encode("utf-8", "replace"), timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            raise LLMError(f"{self.kind} ({self.model}) timed out after {self.timeout:g}s") from None
+        except BaseException:
+            _kill(proc)
+            raise
+        if proc.returncode != 0:
+            text = err.decode("utf-8", "replace").strip() or out.decode("utf-8", "replace").strip()
+            detail = next((line for line in text.splitlines() if line.strip()), "")
+            raise LLMError(
+                f"{self.kind} ({self.model}) exited with status {proc.returncode}"
+                + (f": {one_line(detail, 200)}" if detail else "")
+            )
+        return out.decode("utf-8", "replace")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    # A descendant that left the group may still hold the pipes: do not wait for it.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=5)
+
+
+class ClaudeCode(NativeAgent):
+    """``claude -p`` without tools, MCP servers, browser or a saved session."""
+
+    kind = "claude -p"
+    program = "claude"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
+    child_unset = ("CLAUDECODE",)  # else claude refuses to start inside a Claude Code session
+
+    def _argv(self) -> list[str]:
+        return [
+            "-p",
+            "--strict-mcp-config",
+            "--tools",
+            "",
+            "--model",
+            self.model,
+            "--no-session-persistence",
+            "--no-chrome",
+        ]
+
+
+class CodexExec(NativeAgent):
+    """``codex exec`` read-only, ephemeral, hooks off, low reasoning effort; prompt on stdin (``-``)."""
+
+    kind = "codex exec"
+    program = "codex"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_IN_STOP_WORKER", "1"))
+
+    def _argv(self) -> list[str]:
+        return [
+            "exec",
+            "--ephemeral",
+            "--skip-git-repo-check",
+            "-s",
+            "read-only",
+            "-c",
+            "features.hooks=false",
+            "-c",
+            'model_reasoning_effort="low"',
+            "-m",
+            self.model,
+            "-",
+        ]

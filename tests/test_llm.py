@@ -1,0 +1,448 @@
+"""The LLM layer against real HTTP servers on 127.0.0.1 that speak each protocol,
+and fake `claude` / `codex` executables on PATH.
+
+`FakeLLMServer` and `fake_agents` are shared with test_summarize.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsearch_fast.llm import LLMError, LLMSettings, check_answer, get_llm
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+
+# (status, headers, body): a body that is not bytes is sent as JSON.
+Reply = tuple[int, dict[str, str], Any]
+
+
+class FakeLLMServer:
+    """Speaks OpenAI chat completions (``/v1/chat/completions``), Anthropic
+    Messages (``/v1/messages``) and Ollama (``/api/chat``).
+
+    The answer text is ``answer``; ``faults`` are replies used, in order,
+    before any normal one; every request is recorded.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.faults: list[Reply] = []
+        self.answer = "- User asked for a summary.\n- The agent wrote it."
+        self.delay = 0.0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server.lock:
+                    server.requests.append({"path": self.path, "headers": headers, "body": body})
+                    fault = server.faults.pop(0) if server.faults else None
+                if server.delay:
+                    time.sleep(server.delay)
+                if fault is not None:
+                    return self.reply(*fault)
+                return self.reply(*server.respond(self.path, headers, body))
+
+            def reply(self, status: int, headers: dict[str, str], payload: Any) -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def respond(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+        if path == "/v1/chat/completions":
+            if headers.get("authorization") != f"Bearer {KEY}":
+                # Some servers echo the key they got; the client must not repeat it.
+                return 401, {}, {"error": {"message": f"Incorrect API key provided: {headers.get('authorization')}"}}
+            message = {"role": "assistant", "content": self.answer, "refusal": None}
+            return 200, {}, {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        if path == "/v1/messages":
+            if headers.get("x-api-key") != KEY or headers.get("anthropic-version") != "2023-06-01":
+                return 401, {}, {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}
+            content = [
+                {"type": "thinking", "thinking": "Let me think.", "signature": "x"},
+                {"type": "text", "text": self.answer},
+            ]
+            return 200, {}, {"type": "message", "content": content, "stop_reason": "end_turn"}
+        if path == "/api/chat":
+            assert body.get("stream") is False
+            return 200, {}, {"message": {"role": "assistant", "content": self.answer}, "done": True}
+        return 404, {}, {"error": "no such endpoint"}
+
+    def prompts(self) -> list[str]:
+        """The user message of each request."""
+        return [r["body"]["messages"][0]["content"] for r in self.requests]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    s = FakeLLMServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "OLLAMA_HOST",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def fast(protocol: str, **kw: Any) -> LLMSettings:
+    """Settings whose retries wait a few milliseconds."""
+    kw.setdefault("retry_base_delay", 0.01)
+    kw.setdefault("retry_max_delay", 0.05)
+    return LLMSettings(protocol, **kw)
+
+
+# -- the protocols -----------------------------------------------------------------------
+
+
+def test_openai_compatible(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_LLM_KEY", KEY)
+    llm = get_llm(fast("openai-compatible", model="m1", base_url=f"{server.url}/v1", api_key="env:MY_LLM_KEY"))
+    assert llm.complete("notes please") == server.answer
+    (request,) = server.requests
+    assert request["body"] == {
+        "model": "m1",
+        "messages": [{"role": "user", "content": "notes please"}],
+        "stream": False,
+    }
+    assert KEY not in repr(llm)
+
+    # The key and server can come from OpenAI's own variables.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1/")
+    assert get_llm(fast("openai")).complete("x") == server.answer
+    assert server.requests[-1]["body"]["model"] == "gpt-5-mini"  # the reference's default
+
+
+def test_anthropic_messages(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm = get_llm(fast("anthropic", base_url=server.url, api_key=KEY))
+    assert llm.complete("notes please") == server.answer  # the thinking block is skipped
+    body = server.requests[-1]["body"]
+    assert body["model"] == "claude-sonnet-4-6" and body["max_tokens"] > 0
+    assert body["messages"] == [{"role": "user", "content": "notes please"}]
+    # A base URL ending in /v1 and the key from $ANTHROPIC_API_KEY work too.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    assert get_llm(fast("anthropic", model="claude-haiku-4-5", base_url=f"{server.url}/v1")).complete("x")
+    assert server.requests[-1]["path"] == "/v1/messages"
+    assert server.requests[-1]["body"]["model"] == "claude-haiku-4-5"
+
+
+def test_ollama_chat(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.answer = "<think>\nThe user wants notes.\n</think>\n\n- User asked for notes."
+    monkeypatch.setenv("OLLAMA_HOST", server.url.removeprefix("http://"))  # no scheme, as Ollama allows
+    assert get_llm(fast("ollama", model="qwen3")).complete("x") == "- User asked for notes."
+    request = server.requests[-1]
+    assert request["path"] == "/api/chat" and request["body"]["model"] == "qwen3"
+    assert "authorization" not in request["headers"]
+
+
+def test_gemini_uses_its_openai_compatible_endpoint(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    assert get_llm(fast("gemini", base_url=f"{server.url}/v1")).complete("x") == server.answer
+    assert server.requests[-1]["body"]["model"] == "gemini-3-flash-preview"
+
+
+# -- retries and errors ------------------------------------------------------------------
+
+
+def test_rate_limits_and_overload_are_retried(server: FakeLLMServer) -> None:
+    server.faults = [
+        (429, {"Retry-After": "0"}, {"error": {"message": "Rate limit reached"}}),
+        (529, {}, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        (502, {"Content-Type": "text/html"}, b"<html><body>Bad Gateway</body></html>"),
+    ]
+    llm = get_llm(fast("anthropic", base_url=server.url, api_key=KEY, max_retries=3))
+    assert llm.complete("x") == server.answer
+    assert len(server.requests) == 4
+
+
+def test_retries_are_bounded(server: FakeLLMServer) -> None:
+    server.faults = [(503, {}, {"error": {"message": "Service Unavailable"}})] * 10
+    llm = get_llm(fast("openai", base_url=server.url + "/v1", api_key=KEY, max_retries=2))
+    with pytest.raises(LLMError) as info:
+        llm.complete("x")
+    message = str(info.value)
+    assert "\n" not in message and "HTTP 503" in message and "gave up after 3 attempts" in message
+    assert info.value.status == 503 and len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("reply", "needle"),
+    [
+        # Not worth retrying: one request, one line.
+        (
+            (400, {}, {"type": "error", "error": {"message": "Your credit balance is too low to access the API."}}),
+            "credit balance is too low",
+        ),
+        ((404, {}, {"type": "error", "error": {"message": "model: nope"}}), "HTTP 404"),
+        ((200, {"Content-Type": "text/html"}, b"<!DOCTYPE html><html><body>Sign in</body></html>"), "invalid JSON"),
+        ((200, {}, {"type": "message", "content": [], "stop_reason": "refusal"}), "refused"),
+        ((200, {}, {"type": "message", "content": [{"type": "text", "text": "  \n"}]}), "empty answer"),
+        ((200, {}, {"content": "unexpected"}), "unexpected format"),
+    ],
+)
+def test_errors_are_one_line_exceptions(server: FakeLLMServer, reply: Reply, needle: str) -> None:
+    server.faults = [reply]
+    llm = get_llm(fast("anthropic", base_url=server.url, api_key=KEY))
+    with pytest.raises(LLMError) as info:
+        llm.complete("x")
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert len(server.requests) == 1
+
+
+def test_the_key_never_appears_in_errors(server: FakeLLMServer) -> None:
+    llm = get_llm(fast("openai", base_url=server.url + "/v1", api_key="sk-wrong-0123456789"))
+    with pytest.raises(LLMError, match="rejected the API key") as info:
+        llm.complete("x")
+    assert "sk-wrong" not in str(info.value)
+    server.faults = [(500, {}, {"error": {"message": f"upstream said: key {KEY} invalid"}})] * 3
+    with pytest.raises(LLMError) as info:
+        get_llm(fast("openai", base_url=server.url + "/v1", api_key=KEY)).complete("x")
+    assert KEY not in str(info.value) and "***" in str(info.value)
+
+
+def test_openai_refusals_and_filters(server: FakeLLMServer) -> None:
+    llm = get_llm(fast("openai", base_url=server.url + "/v1", api_key=KEY))
+    refusal = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    server.faults = [(200, {}, {"choices": [{"message": refusal, "finish_reason": "stop"}]})]
+    with pytest.raises(LLMError, match="refused"):
+        llm.complete("x")
+    filtered = {"role": "assistant", "content": "- partial"}
+    server.faults = [(200, {}, {"choices": [{"message": filtered, "finish_reason": "content_filter"}]})]
+    with pytest.raises(LLMError, match="content filter"):
+        llm.complete("x")
+
+
+def test_timeouts(server: FakeLLMServer) -> None:
+    server.delay = 2.0
+    llm = get_llm(fast("ollama", base_url=server.url, timeout=0.3, max_retries=1))
+    start = time.monotonic()
+    with pytest.raises(LLMError, match=r"cannot reach .*gave up after 2 attempts"):
+        llm.complete("x")
+    assert time.monotonic() - start < 2.0
+
+
+def test_configuration_errors_need_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(LLMError, match=r"needs an API key: set \$ANTHROPIC_API_KEY"):
+        get_llm(LLMSettings("anthropic"))
+    with pytest.raises(LLMError, match=r"\$GEMINI_API_KEY or \$GOOGLE_API_KEY"):
+        get_llm(LLMSettings("gemini"))
+    with pytest.raises(LLMError, match="unknown LLM provider type 'bard'"):
+        get_llm(LLMSettings("bard"))
+    with pytest.raises(ValueError, match="UNSET_LLM_KEY"):
+        get_llm(LLMSettings("openai", api_key="env:UNSET_LLM_KEY"))
+    with pytest.raises(ValueError, match="http"):
+        get_llm(LLMSettings("openai", base_url="ftp://host", api_key="k"))
+    # A local server needs no key once base_url points at it.
+    assert get_llm(LLMSettings("openai", base_url="http://127.0.0.1:9/v1")).model == "gpt-5-mini"
+
+
+# -- is it notes? -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "- User asked why the API hit a rate limit.\n- Claude Code added backoff on 429.",
+        "- User asked about an error: the build failed.\n- Codex fixed the import.",
+        "Here are the notes:\n- User wanted a README section.",
+        "* User asked for a refactor.\n* The agent split config.py.",
+        "- Usuario pidió un resumen.\n- Claude Code lo escribió.",
+        "Error handling in the parser was rewritten.",  # prose, but not an error message
+        "Rate limiting was added to the upload endpoint.",
+    ],
+)
+def test_notes_are_accepted(answer: str) -> None:
+    assert check_answer(f"  {answer}\n\n", "model") == answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",
+        "   \n\t",
+        "Credit balance is too low",
+        "Your credit balance is too low to access the Anthropic API.",
+        'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
+        "Overloaded",
+        "Invalid API key · Please run /login",
+        "Claude AI usage limit reached|1767225600",
+        "You've hit your limit · resets 3pm",
+        "Rate limit exceeded, retry later",
+        "429 Too Many Requests",
+        "Error: connect ECONNREFUSED",
+        '{"error": {"message": "quota"}}',
+        "<!DOCTYPE html>\n<html><title>502 Bad Gateway</title></html>",
+        "<html>\n<body>Service Unavailable</body></html>",
+        "Prompt is too long",
+        "I'm sorry, but I can't help with that.",
+        "I cannot summarize this transcript.",
+        "Sorry, I am unable to do that.",
+        "As an AI, I do not keep notes.",
+        "<think>hmm</think>\n\n",
+    ],
+)
+def test_errors_and_refusals_are_rejected(answer: str) -> None:
+    with pytest.raises(LLMError) as info:
+        check_answer(answer, "model")
+    assert "\n" not in str(info.value)
+
+
+# -- the host agents' CLIs ----------------------------------------------------------------
+
+FAKE_AGENT = """\
+import json, os, subprocess, sys, time
+prompt = sys.stdin.read()
+name = os.path.basename(sys.argv[0])
+with open(os.environ["FAKE_AGENT_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps({"name": name, "argv": sys.argv[1:], "stdin": prompt,
+                          "env": {k: os.environ.get(k) for k in ("MEMSEARCH_DISABLE", "MEMSEARCH_NO_WATCH",
+                                  "MEMSEARCH_IN_STOP_WORKER", "CLAUDECODE")}}) + "\\n")
+mode = os.environ.get("FAKE_AGENT_MODE", "ok")
+if mode == "ok":
+    print("- User asked " + name + " for notes.\\n- It wrote them.")
+elif mode == "credit":
+    print("Credit balance is too low")
+elif mode == "empty":
+    pass
+elif mode == "fail":
+    print("starting", flush=True)
+    sys.stderr.write("\\nerror: not logged in\\nmore detail\\n")
+    sys.exit(3)
+elif mode == "hang":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open(os.environ["FAKE_AGENT_LOG"] + ".child", "w") as f:
+        f.write(str(child.pid))
+    time.sleep(60)
+"""
+
+
+def fake_agents(directory: Path) -> Path:
+    """``claude`` and ``codex`` executables in *directory* (put it first on PATH).
+
+    They record argv, stdin and a few variables as JSON lines in
+    ``$FAKE_AGENT_LOG`` and answer as ``$FAKE_AGENT_MODE`` says.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("claude", "codex"):
+        path = directory / name
+        path.write_text(f"#!{sys.executable}\n{FAKE_AGENT}", encoding="utf-8")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return directory
+
+
+@pytest.fixture
+def agents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake agents first on PATH; returns their log file."""
+    bin_dir = fake_agents(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    log = tmp_path / "agents.jsonl"
+    monkeypatch.setenv("FAKE_AGENT_LOG", str(log))
+    monkeypatch.setenv("CLAUDECODE", "1")  # as inside a Claude Code session
+    return log
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+def test_claude_code_cli(agents: Path) -> None:
+    prompt = "Summarize.\n\nTranscript:\n[User]: héllo " + "x" * 300_000  # beyond one argv string's limit
+    assert get_llm(LLMSettings("claude-code")).complete(prompt) == "- User asked claude for notes.\n- It wrote them."
+    (call,) = calls(agents)
+    assert call["stdin"] == prompt
+    argv = call["argv"]
+    assert argv[0] == "-p" and argv[argv.index("--model") + 1] == "haiku"
+    assert argv[argv.index("--tools") + 1] == "" and "--no-session-persistence" in argv
+    # memsearch's own hooks stand down inside it, and claude may start inside a session.
+    assert call["env"]["MEMSEARCH_DISABLE"] == "1" and call["env"]["CLAUDECODE"] is None
+
+
+def test_codex_cli(agents: Path) -> None:
+    llm = get_llm(LLMSettings("codex", model="gpt-5.1-codex"))
+    assert llm.complete("Summarize.") == "- User asked codex for notes.\n- It wrote them."
+    (call,) = calls(agents)
+    argv = call["argv"]
+    assert argv[0] == "exec" and argv[-1] == "-" and call["stdin"] == "Summarize."
+    assert argv[argv.index("-m") + 1] == "gpt-5.1-codex" and argv[argv.index("-s") + 1] == "read-only"
+    assert "features.hooks=false" in argv and call["env"]["MEMSEARCH_IN_STOP_WORKER"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("mode", "needle"),
+    [
+        ("credit", "returned an error instead of notes: Credit balance is too low"),
+        ("empty", "returned an empty answer"),
+        ("fail", "exited with status 3: error: not logged in"),
+    ],
+)
+def test_agent_cli_failures(agents: Path, monkeypatch: pytest.MonkeyPatch, mode: str, needle: str) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", mode)
+    with pytest.raises(LLMError) as info:
+        get_llm(LLMSettings("claude-code")).complete("x")
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_agent_cli_timeout_kills_its_process_group(agents: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "hang")
+    start = time.monotonic()
+    with pytest.raises(LLMError, match=r"timed out after 1\.5s"):
+        get_llm(LLMSettings("codex", timeout=1.5)).complete("x")
+    assert time.monotonic() - start < 10
+    child = int(Path(f"{agents}.child").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the agent's child process outlived the timeout")
+
+
+def test_agent_cli_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LLMError, match="'claude' is not on PATH"):
+        get_llm(LLMSettings("claude-code")).complete("x")
