@@ -1,10 +1,11 @@
 """`search`, `expand` and `transcript`: the three layers of recall."""
 
+import sys
 from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import app, err, fail, guard, not_available, run
+from memsearch_fast.cli.app import app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
     MILVUS,
@@ -100,7 +101,13 @@ def expand(
     typer.echo(display.to_json(result) if json_output else display.format_expand(result))
 
 
-@app.command(hidden=True)  # listed once it works
+def _not_negative(value: int) -> int:
+    if value < 0:
+        raise typer.BadParameter(f"{value} is not in the range x>=0.")
+    return value
+
+
+@app.command()
 @guard
 def transcript(
     path: Annotated[str, typer.Argument(show_default=False, help="Session transcript (JSONL).")],
@@ -108,13 +115,31 @@ def transcript(
         str | None,
         text("--turn", "-t", help="Target turn/session id (prefix match); shows surrounding context."),
     ] = None,
-    context: Annotated[int, integer("--context", "-c", help="Turns of context to show before/after --turn.")] = 3,
+    context: Annotated[
+        int,
+        integer(
+            "--context",
+            "-c",
+            show_default=False,
+            callback=_not_negative,
+            help="Turns of context to show before/after --turn.",
+        ),
+    ] = 3,
     json_output: JsonOutput = False,
 ) -> None:
     """Show original conversation turns, with tool calls, from a session transcript.
 
     L3 of progressive recall (search -> expand -> transcript): pass the
     transcript path from a journal anchor to recover the exact commands,
-    flags, and paths the journal summary drops.
+    flags, and paths the journal summary drops. Auto-detects Claude Code /
+    Codex / OpenClaw formats.
     """
-    not_available("transcript")
+    from memsearch_fast import transcript as transcripts
+
+    if json_output:
+        # Streamed: a long session is written turn by turn, never held whole.
+        transcripts.write_json(path, sys.stdout.write, turn=turn, context=context)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    else:
+        typer.echo(transcripts.show_text(path, turn=turn, context=context))

@@ -1,0 +1,71 @@
+"""``memsearch transcript``: the original conversation behind a memory (L3 of recall).
+
+Journals are summaries; the exact commands, flags and paths behind them live
+in the agent's own session file, which a journal names in its anchor
+(``<!-- session:… turn:… transcript:PATH -->``). This package reads that file
+(a Claude Code session, a Codex rollout or an OpenClaw session, recognised
+from its first records) into turns with their tool calls and outputs, and
+prints them in memsearch 0.4.23's text or JSON form: all turns, or the turn
+named by ``--turn`` (an id prefix) with ``--context`` turns each side.
+
+The file is streamed, never loaded: a turn is kept only as long as a later
+record can still change it, ``--turn`` keeps a window of the last few turns,
+and text output stops reading at its size cap. Standard library only, so the
+command starts fast.
+
+One module per format (:mod:`.claude`, :mod:`.codex`, :mod:`.openclaw`), the
+shared shape in :mod:`.records`, reading in :mod:`.stream`, printing in
+:mod:`.render`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import TypeAlias
+
+from memsearch_fast.transcript import render
+from memsearch_fast.transcript.records import MAX_OUTPUT_CHARS, ToolCall, Turn
+from memsearch_fast.transcript.render import MAX_RENDER_CHARS
+from memsearch_fast.transcript.stream import TranscriptError, Turns, UnknownFormatError
+
+__all__ = [
+    "MAX_OUTPUT_CHARS",
+    "MAX_RENDER_CHARS",
+    "ToolCall",
+    "TranscriptError",
+    "Turn",
+    "Turns",
+    "UnknownFormatError",
+    "select",
+    "show_text",
+    "write_json",
+]
+
+PathArg: TypeAlias = str | os.PathLike[str]
+
+
+def select(path: PathArg, turn: str | None = None, context: int = 3) -> Iterable[Turn]:
+    """The turns to show: the window around the first turn whose id matches *turn*,
+    else (no *turn*, or no turn matches it) every turn, read as they are consumed.
+
+    Raises :class:`TranscriptError` (or OSError) when the file cannot be shown.
+    """
+    if context < 0:
+        raise ValueError("context must be 0 or more")
+    turns = Turns.open(path)
+    if turn and turns.has_ids:
+        found = render.window(turns, turn, context)
+        if found is not None:
+            return found
+    return turns
+
+
+def show_text(path: PathArg, turn: str | None = None, context: int = 3) -> str:
+    """The transcript as text (at most :data:`MAX_RENDER_CHARS`, then a cut mark)."""
+    return render.text(select(path, turn, context))
+
+
+def write_json(path: PathArg, write: Callable[[str], object], turn: str | None = None, context: int = 3) -> None:
+    """The transcript as a JSON array, handed to *write* a turn at a time."""
+    render.write_json(select(path, turn, context), write)

@@ -1,0 +1,101 @@
+"""Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``).
+
+The conversation is read from ``event_msg`` records: ``user_message`` opens a
+user turn and ``agent_message`` adds a paragraph to the assistant turn that
+follows it. Tool calls are ``response_item`` records: ``function_call``
+(name, JSON-encoded arguments, ``call_id``) joins the same assistant turn and
+``function_call_output`` answers it by ``call_id``. Everything else
+(``session_meta``, ``turn_context``, reasoning, token counts, the
+``response_item`` copies of messages) shows nothing. Rollouts carry no
+per-turn ids, so ``--turn`` never narrows them.
+
+An assistant turn stays open, gathering paragraphs and calls, until the next
+non-empty user message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from memsearch_fast.transcript.records import (
+    Call,
+    Event,
+    Format,
+    NewTurn,
+    Result,
+    ToolCall,
+    Turn,
+    append_text,
+    as_key,
+    clip,
+    command_of,
+    dumps,
+)
+
+
+def recognizes(record: dict[str, Any]) -> bool:
+    return record.get("type") in ("event_msg", "response_item")
+
+
+class Parser:
+    def __init__(self) -> None:
+        #: The assistant turn later records may still extend.
+        self.open_turn: Turn | None = None
+
+    def feed(self, record: dict[str, Any]) -> list[Event]:
+        payload = record.get("payload")
+        if not isinstance(payload, dict):
+            payload = {}
+        kind = record.get("type")
+        item = payload.get("type")
+        if kind == "event_msg":
+            if item == "user_message":
+                return self._user(str(payload.get("message", "")).strip())
+            if item == "agent_message":
+                return self._agent(str(payload.get("message", "")).strip())
+        elif kind == "response_item":
+            if item == "function_call":
+                return self._call(payload)
+            if item == "function_call_output":
+                key = as_key(payload.get("call_id"))
+                if key is not None:
+                    out = payload.get("output", "")
+                    return [Result(key, clip(out if isinstance(out, str) else dumps(out)))]
+        return []
+
+    def _user(self, text: str) -> list[Event]:
+        if not text:
+            return []
+        self.open_turn = None
+        return [NewTurn(Turn("user", text=text))]
+
+    def _assistant(self, events: list[Event]) -> Turn:
+        if self.open_turn is None:
+            self.open_turn = Turn("assistant")
+            events.append(NewTurn(self.open_turn))
+        return self.open_turn
+
+    def _agent(self, text: str) -> list[Event]:
+        events: list[Event] = []
+        if text:
+            turn = self._assistant(events)
+            turn.text = append_text(turn.text, text)
+        return events
+
+    def _call(self, payload: dict[str, Any]) -> list[Event]:
+        args = payload.get("arguments", "")
+        if isinstance(args, str):
+            with contextlib.suppress(ValueError, RecursionError):  # not JSON: shown as written
+                args = json.loads(args)
+        tool = ToolCall(payload.get("name", "tool"), command_of(args))
+        events: list[Event] = []
+        self._assistant(events).tools.append(tool)
+        key = as_key(payload.get("call_id"))
+        if key is not None:
+            events.append(Call(key, tool))
+        return events
+
+
+FORMAT = Format("codex", recognizes, Parser)
