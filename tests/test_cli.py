@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 HEAVY = ("onnxruntime", "pymilvus", "numpy", "tokenizers", "rich", "memsearch_fast._core", "pandas", "grpc")
-WORKING_COMMANDS = ("config", "expand", "index", "reset", "search", "stats", "summarize", "transcript", "watch")
+WORKING_COMMANDS = ("config", "expand", "get", "index", "reset", "search", "stats", "summarize", "transcript", "watch")
 #: Commands of memsearch 0.4.23 this version does not provide yet: hidden from
 #: the command list, but they accept the reference's flags.
 UNBUILT_COMMANDS = ("compact", "skills")

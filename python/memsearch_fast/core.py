@@ -212,6 +212,24 @@ class MemSearch:
             return None
         return expand_chunk(row, section=section, lines=lines)
 
+    def get(self, path: str | os.PathLike[str], *, start: int = 1, count: int | None = None) -> dict[str, Any] | None:
+        """Lines ``start`` .. ``start + count - 1`` (1-based) of an indexed markdown file.
+
+        The real path (symlinks resolved) must be a source stored in the
+        collection, else :class:`memsearch_fast.get.GetError`; None when the
+        collection does not exist. Loads no model. Keys: path, from, lines,
+        total_lines, content.
+        """
+        from memsearch_fast.get import GetError, is_indexed, read_lines, real_path
+
+        store = self._read_store()
+        if not store.exists:
+            return None
+        source = real_path(path)
+        if not is_indexed(store, source):
+            raise GetError(f"not an indexed file: {os.fspath(path)} (only files under indexed roots can be read)")
+        return read_lines(source, start=start, count=count, shown=os.fspath(path))
+
     def watch(self, *, debounce_ms: int = config.DEFAULT_DEBOUNCE_MS, stop: asyncio.Event | None = None) -> Any:
         """Index the paths now and after every burst of file changes.
 

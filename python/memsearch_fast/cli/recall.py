@@ -1,4 +1,4 @@
-"""`search`, `expand` and `transcript`: the three layers of recall."""
+"""`search`, `expand`, `get` and `transcript`: the layers of recall."""
 
 import sys
 from typing import Annotated
@@ -39,8 +39,27 @@ def search(
         text("--reranker-model", help="Cross-encoder model for reranking (empty string disables)."),
     ] = None,
     json_output: JsonOutput = False,
+    budget: Annotated[
+        int | None,
+        integer(
+            "--budget",
+            min=1,
+            help="Print at most N tokens of hits (embedding model's tokenizer; whole hits only) "
+            "and say how many were dropped.",
+        ),
+    ] = None,
+    digest: Annotated[bool, typer.Option("--digest", help="One line per hit: source:start-end heading score.")] = False,
+    min_score: Annotated[
+        float | None, typer.Option("--min-score", metavar="FLOAT", help="Drop hits scoring below this.")
+    ] = None,
 ) -> None:
-    """Search indexed memory for QUERY."""
+    """Search indexed memory for QUERY.
+
+    Agent tiers: --min-score filters, --digest prints one line per hit,
+    --budget caps the output at N tokens. With any of them, -j prints an
+    object {results, dropped, below_min_score, budget, tokens, tokenizer}
+    instead of the bare list.
+    """
     from memsearch_fast.cli import display
 
     cfg = settings(opts, reranker_model=reranker_model)
@@ -52,9 +71,25 @@ def search(
         if not ms.collection_exists():
             fail(missing_collection(cfg))
         results = run(ms.search(query, top_k=top_k, source_prefix=source_prefix))
+        # Hits mean the provider is loaded already: its tokenizer is reused.
+        count, tokenizer = (
+            display.token_counter(ms.provider)
+            if budget is not None and results
+            else (display.approx_tokens, display.APPROX_TOKENIZER)
+        )
     finally:
         ms.close()
-    typer.echo(display.to_json(results) if json_output else display.format_search(results))
+    typer.echo(
+        display.render_search(
+            results,
+            json_output=json_output,
+            digest=digest,
+            budget=budget,
+            min_score=min_score,
+            count=count,
+            tokenizer=tokenizer,
+        )
+    )
 
 
 @app.command()
@@ -99,6 +134,37 @@ def expand(
     if warning:
         err(f"warning: {warning}")
     typer.echo(display.to_json(result) if json_output else display.format_expand(result))
+
+
+@app.command()
+@guard
+@uses(MILVUS)
+def get(
+    path: Annotated[str, typer.Argument(show_default=False, help="An indexed markdown file.")],
+    start: Annotated[int, integer("--from", min=1, help="First line to print (1-based).")] = 1,
+    count: Annotated[
+        int | None, integer("--lines", "-n", min=0, show_default=False, help="Number of lines (default: to the end).")
+    ] = None,
+    json_output: JsonOutput = False,
+    opts: Flags = SPLICED,
+) -> None:
+    """Print lines of an indexed markdown file (OpenClaw's memory_get).
+
+    Only files stored in the index can be read: the real path (symlinks
+    resolved) must be an indexed source, so paths outside the indexed roots
+    are refused. -j prints {path, from, lines, total_lines, content}.
+    """
+    from memsearch_fast.cli import display
+
+    cfg = settings(opts)
+    ms = memsearch(cfg)
+    try:
+        result = ms.get(path, start=start, count=count)
+        if result is None:
+            fail(missing_collection(cfg))
+    finally:
+        ms.close()
+    typer.echo(display.to_json(result) if json_output else display.format_get(result))
 
 
 def _not_negative(value: int) -> int:
