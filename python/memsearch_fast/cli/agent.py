@@ -76,8 +76,26 @@ def skills_add(
         ),
     ],
 ) -> None:
-    """Persist an agent-drafted skill as a candidate (manual capture path)."""
-    not_available("skills add")
+    """Persist an agent-drafted skill as a candidate (manual capture path).
+
+    The agent supplies the content; this writes a structurally-correct candidate
+    (frontmatter, meta.json, git commit) without any LLM call.
+    """
+    import sys
+    from pathlib import Path
+
+    from memsearch_fast.skills import store
+
+    if body_file == "-":
+        data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+    else:
+        try:
+            data = Path(body_file).read_bytes()
+        except OSError as exc:
+            fail(f"Invalid value for '--body-file': {body_file!r}: {exc.strerror or exc}", EXIT_USAGE)
+    slug = store.add(name, description, data.decode("utf-8", "replace"))
+    typer.echo(f"Added candidate skill: {slug}")
+    typer.echo(f"Install it with: memsearch skills install {slug} --path <dir>")
 
 
 @skills_app.command("distill")
@@ -86,8 +104,34 @@ def skills_distill(
     plugin: Annotated[str, text("--plugin", help=PLUGIN_HELP)],
     force: Annotated[bool, typer.Option("--force", help="Run even if input is unchanged or not yet due.")] = False,
 ) -> None:
-    """Mine recent memory journals for recurring workflows using a configured API provider."""
-    not_available("skills distill")
+    """Mine recent memory journals for recurring workflows using a configured API provider.
+
+    This is an explicit invocation, so it runs regardless of the
+    ``memory_to_skill.enabled`` flag (which only gates the background pass).
+    Requires an API provider: the default ``native`` provider drives the host
+    agent and only works from the background pass — for on-demand mining, use
+    the ``/memory-to-skill`` skill, which reasons over the journals directly.
+    """
+    from memsearch_fast import config as cfgmod
+    from memsearch_fast.llm import summarize as notes
+    from memsearch_fast.skills import distill
+
+    try:
+        platform = notes.platform_of(plugin)
+    except notes.UnknownPluginError as exc:
+        fail(str(exc), EXIT_USAGE)
+    cfg = cfgmod.resolve(resolve_env=False, warn=err)
+    if distill.provider_name(cfg, platform) == "native":
+        fail(distill.native_refusal(platform), EXIT_USAGE)
+    result = distill.distill(cfg, platform, force=force, warn=err)
+    if result.skipped:
+        typer.echo(f"Skipped: {result.reason or result.action}")
+        return
+    changed = result.created + result.updated
+    if changed:
+        typer.echo(f"Distilled {len(changed)} candidate skill(s): {', '.join(changed)}")
+    else:
+        typer.echo("No new candidate skills.")
 
 
 @skills_app.command("install")
@@ -96,18 +140,35 @@ def skills_install(
     name: Annotated[str, typer.Argument(metavar="NAME", show_default=False)],
     path: Annotated[
         list[str] | None,
-        typer.Option("--path", help="Install destination (repeatable). E.g. .claude/skills"),
+        text("--path", help="Install destination (repeatable). E.g. .claude/skills"),
     ] = None,
 ) -> None:
     """Install a candidate skill into one or more agent skill directories."""
-    not_available("skills install")
+    from memsearch_fast.skills import store
+
+    if not path:
+        fail("no --path given. Specify where to install, e.g. --path .claude/skills", EXIT_USAGE)
+    for dest in store.install(name, path):
+        typer.echo(f"Installed: {dest}")
 
 
 @skills_app.command("list")
 @guard
 def skills_list(json_output: JsonOutput = False) -> None:
     """List candidate and installed skills in the store."""
-    not_available("skills list")
+    import json
+
+    from memsearch_fast.skills import store
+
+    _project, mem_root = store.resolve_roots()
+    candidates = store.list_candidates(mem_root)
+    if json_output:
+        typer.echo(json.dumps(candidates, indent=2, ensure_ascii=False))
+    elif not candidates:
+        typer.echo("No skills in the store yet.")
+    else:
+        for meta in candidates:
+            typer.echo(store.format_list_line(meta))
 
 
 @skills_app.command("status")
@@ -119,4 +180,20 @@ def skills_status(
     ] = False,
 ) -> None:
     """Show whether candidate skills need review and installation."""
-    not_available("skills status")
+    import json
+
+    from memsearch_fast.skills import store
+
+    _project, mem_root = store.resolve_roots()
+    summary = store.review_summary(mem_root)
+    rendered = store.format_hint(summary)
+    if json_output:
+        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    elif hint:
+        if rendered:
+            typer.echo(rendered)
+    elif not rendered:
+        typer.echo("No candidate skill versions pending install.")
+    else:
+        typer.echo(rendered)
+        typer.echo(f"New: {summary['new_count']}; updated: {summary['updated_count']}.")

@@ -79,7 +79,6 @@ model_app = Typer(help="Manage local embedding models.", no_args_is_help=True)
 skills_app = Typer(
     help="Distill, capture, list, and install candidate skills from memory (procedural memory).",
     no_args_is_help=True,
-    hidden=True,  # listed once its commands work
 )
 app.add_typer(config_app, name="config")
 app.add_typer(model_app, name="model")
