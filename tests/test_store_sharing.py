@@ -260,7 +260,8 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
         path.write_bytes(b"SQLite format 3\0")  # a 2.x database is a file
         expected = "2.x"
     else:
-        path.mkdir()  # a 3.x database is a directory
+        path.mkdir()  # a 3.x database is a directory (an empty one is named as such: tests/reliability)
+        (path / "data").mkdir()
         expected = "3.x"
     with pytest.raises(StoreError, match=expected) as ei:
         MilvusStore(str(path), dimension=DIM)

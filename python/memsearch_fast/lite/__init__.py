@@ -7,8 +7,10 @@ which mode serves it. By default it goes through a small broker
 (:mod:`.broker`):
 
 1. take an exclusive ``flock`` on ``<db>.lock`` (held only while attaching);
-2. read ``<db>.server.json``; if the recorded server is alive (pid, command
-   line, socket answering) connect to it;
+2. read ``<db>.server.json``; if the recorded server checks out (pid alive,
+   its command line serves exactly this path, the socket named after the path
+   and pid is served by that pid as this user: ``process.verify_server``)
+   connect to it; the record itself is never trusted;
 3. otherwise clean up the stale record and spawn a detached
    ``python -m memsearch_fast.lite.server serve <db>`` that opens the database,
    listens on a unix socket in a directory only this user may enter, and

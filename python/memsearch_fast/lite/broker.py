@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -18,21 +19,25 @@ from memsearch_fast.lite.paths import (
     ENV_MODE,
     ENV_START,
     SERVER_MARK,
+    address_uri,
     env_seconds,
     flock,
     idle_timeout,
-    own_socket,
+    make_parent,
+    open_sidecar,
     read_state,
-    record_address,
     sidecar_paths,
+    socket_path,
 )
 from memsearch_fast.lite.process import (
     endpoint_open,
+    is_engine_of,
     is_ours,
     log_tail,
     pid_alive,
     pid_uid,
     terminate,
+    verify_server,
 )
 
 logger = logging.getLogger(__name__)
@@ -42,10 +47,10 @@ _T = TypeVar("_T")
 
 
 def server_status(db_path: str) -> dict[str, Any] | None:
-    """The live server record for ``db_path``, or None when no server is running."""
+    """The live server record for ``db_path``, or None when no verified server runs."""
     db_path = str(Path(db_path).expanduser().resolve())
     st = read_state(db_path)
-    if st and st.get("status") == "ready" and is_ours(st.get("pid"), db_path) and endpoint_open(record_address(st)):
+    if st and st.get("status") == "ready" and verify_server(db_path, st)[0] is not None:
         return st
     return None
 
@@ -58,8 +63,8 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
     """
     db_path = str(Path(db_path).expanduser().resolve())
     start_timeout = start_timeout or env_seconds(ENV_START, DEFAULT_START_TIMEOUT)
+    make_parent(db_path)
     try:
-        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         return _attach_locked(db_path, connect, start_timeout)
     except OSError as exc:
         raise StoreUnavailableError(f"cannot use Milvus Lite database {db_path}: {one_line(exc)}") from None
@@ -72,11 +77,12 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
         if st and st.get("status") == "starting" and is_ours(st.get("pid"), db_path):
             st = _wait_ready(db_path, st["pid"], start_timeout)  # a spawner died mid-start
         if st and st.get("status") == "ready" and is_ours(st.get("pid"), db_path):
-            if endpoint_open(record_address(st)):
+            address, problem = verify_server(db_path, st)
+            if address is not None:
                 try:
-                    return connect(st["uri"])
+                    return connect(address_uri(address))
                 except Exception as exc:  # noqa: BLE001 - decided below
-                    if endpoint_open(record_address(st)) and pid_alive(st.get("pid")):
+                    if endpoint_open(address) and pid_alive(st.get("pid")):
                         raise StoreUnavailableError(
                             f"Milvus Lite server for {db_path} (pid {st['pid']}) refused the connection: "
                             f"{one_line(exc)}"
@@ -88,12 +94,17 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
                         f"the Milvus Lite server for {db_path} (pid {st['pid']}) runs as another user (uid {uid}); "
                         "use memsearch as that user, or stop that server"
                     )
-                logger.warning("Milvus Lite server pid %s for %s is not answering; restarting it", st["pid"], db_path)
+                logger.warning("Milvus Lite server pid %s for %s: %s; restarting it", st["pid"], db_path, problem)
+        elif st and st.get("status") == "ready":
+            logger.info("ignoring the record of %s: pid %s is not its server", db_path, st.get("pid"))
         if st:
             _cleanup(db_path, st)
         st = _spawn(db_path, start_timeout)
+        address, problem = verify_server(db_path, st)
+        if address is None:
+            raise StoreUnavailableError(f"the Milvus Lite server started for {db_path} failed its check: {problem}")
         try:
-            return connect(st["uri"])
+            return connect(address_uri(address))
         except Exception as exc:  # noqa: BLE001
             raise StoreUnavailableError(
                 f"cannot connect to the Milvus Lite server for {db_path}: {one_line(exc)}"
@@ -101,19 +112,35 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
 
 
 def _cleanup(db_path: str, st: dict[str, Any]) -> None:
-    """Stop what is left of a dead or hung server and forget it."""
+    """Stop what is left of a dead or hung server and forget it.
+
+    Only processes that serve exactly ``db_path`` are stopped, and only the
+    socket named after ``db_path`` and the recorded pid is removed: a forged
+    or stale record naming another database's server costs that server nothing.
+    """
     pid = st.get("pid")
     if isinstance(pid, int) and is_ours(pid, db_path):
         terminate(pid)
     engine_pid = st.get("engine_pid")
-    if isinstance(engine_pid, int) and is_ours(engine_pid, db_path, mark="milvus"):
+    if isinstance(engine_pid, int) and is_engine_of(engine_pid, db_path):
         terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
-    sock = own_socket(record_address(st))
-    if sock is not None and not pid_alive(pid):
+    if isinstance(pid, int) and pid > 0 and not pid_alive(pid):
+        sock = socket_path(db_path, pid)
         with contextlib.suppress(OSError):
-            os.unlink(sock)
+            if stat.S_ISSOCK(os.lstat(sock).st_mode):
+                os.unlink(sock)
     with contextlib.suppress(OSError):
         os.unlink(sidecar_paths(db_path)["state"])
+
+
+def _open_log(path: str) -> int:
+    """The server log for appending (0600, never through a link); one past
+    1 MB is removed and started afresh (never truncated in place)."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_size > 1 << 20:
+            os.unlink(path)
+    return open_sidecar(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, replace=True)
 
 
 def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
@@ -124,11 +151,8 @@ def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env.pop(ENV_MODE, None)
     cmd = [sys.executable, "-m", SERVER_MARK, "serve", "--detach", "--idle-timeout", str(idle_timeout()), db_path]
-    try:  # keep the log bounded: start afresh once it passes 1 MB
-        mode = "wb" if os.path.getsize(paths["log"]) > 1 << 20 else "ab"
-    except OSError:
-        mode = "ab"
-    with open(paths["log"], mode) as log:
+    log = _open_log(paths["log"])
+    try:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -139,6 +163,8 @@ def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
             env=env,
             cwd=str(Path(db_path).parent),
         )
+    finally:
+        os.close(log)
     try:
         rc = proc.wait(timeout=30)  # the launcher forks the server and exits at once
     except subprocess.TimeoutExpired:
@@ -163,14 +189,14 @@ def _wait_ready(db_path: str, pid: int | None, start_timeout: float) -> dict[str
             if st.get("status") == "error":
                 with contextlib.suppress(OSError):
                     os.unlink(sidecar_paths(db_path)["state"])
-                raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {st.get('error')}")
+                raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {one_line(st.get('error'))}")
         if seen_pid is not None and not pid_alive(seen_pid):
             raise StoreUnavailableError(
                 f"Milvus Lite server for {db_path} exited while starting: {log_tail(db_path) or 'see the .server.log'}"
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-    if seen_pid is not None:
+    if seen_pid is not None and is_ours(seen_pid, db_path):
         terminate(seen_pid)
     raise StoreUnavailableError(f"Milvus Lite server for {db_path} did not start within {start_timeout:.0f}s")
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.lite.paths import make_parent
 
 _T = TypeVar("_T")
 
@@ -30,9 +32,10 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     """``make_client(db_path)``, opening the database in this process; counts one user."""
     if not db_path.endswith(".db"):
         raise StoreError(f"embedded Milvus Lite needs a path ending in .db, got {db_path}")
-    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    make_parent(db_path)
     _quiet_grpc_server()
     _quiet_lite_embedded()
+    new = not os.path.lexists(db_path)
     try:
         client = make_client(db_path)
     except Exception as exc:  # noqa: BLE001 - any failure to open means the database is unavailable here
@@ -40,9 +43,27 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
             f"cannot open Milvus Lite database {db_path}: {one_line(exc)} "
             "(is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server)"
         ) from None
+    if new:
+        _make_private(db_path)
     with _LOCK:
         _REFS[db_path] = _REFS.get(db_path, 0) + 1
     return client
+
+
+def _make_private(db_path: str) -> None:
+    """Tighten a database the engine has just created in this process: a 2.x
+    file to 0600 (its journals take the file's mode), a 3.x directory to 0700.
+
+    A shared server creates it under umask 077 instead; the process umask is
+    not changed here because it is process-wide and other threads may be
+    creating files.
+    """
+    with contextlib.suppress(OSError):
+        st = os.lstat(db_path)
+        if stat.S_ISREG(st.st_mode):
+            os.chmod(db_path, 0o600)
+        elif stat.S_ISDIR(st.st_mode):
+            os.chmod(db_path, 0o700)
 
 
 def release(db_path: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -119,17 +120,6 @@ def socket_file(address: str | None) -> str | None:
     return address[len("unix:") :] if address and address.startswith("unix:") else None
 
 
-def own_socket(address: str | None) -> str | None:
-    """The path of ``address`` when it is a socket in one of our socket dirs
-    (only those may be removed on a dead server's behalf)."""
-    sock = socket_file(address)
-    if sock is None:
-        return None
-    path = Path(sock)
-    ours = path.suffix == ".sock" and path.parent in _socket_dirs()
-    return sock if ours else None
-
-
 def address_uri(address: str) -> str:
     """pymilvus URI of a server address (``unix:/path`` or ``host:port``)."""
     return address if socket_file(address) else f"http://{address}"
@@ -149,22 +139,137 @@ def sidecar_paths(db_path: str) -> dict[str, str]:
     return {"lock": db_path + ".lock", "state": db_path + ".server.json", "log": db_path + ".server.log"}
 
 
+# Record files are a few hundred bytes; anything much larger is not a record.
+_RECORD_LIMIT = 1 << 16
+
+
+def _refuse(path: str, what: str) -> StoreUnavailableError:
+    return StoreUnavailableError(f"{path} {what}; refusing to use it beside the database (remove it)")
+
+
+def open_sidecar(path: str, flags: int, *, replace: bool = False) -> int:
+    """Open a file beside the database: never through a symlink, only a regular
+    file of this user, created 0600 (an existing one with wider modes is set to 0600).
+
+    Anyone who can write the database's directory can plant links there, so
+    ``O_NOFOLLOW`` keeps every open on the name itself, and ``O_NONBLOCK`` keeps
+    a planted FIFO from blocking the open. A file that is not usable is
+    refused with a one-line error naming it, or, with ``replace``, removed
+    (``unlink`` removes a link, never its target) and created afresh with
+    ``O_EXCL``; ``replace`` suits files whose content is disposable (the log).
+    """
+    base = flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    problem = ""
+    try:
+        fd = os.open(path, base, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            raise
+        problem = _kind(path)
+    else:
+        problem = _unusable(fd)
+        if not problem:
+            return _settle(fd)
+        os.close(fd)
+    if not replace:
+        raise _refuse(path, problem)
+    logger.warning("%s %s; replacing it", path, problem)
+    try:
+        os.unlink(path)
+        fd = os.open(path, base | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise _refuse(path, f"{problem} and cannot be replaced ({one_line(exc)})") from None
+    if _unusable(fd):
+        os.close(fd)
+        raise _refuse(path, "changed while it was being replaced")
+    return _settle(fd)
+
+
+def _kind(path: str) -> str:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "cannot be opened safely"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    return "is not a regular file"
+
+
+def _unusable(fd: int) -> str:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    return ""
+
+
+def _settle(fd: int) -> int:
+    """Clear ``O_NONBLOCK`` (the fd may become a child's stdout) and tighten the mode."""
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+        os.fchmod(fd, 0o600)
+    return fd
+
+
+def make_parent(db_path: str) -> None:
+    """Create the database's missing parent directories (the last one 0700).
+
+    A parent that exists as a file is reported in one line instead of
+    ``[Errno 17] File exists``.
+    """
+    parent = Path(db_path).parent
+    for p in (parent, *parent.parents):
+        if os.path.lexists(p):
+            if not p.is_dir():
+                raise StoreError(f"cannot use {db_path}: {p} is a file, not a directory")
+            if p == parent:
+                return
+            break
+    try:
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create the directory of {db_path}: {one_line(exc)}") from None
+
+
 def check_layout(db_path: str) -> None:
-    """Refuse a database written by the other Milvus Lite generation, with advice."""
+    """Refuse a database written by the other Milvus Lite generation, with advice;
+    refuse a path that is no database at all (an empty file or directory) with
+    what it is."""
     major = milvus_lite_major()
     if major is None:
         raise StoreUnavailableError("milvus-lite is not installed; install it or use a Milvus server URI")
     p = Path(db_path)
     if major >= 3 and p.is_file():
+        if _is_sqlite(p):
+            raise StoreError(
+                f"{db_path} is a Milvus Lite 2.x database file but milvus-lite {major}.x is installed; "
+                "move it aside and run 'memsearch index', or install milvus-lite<3"
+            )
         raise StoreError(
-            f"{db_path} is a Milvus Lite 2.x database file but milvus-lite {major}.x is installed; "
-            "move it aside and run 'memsearch index', or install milvus-lite<3"
+            f"{db_path} is {'an empty file' if p.stat().st_size == 0 else 'a file'}, not a Milvus Lite database "
+            f"(milvus-lite {major}.x keeps a database as a directory); remove it or choose another path"
         )
     if major < 3 and p.is_dir():
+        if not any(p.iterdir()):
+            raise StoreError(
+                f"{db_path} is an empty directory, not a Milvus Lite database "
+                f"(milvus-lite {major}.x keeps a database as one file); remove it or choose another path"
+            )
         raise StoreError(
-            f"{db_path} is a Milvus Lite 3.x database directory but milvus-lite {major}.x is installed; "
+            f"{db_path} is a directory (a Milvus Lite 3.x database?) but milvus-lite {major}.x is installed; "
             "move it aside and run 'memsearch index', or install milvus-lite>=3"
         )
+
+
+def _is_sqlite(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(16) == b"SQLite format 3\0"
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
@@ -172,7 +277,7 @@ def flock(path: str, timeout: float) -> Iterator[None]:
     """Exclusive advisory lock on ``path``, waiting at most ``timeout`` seconds."""
     import fcntl
 
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    fd = open_sidecar(path, os.O_CREAT | os.O_RDWR)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -195,22 +300,49 @@ def flock(path: str, timeout: float) -> Iterator[None]:
 
 
 def read_state(db_path: str) -> dict[str, Any] | None:
-    """The recorded server for ``db_path`` (may be stale), or None."""
+    """The recorded server for ``db_path`` (may be stale or forged: see
+    ``process.verify_server``), or None.
+
+    A record that is a symlink, not a regular file or not this user's is no
+    record: the next server replaces it (``write_state`` renames over the name).
+    """
     try:
-        with open(sidecar_paths(db_path)["state"], encoding="utf-8") as f:
-            data = json.load(f)
+        fd = open_sidecar(sidecar_paths(db_path)["state"], os.O_RDONLY)
+    except (OSError, StoreError):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(_RECORD_LIMIT + 1)
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= _RECORD_LIMIT else None
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
 
 
 def write_state(db_path: str, data: dict[str, Any]) -> None:
-    """Atomically replace the server record."""
+    """Atomically replace the server record (0600).
+
+    The temp file is created with ``O_EXCL | O_NOFOLLOW`` after removing any
+    leftover of that name (a crashed writer's, or a planted link: ``unlink``
+    never follows it), and renamed over the record, which replaces a link
+    there rather than writing through it.
+    """
     target = sidecar_paths(db_path)["state"]
     tmp = f"{target}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, target)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot write the server record {tmp}: {one_line(exc)}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def remove_state_if(db_path: str, pid: int) -> None:

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.errors import StoreUnavailableError, one_line
+from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
 from memsearch_fast.lite.broker import server_status, stop_server
 from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
@@ -25,13 +25,14 @@ from memsearch_fast.lite.paths import (
     address_uri,
     check_layout,
     idle_timeout,
+    open_sidecar,
     remove_state_if,
     sidecar_paths,
     socket_file,
     socket_path,
     write_state,
 )
-from memsearch_fast.lite.process import endpoint_open
+from memsearch_fast.lite.process import add_serve_arguments, endpoint_open
 from memsearch_fast.lite.version import milvus_lite_major
 
 logger = logging.getLogger(__name__)
@@ -219,22 +220,21 @@ class _Lite2Engine(_Engine):
     def __init__(self, db_path: str, listen: str) -> None:
         import fcntl
 
-        from milvus_lite.server import Server
-
-        probe = Server(db_path, None)
-        # The same lock milvus-lite 2.x takes, so embedded users see it as held.
-        self._lock = open(probe._lock_path, "a")  # noqa: SIM115 - held for the server's life
+        probe = _server_spec(db_path, None)
+        # The same lock milvus-lite 2.x takes, so embedded users see it as held
+        # (opened as a sidecar: never through a link planted under its name).
+        self._lock = open_sidecar(probe._lock_path, os.O_CREAT | os.O_RDWR | os.O_APPEND)
         try:
             fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self._lock.close()
+            os.close(self._lock)
             raise StoreUnavailableError(f"{db_path} is open in another process") from None
         self._lock_path = probe._lock_path
         last_error = "did not listen"
         any_port = listen.endswith(":0")
         for _ in range(3 if any_port else 1):
             address = f"{HOST}:{_free_port()}" if any_port else listen
-            srv = Server(db_path, address)
+            srv = _server_spec(db_path, address)
             env = os.environ.copy()
             libdir = str(srv._bin_path)
             env["LD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
@@ -274,10 +274,26 @@ class _Lite2Engine(_Engine):
         self._release()
 
     def _release(self) -> None:
-        with contextlib.suppress(Exception):
-            self._lock.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lock)
         with contextlib.suppress(OSError):
             os.unlink(self._lock_path)
+
+
+def _server_spec(db_path: str, address: str | None) -> Any:
+    """milvus-lite 2.x's ``Server`` for its paths and engine arguments only.
+
+    Its ``__del__`` removes the engine's lock file: as soon as the object is
+    collected, which left the database looking free to an embedded opener
+    while this server's engine had it open.
+    """
+    from milvus_lite.server import Server
+
+    class _Spec(Server):  # type: ignore[misc]  # milvus-lite is untyped (Any)
+        def __del__(self) -> None:
+            pass
+
+    return _Spec(db_path, address)
 
 
 def _die_with_parent() -> None:
@@ -319,6 +335,10 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     authentication; 0 picks a free port) when a port is given.
     """
     db_path = str(Path(db_path).expanduser().resolve())
+    # Everything this process and its engine create (the database when it is
+    # new, its journal, the record) is private to this user; an existing
+    # database keeps its modes.
+    os.umask(0o077)
     ready_w = None
     if detach:
         # Fork so the server is re-parented to init (no zombie in the spawner);
@@ -337,7 +357,11 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     logging.getLogger("grpc._server").addFilter(drop_unimplemented)
     warnings.filterwarnings("ignore", category=UserWarning, module="jieba")
-    write_state(db_path, {"pid": pid, "status": "starting", "db": db_path})
+    try:
+        write_state(db_path, {"pid": pid, "status": "starting", "db": db_path})
+    except (OSError, StoreError) as exc:
+        logger.error("cannot serve %s: %s", db_path, one_line(exc))
+        return 1
     if ready_w is not None:
         os.write(ready_w, b"1")
         os.close(ready_w)
@@ -419,7 +443,11 @@ def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idl
     database released, or the server it starts could not open it."""
     import fcntl
 
-    fd = os.open(sidecar_paths(db_path)["lock"], os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fd = open_sidecar(sidecar_paths(db_path)["lock"], os.O_CREAT | os.O_RDWR)
+    except (OSError, StoreError) as exc:
+        logger.warning("cannot take the broker lock of %s: %s", db_path, one_line(exc))
+        return False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -440,15 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memsearch_fast.lite.server")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_serve = sub.add_parser("serve", help="serve a Milvus Lite database to other processes")
-    p_serve.add_argument("db")
-    p_serve.add_argument("--idle-timeout", type=float, default=None)
-    p_serve.add_argument("--detach", action="store_true")
-    p_serve.add_argument(
-        "--port",
-        type=int,
-        default=None,
-        help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket",
-    )
+    add_serve_arguments(p_serve)
     p_status = sub.add_parser("status", help="show the server owning a database")
     p_status.add_argument("db")
     p_stop = sub.add_parser("stop", help="stop the server owning a database")
