@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch
     from memsearch_fast.pipeline import IndexReport
 
-#: Longest wait for events before the loop checks that its roots and database still exist.
-CHECK_INTERVAL_MS = 2000
+#: Longest wait for events before the loop checks that its roots and database
+#: still exist (and before the first run: the watcher is armed first, so no
+#: change made during a run is missed).
+CHECK_INTERVAL_MS = 500
 #: Backoff after a failed run (seconds): doubled per failure up to the cap.
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
@@ -87,36 +89,32 @@ async def watch(
     """
     from watchfiles import awatch
 
+    from memsearch_fast.errors import describe
+
     stop = stop or asyncio.Event()
     roots = [str(Path(p).expanduser().resolve()) for p in ms.paths]
     step = max(1, int(debounce_ms))
     accept = _relevant(extensions, ms.ignore_files)
     delay = 0.0
-    pending = 1  # the initial run
+    pending = 1  # the first run: whatever changed while no watcher ran
+    indexed_once = False
+
+    def gone() -> str:
+        if not _roots_alive(roots):
+            return "every watched path is gone"
+        if indexed_once and database is not None and not os.path.exists(database):
+            return f"the database {database} is gone"
+        return ""
 
     while not stop.is_set():
-        if pending:
-            try:
-                report = await ms.index_with_report()
-            except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
-                from memsearch_fast.errors import describe
-
-                delay = min(RETRY_MAX_S, delay * 2 if delay else RETRY_FIRST_S)
-                yield WatchEvent("error", error=describe(exc), changes=pending, retry_in=delay)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
-                continue
-            delay = 0.0
-            yield WatchEvent("indexed", report=report, changes=pending)
-            pending = 0
-        if not _roots_alive(roots):
-            yield WatchEvent("stopped", error="every watched path is gone")
-            return
-        if database is not None and not os.path.exists(database):
-            yield WatchEvent("stopped", error=f"the database {database} is gone")
+        reason = gone()
+        if reason:
+            yield WatchEvent("stopped", error=reason)
             return
         watched = [r for r in roots if os.path.exists(r)]
         try:
+            # One watcher for as long as the root set holds: events that
+            # arrive during a run are kept by it and start the next run.
             async for changes in awatch(
                 *watched,
                 watch_filter=accept,
@@ -127,21 +125,30 @@ async def watch(
                 yield_on_timeout=True,
                 ignore_permission_denied=True,
             ):
-                if changes:
-                    pending = len(changes)
-                    break
-                if not _roots_alive(roots) or (database is not None and not os.path.exists(database)):
+                pending += len(changes)
+                if pending and not stop.is_set():
+                    try:
+                        report = await ms.index_with_report()
+                    except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
+                        delay = min(RETRY_MAX_S, delay * 2 if delay else RETRY_FIRST_S)
+                        yield WatchEvent("error", error=describe(exc), changes=pending, retry_in=delay)
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(stop.wait(), timeout=delay)
+                    else:
+                        delay = 0.0
+                        indexed_once = True
+                        yield WatchEvent("indexed", report=report, changes=pending)
+                        pending = 0
+                if gone():
                     break
                 if sorted(r for r in roots if os.path.exists(r)) != sorted(watched):
-                    pending = 1  # a root came back or vanished: watch the new set
+                    pending += 1  # a root came back or vanished: watch the new set, then look again
                     break
         except (FileNotFoundError, RuntimeError) as exc:
             # The notify backend gives up when a watched root disappears.
             if _roots_alive(roots):
-                from memsearch_fast.errors import describe
-
                 yield WatchEvent("error", error=describe(exc), retry_in=RETRY_FIRST_S)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=RETRY_FIRST_S)
-            pending = 1
+            pending += 1
     yield WatchEvent("stopped", error="")
