@@ -139,6 +139,7 @@ class MemSearch:
             overlap_lines=self.overlap_lines,
             parallelism=self.parallelism,
             progress=progress,
+            manifest=self._manifest(),
         )
         report.failed[:0] = [(e.path, e.reason) for e in found.errors]
         return report
@@ -155,10 +156,17 @@ class MemSearch:
             max_chunk_size=self.max_chunk_size,
             overlap_lines=self.overlap_lines,
             parallelism=self.parallelism,
+            manifest=self._manifest(),
         )
         if report.failed:
             raise OSError(f"{report.failed[0][0]}: {report.failed[0][1]}")
         return report.indexed
+
+    def _manifest(self) -> Any:
+        """The collection's manifest (beside a local database, else under ~/.memsearch)."""
+        from memsearch_fast.pipeline.manifest import Manifest
+
+        return Manifest.for_store(self._store_args["uri"], self._store_args["collection"])
 
     # -- reading ---------------------------------------------------------------------
 

@@ -2,15 +2,16 @@
 
 Chunk ids hash (source, line range, content, model), so an unchanged file
 yields exactly the ids already stored and costs no embedding and no Milvus
-call. A changed file is diffed against its stored ids: new ids are embedded
-(or reuse the stored vector of identical content, so a line inserted at the
-top of a long file re-embeds only the chunks whose text changed), and ids
-that disappeared are deleted.
+call (with a manifest it is not even read). A changed file is diffed against
+its stored ids: new ids are embedded (or take the stored vector of identical
+content, :mod:`.donors`, so a line inserted at the top of a long file
+re-embeds only the chunks whose text changed), and ids that disappeared are
+deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from memsearch_fast._core import Chunk, FileChunks
@@ -24,6 +25,7 @@ class FilePlan:
     new: list[tuple[str, Chunk]] = field(default_factory=list)  # (chunk id, chunk) to store
     stale: set[str] = field(default_factory=set)  # stored ids the file no longer yields
     had_rows: bool = False  # the file had rows before: its old vectors may be reused
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (content hash, chunk id) of every row it yields
 
 
 class Dedup:
@@ -36,11 +38,17 @@ class Dedup:
     strings.
     """
 
-    def __init__(self, model: str, stored: Iterable[tuple[str, str]], *, force: bool = False) -> None:
+    def __init__(self, model: str, stored: Iterable[tuple[str, str]] = (), *, force: bool = False) -> None:
         self.model = model
         self.force = force
-        packed: dict[str, bytearray] = {}
+        self.by_source: dict[str, bytes] = {}
         self.odd: dict[str, list[str]] = {}
+        self.add(stored)
+
+    def add(self, stored: Iterable[tuple[str, str]]) -> None:
+        """Take in more stored ``(id, source)`` pairs (a run with a manifest
+        loads only the files it reads, a batch at a time)."""
+        packed: dict[str, bytearray] = {}
         for chunk_id, source in stored:
             digest = _digest(chunk_id)
             if digest is None:
@@ -50,10 +58,9 @@ class Dedup:
                 if buf is None:
                     packed[source] = buf = bytearray()
                 buf += digest
-        self.by_source: dict[str, bytes] = {}
         while packed:  # one copy at a time
             source, buf = packed.popitem()
-            self.by_source[source] = bytes(buf)
+            self.by_source[source] = self.by_source.get(source, b"") + bytes(buf)
         for source in self.odd:
             self.by_source.setdefault(source, b"")
 
@@ -76,6 +83,7 @@ class Dedup:
             if cid in seen:
                 continue  # identical chunk twice in one file: one row
             seen.add(cid)
+            plan.pairs.append((chunk.content_hash, cid))
             if self.force or cid not in old:
                 plan.new.append((cid, chunk))
         plan.stale = old - seen
@@ -86,14 +94,25 @@ class Dedup:
         self.by_source.pop(source, None)
         self.odd.pop(source, None)
 
-    def orphans(self, roots: Iterable[str], *, unlisted: Iterable[str] = ()) -> list[str]:
-        """Stored sources under a directory root that the scan did not see,
-        except under directories the scan could not list."""
-        prefixes = tuple(r.rstrip("/") + "/" for r in roots)
-        if not prefixes:
-            return []
-        keep = tuple(d.rstrip("/") + "/" for d in unlisted)
-        return sorted(s for s in self.by_source if s.startswith(prefixes) and not (keep and s.startswith(keep)))
+    def orphans(
+        self, roots: Iterable[str], *, unlisted: Iterable[str] = (), seen: Container[str] = frozenset()
+    ) -> list[str]:
+        """Stored sources under a directory root that the scan did not see
+        (``seen``, or planned already), except under directories the scan
+        could not list."""
+        return vanished(self.by_source, roots, unlisted=unlisted, seen=seen)
+
+
+def vanished(
+    sources: Iterable[str], roots: Iterable[str], *, unlisted: Iterable[str] = (), seen: Container[str] = frozenset()
+) -> list[str]:
+    """The ``sources`` under a directory root that are not ``seen``, except
+    under directories the scan could not list (files there may still exist)."""
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+    if not prefixes:
+        return []
+    keep = tuple(d.rstrip("/") + "/" for d in unlisted)
+    return sorted(s for s in sources if s.startswith(prefixes) and s not in seen and not (keep and s.startswith(keep)))
 
 
 _DIGEST = 8  # chunk ids are the first 16 hex digits of a SHA-256

@@ -1,31 +1,44 @@
 """The index run: scan → chunk → dedup → embed → upsert → flush.
 
+With a manifest (:mod:`.manifest`) that still matches the store, only files
+whose size or mtime changed are read, and only those whose fingerprint then
+differs are diffed against their stored ids; without one, every file is read
+and every stored id consulted, and a fresh manifest is written at the end.
+
 Chunk batches come from the Rust stream on a worker thread; each batch is
-diffed against the stored ids, its new chunks are packed into cross-file
-embedding batches, and embedded rows are upserted while the next batches are
-embedded. Every queue is bounded, so memory does not grow with the corpus.
-Stale rows are deleted only after the new rows are written, and the run ends
-with an explicit flush; an interrupted run leaves rows that the next run
-recognises by id and completes.
+diffed against the stored ids, its new chunks take a stored vector of
+identical content where one exists (:mod:`.donors`) or are packed into
+cross-file embedding batches, and embedded rows are upserted while the next
+batches are embedded. Every queue is bounded, so memory does not grow with
+the corpus. Stale rows and the rows of vanished files are deleted only after
+the new rows are written, and the run ends with an explicit flush; an
+interrupted run leaves rows that the next run recognises by id and completes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memsearch_fast import parallelism as par
-from memsearch_fast._core import compute_chunk_id, content_hash
-from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
+from memsearch_fast._core import FileChunks, ScannedFile
+from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES, MANIFEST_RACY_SECONDS
+from memsearch_fast.errors import one_line
 from memsearch_fast.pipeline.chunk import chunk_files
-from memsearch_fast.pipeline.dedup import Dedup, FilePlan
+from memsearch_fast.pipeline.dedup import Dedup, FilePlan, vanished
+from memsearch_fast.pipeline.donors import LEARN_FIELDS, Donors
 from memsearch_fast.pipeline.embed import EmbedStage, Pending
+from memsearch_fast.pipeline.manifest import Entry, Header, Loaded, Manifest, pack
 from memsearch_fast.pipeline.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,6 +56,10 @@ class IndexReport:
     deleted: int = 0
     sources_removed: int = 0
     seconds: float = 0.0
+    #: Files read and chunked (with a manifest, only those whose size or mtime changed).
+    read: int = 0
+    #: Whether a manifest was trusted (False: a full run, which writes a fresh one).
+    manifest: bool = False
 
     @property
     def indexed(self) -> int:
@@ -69,9 +86,10 @@ class NullProgress:
 
 
 def _embed_batch_size(provider: Any) -> int:
-    """Cross-file batches of a few provider batches: enough for the provider
-    to sort by length and keep its workers busy, small enough that little
-    work is lost when a run is interrupted."""
+    """Cross-file batches of a few provider batches: enough to keep the
+    provider's workers busy, small enough that little work is lost when a
+    run is interrupted. Padding is kept low by the embed stage's sort window
+    (``config.EMBED_SORT_WINDOW``), not by larger batches."""
     own = int(getattr(provider, "batch_size", 0) or 32)
     return max(32, min(512, own * 4))
 
@@ -96,6 +114,7 @@ async def run_index(
     workers: int | None = None,
     parallelism: par.Parallelism | None = None,
     progress: Progress | None = None,
+    manifest: Manifest | None = None,
 ) -> IndexReport:
     """Index *files* into *store* with *provider*.
 
@@ -104,109 +123,311 @@ async def run_index(
     read them); ``only_sources`` limits the stored ids consulted to those
     sources (explicit-file runs, which prune nothing else). ``parallelism``
     is the run's plan (:func:`memsearch_fast.parallelism.plan`), made from
-    ``workers`` when not given.
+    ``workers`` when not given. ``manifest`` is the collection's manifest
+    (``Manifest.for_store(uri, collection)``): files given as ``ScannedFile``
+    whose size and mtime match it are not read; ``force`` ignores it (and
+    re-embeds everything), and the run writes a fresh one.
     """
-    started = time.perf_counter()
-    progress = progress or NullProgress()
-    report = IndexReport(files=len(files))
-    progress.start(len(files))
-    model = provider.model_name
-
-    # Streamed from the store into Dedup's packed form: no list of every row.
-    dedup = await asyncio.to_thread(Dedup, model, store.iter_ids_by_source(only_sources), force=force)
-
-    upsert = UpsertStage(store)
-
-    async def deliver(items: list[Pending]) -> None:
-        await upsert.add(items)
-        progress.chunks_embedded(len(items))
-
-    pools = parallelism or par.plan(workers)
-    embed = EmbedStage(
-        provider.embed, deliver, batch_size=_embed_batch_size(provider), in_flight=_embed_in_flight(provider)
+    run = _Run(
+        store,
+        provider,
+        files,
+        cleanup_roots=cleanup_roots,
+        unlisted=unlisted,
+        only_sources=only_sources,
+        force=force,
+        max_chunk_size=max_chunk_size,
+        overlap_lines=overlap_lines,
+        pools=parallelism or par.plan(workers),
+        progress=progress or NullProgress(),
+        manifest=manifest,
     )
-    stream = chunk_files(files, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines, workers=pools.chunk_threads)
-    stale: list[str] = []
-    failed = True
+    if manifest is None:
+        return await run.execute()
+    await asyncio.to_thread(manifest.acquire)
     try:
-        while True:
-            batch = await asyncio.to_thread(next, stream, None)
-            if batch is None:
-                break
-            reusable: list[FilePlan] = []
-            to_embed: list[Pending] = []
-            for fc in batch:
-                reason = fc.error
-                if reason is None and len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
-                    reason = f"path longer than {MAX_SOURCE_BYTES} bytes"
-                if reason is not None:
-                    report.failed.append((fc.path, reason))
-                    dedup.keep(fc.path)  # its stored rows stay until it can be read
-                    continue
-                if fc.invalid_utf8:
-                    report.invalid_utf8.append(fc.path)
-                report.chunks += len(fc.chunks)
-                plan = dedup.plan(fc)
-                if plan.new or plan.stale:
-                    report.changed += 1
-                else:
-                    report.unchanged += 1
-                stale.extend(plan.stale)
-                if plan.new and plan.had_rows and not force:
-                    reusable.append(plan)
-                else:
-                    to_embed.extend(Pending(cid, c) for cid, c in plan.new)
-            if reusable:
-                reused = await _reuse_vectors(store, reusable, to_embed, model)
-                report.reused += len(reused)
-                await upsert.add(reused)
-            await embed.add(to_embed)
-            progress.files_done(len(batch), sum(len(fc.chunks) for fc in batch))
-        await embed.finish()
-        await upsert.finish()
-        await upsert.delete_ids(stale)
-        orphans = dedup.orphans(cleanup_roots, unlisted=unlisted)
-        await upsert.delete_sources(orphans)
-        report.sources_removed = len(orphans)
-        failed = False
-    except BaseException:
-        await embed.cancel()
-        raise
+        return await run.execute()
     finally:
-        # Vectors already computed are written and made durable, even on
-        # Ctrl-C or an error, so the next run does not embed them again.
+        manifest.release()
+
+
+class _Run:
+    """The state of one index run."""
+
+    def __init__(
+        self,
+        store: Any,
+        provider: Any,
+        files: Sequence[Any],
+        *,
+        cleanup_roots: Sequence[str],
+        unlisted: Sequence[str],
+        only_sources: Sequence[str] | None,
+        force: bool,
+        max_chunk_size: int,
+        overlap_lines: int,
+        pools: par.Parallelism,
+        progress: Progress,
+        manifest: Manifest | None,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        self.files = files
+        self.roots = cleanup_roots
+        self.unlisted = unlisted
+        self.only_sources = only_sources
+        self.force = force
+        self.max_chunk_size = max_chunk_size
+        self.overlap_lines = overlap_lines
+        self.pools = pools
+        self.progress = progress
+        self.manifest = manifest
+        self.model: str = provider.model_name
+        self.report = IndexReport(files=len(files))
+        self.racy_after = 0.0
+        self.old: dict[str, Entry] = {}  # the manifest's entries, when it is trusted
+        self.new: dict[str, Entry] = {}  # entries this run establishes
+        self.loaded: Loaded | None = None
+        self.header: Header | None = None
+        self.donors = Donors(self.model)
+        self.dedup = Dedup(self.model, force=force)
+        self.gone: list[str] = []  # recorded or stored files under a root that vanished
+        self.stale: list[str] = []  # stored ids that files no longer yield
+
+    # -- the run -------------------------------------------------------------------------
+
+    async def execute(self) -> IndexReport:
+        started = time.perf_counter()
+        # A file modified after this instant may be modified again within its
+        # timestamp's granularity: its stat is not recorded (read next time).
+        self.racy_after = time.time() - MANIFEST_RACY_SECONDS
+        report, store, progress = self.report, self.store, self.progress
+        progress.start(len(self.files))
+        if self.manifest is not None:
+            await asyncio.to_thread(self._load_manifest)
+        if self.loaded is not None:
+            report.manifest = True
+            self.old = self.loaded.entries
+            paths, self.gone = self._plan_with_manifest()
+        else:
+            self.dedup = await asyncio.to_thread(
+                Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
+            )
+            paths = [os.fspath(f) for f in self.files]
+            self.gone = self.dedup.orphans(self.roots, unlisted=self.unlisted, seen=set(paths))
+            if self.gone and not self.force:
+                gone = self.gone
+                self.donors.defer(
+                    lambda: b"".join(self.donors.learn_rows(p) for p in store.iter_rows_for_sources(gone, LEARN_FIELDS))
+                )
+
+        self.upsert = UpsertStage(
+            store,
+            before_write=self.manifest.invalidate if self.manifest is not None else None,
+            on_written=self._written,
+        )
+        self.embed = EmbedStage(
+            self.provider.embed,
+            self._deliver,
+            batch_size=_embed_batch_size(self.provider),
+            in_flight=_embed_in_flight(self.provider),
+            hold=True,
+        )
+        failed = True
         try:
-            if failed:
-                with contextlib.suppress(Exception):  # the original error matters more
-                    await upsert.finish()
-            await upsert.flush()
-        except Exception:  # the original error matters more
-            if not failed:
-                raise
-        progress.finish()
-    report.embedded = embed.embedded
-    report.deleted = upsert.deleted
-    report.seconds = time.perf_counter() - started
-    return report
+            if paths:
+                stream = chunk_files(
+                    paths,
+                    max_chunk_size=self.max_chunk_size,
+                    overlap_lines=self.overlap_lines,
+                    workers=self.pools.chunk_threads,
+                )
+                while True:
+                    batch = await asyncio.to_thread(next, stream, None)
+                    if batch is None:
+                        break
+                    await self._batch(batch)
+            await self.embed.finish()
+            await self.upsert.finish()
+            await self.upsert.delete_ids(self.stale)
+            with_rows = self._with_rows(self.gone)
+            await self.upsert.delete_sources(with_rows)
+            report.sources_removed = len(with_rows)
+            failed = False
+        except BaseException:
+            await self.embed.cancel()
+            raise
+        finally:
+            # Vectors already computed are written and made durable, even on
+            # Ctrl-C or an error, so the next run does not embed them again.
+            try:
+                if failed:
+                    with contextlib.suppress(Exception):  # the original error matters more
+                        await self.upsert.finish()
+                await self.upsert.flush()
+            except Exception:  # the original error matters more
+                if not failed:
+                    raise
+            progress.finish()
+        if self.manifest is not None:
+            try:
+                await asyncio.to_thread(self._save_manifest)
+            except OSError as exc:  # the index is complete; the next run is a full one
+                logger.warning("cannot write manifest %s: %s", self.manifest.path, one_line(exc.strerror or exc))
+        report.embedded = self.embed.embedded
+        report.reused += self.embed.shared
+        report.deleted = self.upsert.deleted
+        report.seconds = time.perf_counter() - started
+        return report
 
+    # -- manifest ------------------------------------------------------------------------
 
-async def _reuse_vectors(store: Any, plans: list[FilePlan], to_embed: list[Pending], model: str) -> list[Pending]:
-    """Reuse stored vectors of identical content made by the same model (one
-    query for the batch); what has no stored twin goes to `to_embed`."""
-    fields = ["chunk_hash", "content", "embedding", "source", "start_line", "end_line"]
-    rows = await asyncio.to_thread(store.rows_for_sources, [p.source for p in plans], fields)
-    by_hash: dict[str, Any] = {}
-    for r in rows:
-        h = content_hash(r["content"])
-        # The id encodes the model: a row from another model never matches.
-        if r["chunk_hash"] == compute_chunk_id(r["source"], r["start_line"], r["end_line"], h, model):
-            by_hash[h] = r["embedding"]
-    reused: list[Pending] = []
-    for plan in plans:
-        for cid, chunk in plan.new:
-            vector = by_hash.get(chunk.content_hash)
-            if vector is None:
-                to_embed.append(Pending(cid, chunk))
+    def _load_manifest(self) -> None:
+        assert self.manifest is not None
+        store = self.store
+        self.header = Header(
+            model=self.model,
+            max_chunk_size=self.max_chunk_size,
+            overlap_lines=self.overlap_lines,
+            collection=str(getattr(store, "collection", "")),
+            identity=store.collection_id() if hasattr(store, "collection_id") else "",
+        )
+        if self.force:
+            return
+        loaded = self.manifest.load(self.header)
+        # Rows added or removed behind the manifest's back: the store is the truth.
+        if loaded is not None and loaded.rows == store.count():
+            self.loaded = loaded
+
+    def _plan_with_manifest(self) -> tuple[list[str], list[str]]:
+        """Files to read (size or mtime differ from their entry) and the
+        recorded files that vanished; stored ids are loaded later, only for
+        the files whose content changed."""
+        old, report = self.old, self.report
+        paths: list[str] = []
+        seen: set[str] = set()
+        for f in self.files:
+            path = os.fspath(f)
+            seen.add(path)
+            entry = old.get(path)
+            if entry is not None and isinstance(f, ScannedFile) and entry.same_stat(f.size, f.mtime):
+                report.unchanged += 1
             else:
-                reused.append(Pending(cid, chunk, list(vector)))
-    return reused
+                paths.append(path)
+        if report.unchanged:
+            self.progress.files_done(report.unchanged, 0)
+        if not self.force:
+            self.donors.defer(lambda: b"".join(e.packed() for e in old.values()))
+        return paths, vanished(old, self.roots, unlisted=self.unlisted, seen=seen)
+
+    def _with_rows(self, sources: list[str]) -> list[str]:
+        """The vanished sources that may have rows (an entry known to have no chunks has none)."""
+        if self.loaded is None:
+            return sources
+        return [s for s in sources if (e := self.old[s]).size < 0 or e.packed()]
+
+    def _record(self, fc: FileChunks, chunks: bytes | str) -> None:
+        mtime = None if fc.mtime >= self.racy_after else fc.mtime
+        self.new[fc.path] = Entry(fc.size, mtime, fc.fingerprint, chunks)
+
+    def _save_manifest(self) -> None:
+        """Record what this run established, after its flush."""
+        assert self.manifest is not None and self.header is not None
+        if self.loaded is not None:
+            if not self.upsert.wrote and not self.new and not self.gone:
+                return  # nothing changed: the manifest on disk is still exact
+            entries = dict(self.old)
+            for source in self.gone:
+                entries.pop(source, None)
+        elif self.only_sources is None:
+            # Every stored source needs an entry, so that its file's removal
+            # is noticed by a later run; those not read here are unknown.
+            entries = {s: Entry.unknown() for s in self.dedup.by_source if s not in self.gone}
+        else:
+            return  # other sources' rows were not consulted: no complete manifest to write
+        entries.update(self.new)
+        rows = self.store.count() if self.upsert.wrote or self.loaded is None else self.loaded.rows
+        self.manifest.save(self.header, rows, entries)
+
+    # -- one chunk batch ----------------------------------------------------------------
+
+    async def _batch(self, batch: list[FileChunks]) -> None:
+        report, dedup = self.report, self.dedup
+        ready: list[FileChunks] = []
+        for fc in batch:
+            report.read += 1
+            reason = fc.error
+            if reason is None and len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
+                reason = f"path longer than {MAX_SOURCE_BYTES} bytes"
+            if reason is not None:
+                report.failed.append((fc.path, reason))
+                self._failed(fc.path)
+                continue
+            if fc.invalid_utf8:
+                report.invalid_utf8.append(fc.path)
+            report.chunks += len(fc.chunks)
+            entry = self.old.get(fc.path)
+            if entry is not None and entry.fingerprint and entry.fingerprint == fc.fingerprint and not self.force:
+                # Touched but identical: its rows are the ones recorded.
+                report.unchanged += 1
+                self._record(fc, entry.chunks)
+                continue
+            ready.append(fc)
+        if self.loaded is not None and ready:
+            paths = [fc.path for fc in ready]
+            await asyncio.to_thread(lambda: dedup.add(self.store.iter_ids_by_source(paths)))
+        to_place: list[Pending] = []
+        learn: list[str] = []
+        for fc in ready:
+            plan = dedup.plan(fc)
+            if plan.new or plan.stale:
+                report.changed += 1
+            else:
+                report.unchanged += 1
+            self.stale.extend(plan.stale)
+            self._record(fc, pack(plan.pairs))
+            to_place.extend(Pending(cid, c) for cid, c in plan.new)
+            if not self.force and self.loaded is None:
+                self._learn_kept(plan)
+                if plan.new and plan.had_rows:
+                    learn.append(plan.source)
+        if self.force:
+            await self.embed.add(to_place)
+        else:
+            await self.donors.learn(self.store, learn)
+            reused, to_embed = await self.donors.resolve(self.store, to_place)
+            report.reused += len(reused)
+            await self.upsert.add(reused)
+            await self.embed.add(to_embed)
+        self.progress.files_done(len(batch), sum(len(fc.chunks) for fc in batch))
+
+    def _learn_kept(self, plan: FilePlan) -> None:
+        """A full run: the chunks a file already had stored are donors."""
+        if plan.new:
+            fresh = {cid for cid, _ in plan.new}
+            self.donors.add_packed(pack(p for p in plan.pairs if p[1] not in fresh))
+        else:
+            self.donors.add_packed(pack(plan.pairs))
+
+    def _failed(self, path: str) -> None:
+        """An unreadable file keeps its rows until it can be read; its entry,
+        if it has rows, says "unknown" so the next run reads it again."""
+        if self.loaded is not None:
+            entry = self.old.get(path)
+            if entry is not None:
+                self.new[path] = Entry.unknown(entry.chunks)
+        else:
+            if path in self.dedup.by_source:
+                self.new[path] = Entry.unknown()
+            self.dedup.keep(path)
+
+    # -- callbacks from the stages --------------------------------------------------------
+
+    async def _deliver(self, items: list[Pending]) -> None:
+        await self.upsert.add(items)
+        self.progress.chunks_embedded(len(items))
+
+    def _written(self, pairs: list[tuple[str, str]]) -> None:
+        self.embed.release(h for h, _ in pairs)
+        if not self.force:
+            self.donors.written(pairs)

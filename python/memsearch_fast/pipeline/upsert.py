@@ -10,7 +10,7 @@ the order the pipeline asks for is the order Milvus sees.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memsearch_fast.pipeline.embed import Pending
@@ -35,20 +35,45 @@ def row(p: Pending) -> dict[str, Any]:
 
 
 class UpsertStage:
-    """Buffers rows and writes them `batch_size` at a time, `in_flight` calls at once."""
+    """Buffers rows and writes them `batch_size` at a time, `in_flight` calls at once.
 
-    def __init__(self, store: Any, *, batch_size: int = 1000, in_flight: int = IN_FLIGHT) -> None:
+    ``before_write`` runs once, before the first call that changes the store
+    (the manifest is withdrawn there); ``on_written`` receives the (content
+    hash, chunk id) pairs of every batch Milvus acknowledged.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        batch_size: int = 1000,
+        in_flight: int = IN_FLIGHT,
+        before_write: Callable[[], None] | None = None,
+        on_written: Callable[[list[tuple[str, str]]], None] | None = None,
+    ) -> None:
         self.store = store
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
+        self._keys: list[tuple[str, str]] = []  # (content hash, chunk id) of each buffered row
+        self._before_write = before_write
+        self._on_written = on_written
+        self.wrote = False  # a call that changes the store was made
         self._slots = asyncio.Semaphore(max(1, in_flight))
         self._writes: set[asyncio.Task[None]] = set()
         self._error: Exception | None = None
         self.upserted = 0
         self.deleted = 0
 
+    def _writing(self) -> None:
+        self.wrote = True
+        hook, self._before_write = self._before_write, None
+        if hook is not None:
+            hook()
+
     async def add(self, items: Iterable[Pending]) -> None:
-        self._rows.extend(row(p) for p in items)
+        for p in items:
+            self._rows.append(row(p))
+            self._keys.append((p.chunk.content_hash, p.chunk_id))
         while len(self._rows) >= self.batch_size:
             await self._send()
 
@@ -59,12 +84,15 @@ class UpsertStage:
         if not self._rows:  # another caller sent them while this one waited
             self._slots.release()
             return
-        batch, self._rows = self._rows[: self.batch_size], self._rows[self.batch_size :]
-        task = asyncio.ensure_future(self._write(batch))
+        n = self.batch_size
+        batch, self._rows = self._rows[:n], self._rows[n:]
+        keys, self._keys = self._keys[:n], self._keys[n:]
+        self._writing()
+        task = asyncio.ensure_future(self._write(batch, keys))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, batch: list[dict[str, Any]]) -> None:
+    async def _write(self, batch: list[dict[str, Any]], keys: list[tuple[str, str]]) -> None:
         try:
             written = await asyncio.to_thread(self.store.upsert, batch)
         except Exception as exc:  # noqa: BLE001 - re-raised by the next add/finish
@@ -72,6 +100,8 @@ class UpsertStage:
                 self._error = exc
         else:
             self.upserted += written  # after the await: overlapping writes add up
+            if self._on_written is not None:
+                self._on_written(keys)
         finally:
             self._slots.release()
 
@@ -100,19 +130,23 @@ class UpsertStage:
     async def delete_ids(self, ids: list[str]) -> None:
         if ids:
             await self.drain()
+            self._writing()
             n = await asyncio.to_thread(self.store.delete_ids, ids)
             self.deleted += n
 
     async def delete_sources(self, sources: list[str]) -> None:
         if sources:
             await self.drain()
+            self._writing()
             n = await asyncio.to_thread(self.store.delete_sources, sources)
             self.deleted += n
 
     async def flush(self) -> None:
-        """Make everything written durable and visible to other processes.
+        """Make everything written durable and visible to other processes
+        (nothing to do when the run wrote nothing).
 
         Runs after a failed write too: what did land is kept.
         """
         await self._settle()
-        await asyncio.to_thread(self.store.flush)
+        if self.wrote:
+            await asyncio.to_thread(self.store.flush)

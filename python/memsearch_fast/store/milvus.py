@@ -527,16 +527,39 @@ class MilvusStore:
 
     def rows_for_sources(self, sources: list[str], fields: list[str]) -> list[dict[str, Any]]:
         """Rows of the given sources with ``fields`` (e.g. content + embedding for reuse)."""
+        return [r for page in self.iter_rows_for_sources(sources, fields) for r in page]
+
+    def iter_rows_for_sources(self, sources: list[str], fields: list[str]) -> Iterator[list[dict[str, Any]]]:
+        """:meth:`rows_for_sources` a page at a time, so any number of rows stays bounded in memory."""
         if not self._exists or not sources:
-            return []
+            return
         fields = list(dict.fromkeys([*fields, "source"]))
-        out: list[dict[str, Any]] = []
         wanted = list(dict.fromkeys(sources))
         for i in range(0, len(wanted), FILTER_BATCH):
             chunk = wanted[i : i + FILTER_BATCH]
             exact = set(chunk)
             for page in self._iterate(self._in_filter("source", chunk), fields):
-                out.extend(_plain(r) for r in page if r.get("source") in exact)
+                yield [_plain(r) for r in page if r.get("source") in exact]
+
+    def rows_for_ids(self, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+        """Rows with the given ids (``chunk_hash``); ids not stored are left out.
+
+        Strong consistency: every write acknowledged before the call is seen.
+        """
+        if not self._exists or not ids:
+            return []
+        fields = list(dict.fromkeys(["chunk_hash", *fields]))
+        out: list[dict[str, Any]] = []
+        wanted = list(dict.fromkeys(ids))
+        for i in range(0, len(wanted), FILTER_BATCH):
+            expr = f"chunk_hash in [{', '.join(quote_filter_value(v) for v in wanted[i : i + FILTER_BATCH])}]"
+
+            def query(c: Any, e: str = expr) -> Any:
+                return c.query(
+                    collection_name=self.collection, filter=e, output_fields=fields, consistency_level="Strong"
+                )
+
+            out.extend(_plain(r) for r in self._call("query", query))
         return out
 
     def get(self, chunk_hash: str, fields: list[str] | None = None) -> dict[str, Any] | None:
@@ -622,6 +645,15 @@ class MilvusStore:
             row["score"] = min(1.0, max(0.0, float(hit["distance"]) / scale))
             hits.append(row)
         return hits
+
+    def collection_id(self) -> str:
+        """The engine's id of the collection, "" where it reports none (Milvus
+        Lite says 0): a dropped and re-created collection gets another one."""
+        if not self._exists:
+            return ""
+        info = self._call("describe_collection", lambda c: c.describe_collection(self.collection))
+        cid = info.get("collection_id") if isinstance(info, dict) else None
+        return str(cid) if cid else ""
 
     def count(self) -> int:
         """Rows in the collection, by ``count(*)`` (metadata row counts lag)."""
