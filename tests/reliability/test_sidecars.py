@@ -267,6 +267,9 @@ def test_socket_not_served_by_the_recorded_pid_is_not_used(dbdir: Path) -> None:
     )
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        deadline = time.monotonic() + 30  # until the child has exec'd (its command line is set)
+        while not lite_process.is_ours(impostor.pid, db) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert lite_process.is_ours(impostor.pid, db)  # its command line alone would pass
         sock = lite_paths.socket_path(db, impostor.pid)
         listener.bind(sock)
