@@ -103,10 +103,13 @@ class HttpLLM(LLM):
         raise NotImplementedError
 
     def _headers(self) -> dict[str, str]:
-        return {}
+        """Bearer auth when a key is set (OpenAI-compatible servers and Ollama)."""
+        key = self._key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _payload(self, prompt: str) -> dict[str, Any]:
-        raise NotImplementedError
+        """One user message, no streaming: the chat shape OpenAI and Ollama share."""
+        return {"model": self.model, "messages": [{"role": "user", "content": prompt}], "stream": False}
 
     def _answer(self, data: Any) -> str:
         raise NotImplementedError

@@ -23,13 +23,6 @@ class OllamaChat(HttpLLM):
         base = self.base_url[: -len("/api")] if self.base_url.endswith("/api") else self.base_url
         return f"{base}/api/chat"
 
-    def _headers(self) -> dict[str, str]:
-        key = self._key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _payload(self, prompt: str) -> dict[str, Any]:
-        return {"model": self.model, "messages": [{"role": "user", "content": prompt}], "stream": False}
-
     def _answer(self, data: Any) -> str:
         content = data["message"]["content"]
         return content if isinstance(content, str) else ""

@@ -23,13 +23,6 @@ class OpenAIChat(HttpLLM):
     def _url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    def _headers(self) -> dict[str, str]:
-        key = self._key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _payload(self, prompt: str) -> dict[str, Any]:
-        return {"model": self.model, "messages": [{"role": "user", "content": prompt}], "stream": False}
-
     def _answer(self, data: Any) -> str:
         choice = data["choices"][0]
         message = choice.get("message") or {}
