@@ -168,6 +168,24 @@ def test_watch_follows_edits_renames_and_deletes(
     assert w.next("stopped")["reason"] == "stopped"
 
 
+def test_watch_inside_a_hidden_root(tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path) -> None:
+    """An agent's memory lives in `.memsearch/memory`: events below a hidden root count."""
+    root = tmp_path / "proj" / ".memsearch" / "memory"
+    write(root / "2026-11-23.md", "## Session 10:00\n\n### 10:00\n- User asked about cats.\n")
+    w = Watcher([str(root), *common(db, model_dir)], env)
+    try:
+        assert w.next("indexed")["files"] == 1
+        with (root / "2026-11-23.md").open("a", encoding="utf-8") as f:
+            f.write("\n### 10:05\n- User asked about dogs.\n")
+        assert w.next("indexed", timeout=30)["changed"] == 1
+        write(root / ".draft.md", "# Hidden\nnever indexed\n")
+        write(root / "2026-11-24.md", "### 09:00\n- User asked about parrots.\n")
+        assert w.next("indexed", timeout=30)["changed"] == 1
+        assert sorted(Path(s).name for s in stored(db)) == ["2026-11-23.md", "2026-11-24.md"]
+    finally:
+        assert w.stop() == 0
+
+
 def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path) -> None:
     root = tmp_path / "notes"
     write(root / "a.md", "# Alpha\ncats\n")

@@ -44,22 +44,33 @@ class WatchEvent:
     retry_in: float = 0.0
 
 
-def _relevant(extensions: Sequence[str], ignore_files: Sequence[str]) -> Callable[[Any, str], bool]:
+def _relevant(
+    extensions: Sequence[str], ignore_files: Sequence[str], roots: Sequence[str] = ()
+) -> Callable[[Any, str], bool]:
     """A cheap pre-filter: which raw events may change the index.
 
     It only decides whether a run is worth starting; what is indexed is
     decided by the scanner's own rules in that run. A path without a
     markdown suffix may be a directory (created, removed or renamed), so it
-    passes unless it lies in a hidden directory the scan never enters.
+    passes unless it lies in a hidden directory the scan never enters. Only
+    the part below its root counts: a root may itself be hidden (an agent's
+    ``.memsearch/memory``), as ``memsearch index`` allows.
     """
     exts = tuple(e.lower() for e in extensions)
     names = frozenset(ignore_files)
+    bases = sorted((os.path.join(r, "") for r in roots), key=len, reverse=True)
+
+    def below_root(path: str) -> str:
+        for base in bases:
+            if path.startswith(base):
+                return path[len(base) :]
+        return path
 
     def accept(_change: Any, path: str) -> bool:
         name = os.path.basename(path)
         if name in names:
             return True
-        if any(part.startswith(".") for part in Path(path).parts[1:]):
+        if any(part.startswith(".") for part in Path(below_root(path)).parts):
             return False
         return name.lower().endswith(exts) or "." not in name
 
@@ -94,7 +105,7 @@ async def watch(
     stop = stop or asyncio.Event()
     roots = [str(Path(p).expanduser().resolve()) for p in ms.paths]
     step = max(1, int(debounce_ms))
-    accept = _relevant(extensions, ms.ignore_files)
+    accept = _relevant(extensions, ms.ignore_files, roots)
     delay = 0.0
     pending = 1  # the first run: whatever changed while no watcher ran
     indexed_once = False
