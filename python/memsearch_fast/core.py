@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,38 @@ class MemSearch:
         }
         self._provider: Any = None
         self._store: Any = None
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Mapping[str, Any],
+        paths: Sequence[str | os.PathLike[str]] = (),
+        *,
+        description: str = "",
+        ignore_files: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        workers: int | None = None,
+    ) -> MemSearch:
+        """The instance a resolved configuration (``config.resolve()``) describes;
+        *ignore_files* and *exclude* add to the configured lists."""
+        emb, milvus, chunking, indexing = cfg["embedding"], cfg["milvus"], cfg["chunking"], cfg["indexing"]
+        return cls(
+            list(paths),
+            embedding_provider=emb["provider"],
+            embedding_model=emb["model"] or None,
+            embedding_batch_size=emb["batch_size"],
+            embedding_base_url=emb["base_url"] or None,
+            embedding_api_key=emb["api_key"] or None,
+            milvus_uri=milvus["uri"],
+            milvus_token=milvus["token"] or None,
+            collection=milvus["collection"],
+            description=description,
+            max_chunk_size=chunking["max_chunk_size"],
+            overlap_lines=chunking["overlap_lines"],
+            ignore_files=list(dict.fromkeys([*indexing["ignore_files"], *ignore_files])),
+            exclude=list(dict.fromkeys([*indexing["exclude"], *exclude])),
+            workers=workers,
+        )
 
     # -- lazily opened parts ---------------------------------------------------------
 

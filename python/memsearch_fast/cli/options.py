@@ -181,22 +181,12 @@ def memsearch(cfg: dict[str, Any], paths: Sequence[str] = (), opts: Flags | None
     from memsearch_fast.core import MemSearch
 
     opts = opts or {}
-    emb, milvus, chunking, indexing = cfg["embedding"], cfg["milvus"], cfg["chunking"], cfg["indexing"]
-    return MemSearch(
-        list(paths),
-        embedding_provider=emb["provider"],
-        embedding_model=emb["model"] or None,
-        embedding_batch_size=emb["batch_size"],
-        embedding_base_url=emb["base_url"] or None,
-        embedding_api_key=emb["api_key"] or None,
-        milvus_uri=milvus["uri"],
-        milvus_token=milvus["token"] or None,
-        collection=milvus["collection"],
+    return MemSearch.from_config(
+        cfg,
+        paths,
         description=opts.get("description") or "",
-        max_chunk_size=chunking["max_chunk_size"],
-        overlap_lines=chunking["overlap_lines"],
-        ignore_files=list(dict.fromkeys([*indexing["ignore_files"], *(opts.get("ignore_file") or ())])),
-        exclude=list(dict.fromkeys([*indexing["exclude"], *(opts.get("exclude") or ())])),
+        ignore_files=opts.get("ignore_file") or (),
+        exclude=opts.get("exclude") or (),
         **extra,
     )
 
