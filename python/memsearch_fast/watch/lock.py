@@ -81,6 +81,22 @@ class WatchLock:
         self._write_record({"pid": os.getpid(), "roots": list(roots), "started": time.time()})
         return True
 
+    def held(self) -> bool:
+        """Whether a live watcher holds the lock (tried, never kept)."""
+        import fcntl
+
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False  # no lock file: no watcher ever ran here
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def _write_record(self, data: dict[str, Any]) -> None:
         tmp = self.record_path.with_name(f"{self.record_path.name}.{os.getpid()}.tmp")
         with contextlib.suppress(FileNotFoundError):

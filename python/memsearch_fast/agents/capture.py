@@ -1,0 +1,146 @@
+"""The background half of Stop and PreCompact: summarize a turn, append it to
+today's log, index that log.
+
+It runs detached from the agent (the hook has already answered), reads its
+job from a file the hook wrote, and reports only to ``.memsearch/hooks.log``.
+Only bullet notes become memory: an LLM error, a rate-limit message, an empty
+or bullet-less answer leaves at most a one-line marker under the turn's
+anchor (when the anchor names a transcript, so the turn stays reachable
+through ``transcript``), never the answer or the raw turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from memsearch_fast.agents import journal
+from memsearch_fast.agents.log import log_error, log_info
+
+#: The summarizer's own deadline (seconds), under the agents' 120 s hook timeout.
+DEFAULT_TIMEOUT_S = 100.0
+MARKER = "- Turn not summarized; its transcript is linked above."
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
+
+
+@dataclass(frozen=True)
+class Job:
+    platform: str
+    event: str  # "stop" or "pre-compact"
+    memsearch_dir: str
+    memory_dir: str
+    collection: str
+    project_dir: str
+    session: str
+    turn: str
+    transcript: str
+    text: str
+    date: str  # YYYY-MM-DD, when the turn ended
+    now: str  # HH:MM
+
+    def save(self, folder: Path) -> Path:
+        import tempfile
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="capture-", suffix=".json", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(asdict(self), f)
+        return Path(name)
+
+    @classmethod
+    def load(cls, path: Path) -> Job:
+        data = json.loads(path.read_text("utf-8"))
+        return cls(**{k: str(data.get(k, "")) for k in cls.__dataclass_fields__})
+
+
+def bullets(answer: str) -> list[str]:
+    """The answer's bullet lines as ``- …``; other lines (preambles, blank) are dropped."""
+    out = []
+    for line in answer.splitlines():
+        m = _BULLET.match(line)
+        if m:
+            out.append(f"- {m.group(1)}")
+    return out
+
+
+def _timeout() -> float:
+    try:
+        value = float(os.environ.get("MEMSEARCH_SUMMARIZE_TIMEOUT", ""))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
+
+
+def summarize(cfg: Mapping[str, Any], job: Job) -> list[str]:
+    """The notes for the job's text; raises :class:`LLMError` when there are none."""
+    import dataclasses
+
+    from memsearch_fast.llm import LLMError
+    from memsearch_fast.llm import summarize as notes
+
+    settings = dataclasses.replace(notes.route(cfg, job.platform), timeout=_timeout())
+    instructions = notes.load_prompt(cfg, notes.AGENT_NAMES[job.platform])
+    answer = notes.summarize(settings, instructions, job.text)
+    found = bullets(answer)
+    if not found:
+        raise LLMError(f"{settings.protocol} answered without bullet notes")
+    return found
+
+
+def run(job_file: Path) -> int:
+    """Do one job; the exit status (0 also when the turn could not be summarized)."""
+    from memsearch_fast import config as cfgmod
+
+    try:
+        job = Job.load(job_file)
+    except (OSError, ValueError, TypeError) as exc:
+        log_error(None, f"capture: unreadable job {job_file}: {exc}")
+        return 1
+    finally:
+        job_file.unlink(missing_ok=True)
+    where = Path(job.memsearch_dir)
+    if job.project_dir and os.path.isdir(job.project_dir):
+        os.chdir(job.project_dir)  # the project's .memsearch.toml applies
+    try:
+        cfg = cfgmod.resolve(resolve_env=False)
+        if not cfg["plugins"][job.platform]["summarize"]["enabled"]:
+            return 0
+    except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
+        log_error(where, f"capture: configuration: {exc}")
+        return 1
+    try:
+        notes = summarize(cfg, job)
+    except Exception as exc:  # noqa: BLE001 - any failure means: no notes
+        log_error(where, f"capture ({job.event}, session {job.session}): summary failed: {exc}")
+        if not job.transcript:
+            return 0
+        notes = [MARKER]
+    log = Path(job.memory_dir) / f"{job.date}.md"
+    try:
+        journal.append(log, job.now, journal.Anchor(job.session, job.turn, job.transcript), notes)
+    except OSError as exc:
+        log_error(where, f"capture: cannot append to {log}: {exc}")
+        return 1
+    return index(where, job, log)
+
+
+def index(where: Path, job: Job, log: Path) -> int:
+    """Index the log just written (the watcher may also; the second run finds it unchanged)."""
+    from memsearch_fast import config as cfgmod
+    from memsearch_fast.core import MemSearch
+
+    try:
+        cfg = cfgmod.resolve({"milvus.collection": job.collection})
+        with MemSearch.from_config(cfg, [job.memory_dir]) as ms:
+            count = asyncio.run(ms.index_file(log))
+    except Exception as exc:  # noqa: BLE001 - the entry is written; the watcher or next run indexes it
+        log_error(where, f"capture: indexing {log} failed: {exc}")
+        return 1
+    log_info(where, f"captured {job.event} of session {job.session} into {log.name} ({count} chunks indexed)")
+    return 0

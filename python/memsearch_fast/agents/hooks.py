@@ -1,0 +1,330 @@
+"""The hook events: agent JSON in, agent JSON out, nothing ever in the way.
+
+Every event answers with exit status 0 and one JSON object, whatever goes
+wrong (a broken configuration becomes a one-line status on SessionStart;
+everything else goes to ``.memsearch/hooks.log``). ``MEMSEARCH_DISABLE=1``
+makes every event answer ``{}`` and touch nothing: the summarizer's own
+``claude -p`` runs with it, so our hooks never fire inside it.
+
+SessionStart stays on a short path: no network (but a 0.3 s reachability
+check of a remote Milvus), no model, no second CLI start; the watcher is
+started detached. Stop and PreCompact read the turn at once (Codex may delete
+its rollout once the hook returns) and leave the summary to a detached
+worker (:mod:`.capture`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from memsearch_fast.agents import journal
+from memsearch_fast.agents.log import log_error
+from memsearch_fast.agents.project import Project, is_absolute, locate
+
+PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
+EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
+#: How long a hook waits for its stdin to close (some agents never close it).
+STDIN_DEADLINE_S = 2.0
+STDIN_MAX_BYTES = 8 << 20
+MIN_PROMPT_CHARS = 10
+#: A session whose transcript has fewer lines has nothing worth keeping.
+MIN_TRANSCRIPT_LINES = 3
+AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "openclaw": "OpenClaw"}
+#: Environment variables that hold the embedding provider's key when the config has none.
+API_KEY_VARS = {
+    "openai": "OPENAI_API_KEY",
+    "google": "GOOGLE_API_KEY",
+    "voyage": "VOYAGE_API_KEY",
+    "jina": "JINA_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+}
+
+Output = dict[str, Any]
+
+
+def disabled() -> bool:
+    return os.environ.get("MEMSEARCH_DISABLE", "") == "1" or bool(os.environ.get("MEMSEARCH_IN_STOP_WORKER"))
+
+
+def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str, Any]:
+    """The JSON object on stdin, read until EOF or the deadline; {} when there is none."""
+    if os.isatty(fd):
+        return {}
+    chunks: list[bytes] = []
+    size = 0
+    end = time.monotonic() + deadline_s
+    try:
+        while size < STDIN_MAX_BYTES:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except (OSError, ValueError):
+        pass
+    try:
+        value = json.loads(b"".join(chunks).decode("utf-8", "replace") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _str(payload: Mapping[str, Any], key: str) -> str:
+    value = payload.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def project_of(payload: Mapping[str, Any]) -> Project:
+    cwd = _str(payload, "cwd")
+    return locate(cwd if cwd and is_absolute(cwd) else None)
+
+
+def _config() -> dict[str, Any]:
+    from memsearch_fast import config as cfgmod
+
+    return cfgmod.resolve(resolve_env=False)
+
+
+def _uri(cfg: Mapping[str, Any]) -> str:
+    from memsearch_fast.config import resolve_env_ref
+
+    return str(resolve_env_ref(cfg["milvus"]["uri"], "milvus.uri"))
+
+
+# -- the events ---------------------------------------------------------------------------
+
+
+def session_start(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    from memsearch_fast.agents import watcher
+
+    cfg = _config()
+    emb = cfg["embedding"]
+    uri = _uri(cfg)
+    model = emb["model"] or _default_model(emb["provider"])
+    status = f"[memsearch] embedding: {emb['provider']}/{model} | milvus: {uri} | collection: {project.collection}"
+    problem = _key_problem(emb) or _milvus_problem(uri)
+    if problem:
+        return {"systemMessage": f"{status} | ERROR: {problem}"}
+    memory = Path(project.memory_dir)
+    memory.mkdir(parents=True, exist_ok=True)
+    session = _str(payload, "session_id")
+    if session:
+        watcher.join(project, session)
+    if os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
+        watcher.start(uri, project, Path(project.memsearch_dir) / "watch.log")
+    out: Output = {"systemMessage": status}
+    context = journal.recent_context(memory)
+    if context:
+        context += (
+            f'\nOlder memory: `memsearch search "<query>" --collection {project.collection}`, '
+            "then `memsearch expand <chunk_hash>` and `memsearch transcript <path> --turn <id>`.\n"
+        )
+        out["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
+    return out
+
+
+def _default_model(provider: str) -> str:
+    from memsearch_fast.config import DEFAULT_MODELS
+
+    return DEFAULT_MODELS.get(provider, "default")
+
+
+def _key_problem(emb: Mapping[str, Any]) -> str:
+    var = API_KEY_VARS.get(emb["provider"])
+    if var and not os.environ.get(var) and not emb["api_key"]:
+        return f"{var} not set — memory search disabled (local model: memsearch config set embedding.provider onnx)"
+    return ""
+
+
+def _milvus_problem(uri: str) -> str:
+    """A remote Milvus that does not accept a connection within 0.3 s."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not uri.startswith(("http://", "https://", "tcp://", "grpc://")):
+        return ""
+    parts = urlsplit(uri)
+    port = parts.port or (443 if parts.scheme == "https" else 19530)
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=0.3).close()
+    except OSError:
+        return f"Milvus at {parts.hostname}:{port} is unreachable — memory search disabled"
+    return ""
+
+
+def user_prompt(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    if len(_str(payload, "prompt").strip()) < MIN_PROMPT_CHARS:
+        return {}
+    if not os.path.isdir(project.memory_dir):
+        return {}
+    return {"systemMessage": "[memsearch] Memory available"}
+
+
+def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    if payload.get("stop_hook_active") is True:
+        return {}
+    from memsearch_fast.agents import turns
+
+    session = _str(payload, "session_id")
+    transcript = _str(payload, "transcript_path")
+    given = payload.get("turn")
+    excerpt: turns.Excerpt | None = None
+    if isinstance(given, dict) and isinstance(given.get("text"), str) and given["text"].strip():
+        turn_id = given.get("id")
+        excerpt = turns.Excerpt(turn_id if isinstance(turn_id, str) else "", given["text"][-turns.TEXT_CHARS :], 1)
+    elif transcript and os.path.isfile(transcript):
+        if _short(transcript):
+            return {}
+        excerpt = turns.last_turn(transcript, AGENT_NAMES[platform])
+    elif platform == "codex":
+        excerpt = _codex_fallback(payload, session)
+        transcript = ""
+    if excerpt is None or not excerpt.text.strip():
+        return {}
+    _spawn_capture(platform, "stop", project, session, excerpt, transcript)
+    return {}
+
+
+def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    from memsearch_fast.agents import turns
+
+    session = _str(payload, "session_id")
+    transcript = _str(payload, "transcript_path")
+    if not (transcript and os.path.isfile(transcript)) or _short(transcript):
+        return {}
+    captured = journal.anchored_turns(Path(project.memory_dir), session) if session else set()
+    excerpt = turns.uncaptured(transcript, AGENT_NAMES[platform], captured)
+    if excerpt is not None and excerpt.text.strip():
+        _spawn_capture(platform, "pre-compact", project, session, excerpt, transcript)
+    return {}  # never blocks the compaction
+
+
+def session_end(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    from memsearch_fast.agents import watcher
+
+    session = _str(payload, "session_id")
+    if watcher.leave(project, session or "unknown") == 0 and os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
+        watcher.stop(_uri(_config()), project)
+    return {}
+
+
+def locate_event(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    return {**project.as_json(), "milvus_uri": _uri(_config())}
+
+
+HANDLERS: dict[str, Callable[[str, Mapping[str, Any], Project], Output]] = {
+    "session-start": session_start,
+    "user-prompt": user_prompt,
+    "stop": stop,
+    "pre-compact": pre_compact,
+    "session-end": session_end,
+    "locate": locate_event,
+}
+
+
+def _short(path: str) -> bool:
+    lines = 0
+    try:
+        with open(path, "rb") as f:
+            for _ in f:
+                lines += 1
+                if lines >= MIN_TRANSCRIPT_LINES:
+                    return False
+    except OSError:
+        return True
+    return True
+
+
+def _codex_fallback(payload: Mapping[str, Any], session: str) -> Any:
+    """Codex without a rollout path: the session's last prompt from its history file
+    and the final answer the hook was given."""
+    from memsearch_fast.agents import turns
+
+    answer = _str(payload, "last_assistant_message").strip()
+    prompt = ""
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    try:
+        with open(os.path.join(home, "history.jsonl"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("session_id") == session:
+                    text = record.get("text")
+                    if isinstance(text, str) and text.strip():
+                        prompt = text.strip()
+    except OSError:
+        pass
+    if not (prompt or answer):
+        return None
+    lines = [f"[User]: {prompt}"] if prompt else []
+    lines += [f"[Codex]: {answer[: turns.MESSAGE_CHARS]}"] if answer else []
+    return turns.Excerpt("", "\n".join(lines), 1)
+
+
+def _spawn_capture(platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str) -> None:
+    from memsearch_fast.agents.capture import Job
+
+    now = time.localtime()
+    job = Job(
+        platform=platform,
+        event=event,
+        memsearch_dir=project.memsearch_dir,
+        memory_dir=project.memory_dir,
+        collection=project.collection,
+        project_dir=project.project_dir,
+        session=session,
+        turn=excerpt.turn_id,
+        transcript=transcript,
+        text=excerpt.text,
+        date=time.strftime("%Y-%m-%d", now),
+        now=time.strftime("%H:%M", now),
+    )
+    path = job.save(Path(project.memsearch_dir) / "jobs")
+    env = dict(os.environ, MEMSEARCH_NO_WATCH="1")
+    subprocess.Popen(
+        [sys.executable, "-m", "memsearch_fast.cli", "hook", platform, "capture", "--job", str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # the agent does not wait for it, and it outlives the hook
+        close_fds=True,
+    )
+
+
+def answer(platform: str, event: str, output: Output) -> Output | None:
+    """What the agent is shown; None: print nothing (Codex rejects ``{}`` from its Stop hook)."""
+    if platform == "codex" and event == "stop" and not output:
+        return None
+    return output
+
+
+def run(platform: str, event: str) -> Output | None:
+    """One hook call: read stdin, run the event, never raise."""
+    if disabled():
+        return answer(platform, event, {})
+    payload = read_payload()
+    project: Project | None = None
+    try:
+        project = project_of(payload)
+        return answer(platform, event, HANDLERS[event](platform, payload, project))
+    except Exception as exc:  # noqa: BLE001 - a hook never fails the agent's session
+        from memsearch_fast.errors import describe
+
+        log_error(Path(project.memsearch_dir) if project else None, f"{platform} {event}: {describe(exc)}")
+        if event == "session-start":
+            return {"systemMessage": f"[memsearch] ERROR: {describe(exc)}"}
+        return answer(platform, event, {})

@@ -1,0 +1,128 @@
+"""The daily logs (``memory/YYYY-MM-DD.md``): one entry per captured turn.
+
+An entry is ``### HH:MM``, the anchor comment that leads back to the turn
+(``<!-- session:… turn:… transcript:… -->``) and the summary's bullets. The
+first entry of a session in a log also writes ``## Session HH:MM`` (never
+alone: a session that captured nothing leaves no trace). Appends hold an
+exclusive lock on the log and go out in one write, so two sessions writing
+the same day interleave whole entries, never lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DAILY_LOG = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
+#: Characters per token, for bounding what a session starts with (a rough,
+#: tokenizer-free estimate: hooks must not load a model).
+CHARS_PER_TOKEN = 4
+DEFAULT_CONTEXT_TOKENS = 1500
+
+
+@dataclass(frozen=True)
+class Anchor:
+    session: str
+    turn: str
+    transcript: str
+
+    def comment(self) -> str:
+        # The fields end at whitespace when read back: keep them free of it
+        # and of anything that would close the comment.
+        parts = (f"session:{_field(self.session)}", f"turn:{_field(self.turn)}")
+        tail = f" transcript:{_field(self.transcript)}" if self.transcript else " transcript:"
+        return f"<!-- {' '.join(parts)}{tail} -->"
+
+
+def _field(value: str) -> str:
+    return re.sub(r"\s+|-->", "_", value)
+
+
+def entry_text(now: str, anchor: Anchor, bullets: Sequence[str], *, heading: bool) -> str:
+    lines = [f"\n## Session {now}\n"] if heading else []
+    lines += [f"### {now}", anchor.comment(), *bullets, ""]
+    return "\n".join(lines) + "\n"
+
+
+def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
+    """Append one entry to *log* under an exclusive lock, in one write."""
+    import fcntl
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        marker = f"session:{_field(anchor.session)} ".encode()
+        with open(fd, "rb", closefd=False) as f:
+            seen = bool(anchor.session) and any(marker in line for line in f)
+        data = entry_text(now, anchor, bullets, heading=not seen).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def anchored_turns(memory_dir: Path, session: str, logs: int = 2) -> set[str]:
+    """Turn ids of *session* already captured in the newest *logs* daily logs."""
+    pattern = re.compile(rf"<!-- session:{re.escape(_field(session))} turn:(\S*) ")
+    found: set[str] = set()
+    for log in newest_logs(memory_dir, logs):
+        with contextlib.suppress(OSError):
+            found.update(m.group(1) for m in pattern.finditer(log.read_text("utf-8", "replace")))
+    return found
+
+
+def newest_logs(memory_dir: Path, count: int) -> list[Path]:
+    try:
+        names = sorted((n for n in os.listdir(memory_dir) if DAILY_LOG.match(n)), reverse=True)
+    except OSError:
+        return []
+    return [memory_dir / n for n in names[:count]]
+
+
+def _entries(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(heading, lines) of each ``###`` entry that has at least one bullet."""
+    heading, body = "", list[str]()
+    for line in [*text.splitlines(), "### "]:
+        if line.startswith("#"):
+            if heading and any(b.startswith(("- ", "* ")) for b in body):
+                yield heading, [b for b in body if b.strip() and not b.startswith("<!--")]
+            heading, body = (line, []) if line.startswith("### ") else ("", [])
+        elif heading:
+            body.append(line.rstrip())
+
+
+def recent_context(memory_dir: Path, max_tokens: int = DEFAULT_CONTEXT_TOKENS) -> str:
+    """The newest entries of the two newest daily logs, newest last, at most
+    *max_tokens* (estimated); empty when there is nothing to show."""
+    budget = max_tokens * CHARS_PER_TOKEN
+    picked: list[tuple[str, list[str]]] = []  # (log name, rendered entries), newest log first
+    for log in newest_logs(memory_dir, 2):
+        try:
+            entries = list(_entries(log.read_text("utf-8", "replace")))
+        except OSError:
+            continue
+        kept: list[str] = []
+        for heading, body in reversed(entries):
+            block = "\n".join([heading, *body])
+            if len(block) + 1 > budget:
+                budget = 0
+                break
+            kept.append(block)
+            budget -= len(block) + 1
+        if kept:
+            picked.append((log.name, kept[::-1]))
+        if budget <= 0:
+            break
+    if not picked:
+        return ""
+    parts = ["# Recent memory"]
+    for name, blocks in reversed(picked):
+        parts.append(f"\n## {name}\n")
+        parts.append("\n\n".join(blocks))
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,96 @@
+"""What the summarizer reads: the last turn of a session, or every turn not
+yet captured (before a compaction), rendered as ``[User]:`` / ``[Assistant]:``
+lines with the commands the agent ran.
+
+Read with :mod:`memsearch_fast.transcript`, so every format ``transcript``
+shows (Claude Code, Codex, OpenClaw) can be captured. Bounded: each message
+is clipped and the whole keeps its newest part.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from memsearch_fast.transcript import Turn, Turns
+
+#: Characters kept of one message and of the whole text handed to the summarizer.
+MESSAGE_CHARS = 4_000
+TEXT_CHARS = 16_000
+#: User records that are the agent's own bookkeeping, not a prompt.
+_NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ")
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    turn_id: str  # the id of the (first) user turn it covers
+    text: str
+    turns: int  # user turns covered
+
+
+def _is_prompt(turn: Turn) -> bool:
+    return turn.role == "user" and bool(turn.text.strip()) and not turn.text.lstrip().startswith(_NOT_A_PROMPT)
+
+
+def segments(turns: Iterable[Turn]) -> list[list[Turn]]:
+    """The session split at each prompt (a leading reply without a prompt is dropped)."""
+    out: list[list[Turn]] = []
+    for turn in turns:
+        if _is_prompt(turn):
+            out.append([turn])
+        elif out and turn.role == "assistant":
+            out[-1].append(turn)
+    return out
+
+
+def _clip(text: str, limit: int = MESSAGE_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit].rstrip() + " …[truncated]"
+
+
+def render(segment: Iterable[Turn], agent: str) -> str:
+    lines: list[str] = []
+    for turn in segment:
+        if turn.role == "user":
+            lines.append(f"[User]: {_clip(turn.text)}")
+            continue
+        if turn.text.strip():
+            lines.append(f"[{agent}]: {_clip(turn.text)}")
+        for tool in turn.tools:
+            lines.append(f"[Tool {tool.name}]: {_clip(tool.command, 500)}")
+    return "\n".join(lines)
+
+
+def _bounded(parts: list[str]) -> str:
+    """The newest parts that fit in :data:`TEXT_CHARS` (the newest one clipped if alone)."""
+    kept: list[str] = []
+    size = 0
+    for part in reversed(parts):
+        if kept and size + len(part) > TEXT_CHARS:
+            break
+        kept.append(part[-TEXT_CHARS:] if not kept else part)
+        size += len(part)
+    return "\n\n".join(reversed(kept))
+
+
+def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
+    """The last prompt and everything after it; None when the session has no prompt."""
+    found = segments(Turns.open(path))
+    if not found:
+        return None
+    last = found[-1]
+    return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)]), 1)
+
+
+def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[str]) -> Excerpt | None:
+    """The turns after the last one whose id is in *captured* (all of them if none is)."""
+    found = segments(Turns.open(path))
+    for i in range(len(found) - 1, -1, -1):
+        if str(found[i][0].uuid or "") in captured:
+            found = found[i + 1 :]
+            break
+    if not found:
+        return None
+    text = _bounded([render(s, agent) for s in found])
+    return Excerpt(str(found[0][0].uuid or ""), text, len(found))
