@@ -119,6 +119,7 @@ def run(job_file: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - any failure means: no notes
         log_error(where, f"capture ({job.event}, session {job.session}): summary failed: {exc}")
         if not job.transcript:
+            log_info(where, f"nothing captured of session {job.session}: no notes and no transcript to link")
             return 0
         notes = [MARKER]
     log = Path(job.memory_dir) / f"{job.date}.md"

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Install memsearch-fast's hooks and memory-recall skill for Codex CLI.
+
+- ``~/.codex/hooks.json``: SessionStart, UserPromptSubmit and Stop run
+  ``memsearch hook codex <event>`` (by the absolute path of the ``memsearch``
+  found now, so hooks work from Codex's minimal PATH). Entries of other tools
+  are kept; earlier memsearch entries are replaced, so running it twice
+  changes nothing. The previous file is kept as ``hooks.json.bak``.
+- ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept).
+- ``~/.agents/skills/memory-recall/SKILL.md``: the recall skill.
+
+``CODEX_HOME`` moves ``~/.codex``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
+EVENTS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("user-prompt", 10), "Stop": ("stop", 30)}
+MARK = " hook codex "
+
+
+def memsearch_command() -> str:
+    found = os.environ.get("MEMSEARCH_CMD") or shutil.which("memsearch")
+    if not found:
+        sys.exit("memsearch is not on PATH: install memsearch-fast first (pip install memsearch-fast)")
+    return found
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)  # never a half-written file
+
+
+def install_hooks(codex: Path, command: str) -> Path:
+    path = codex / "hooks.json"
+    data: dict = {}
+    if path.exists():
+        shutil.copy2(path, path.with_name("hooks.json.bak"))
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    hooks = data.setdefault("hooks", {})
+    for event, (name, timeout) in EVENTS.items():
+        groups = []
+        for group in hooks.get(event, []):
+            kept = [h for h in group.get("hooks", []) if MARK not in str(h.get("command", ""))]
+            if kept:
+                groups.append({**group, "hooks": kept})
+        groups.append({"hooks": [{"type": "command", "command": f'"{command}" hook codex {name}', "timeout": timeout}]})
+        hooks[event] = groups
+    _write(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def enable_hooks(codex: Path) -> Path:
+    """``hooks = true`` under ``[features]``, editing lines so comments and order survive."""
+    path = codex / "config.toml"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
+    header = next((i for i, line in enumerate(lines) if re.match(r"\[features\]\s*(#.*)?$", line.strip())), None)
+    if header is None:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines += ["\n"] if lines else []
+        lines += ["[features]\n", "hooks = true\n"]
+    else:
+        end = next((i for i in range(header + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        setting = re.compile(r"\s*(codex_hooks|hooks)\s*=")
+        block = [line for line in lines[header + 1 : end] if not setting.match(line)]
+        lines[header + 1 : end] = ["hooks = true\n", *block]
+    _write(path, "".join(lines))
+    return path
+
+
+def install_skill(home: Path) -> Path:
+    """The Claude Code skill, with Codex's platform name and without Claude-only frontmatter."""
+    text = SKILL_SOURCE.read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^(context|allowed-tools):.*\n", "", text)
+    text = text.replace(
+        "This project's memory: !`memsearch hook claude-code locate < /dev/null`\n\nThe JSON above gives",
+        "First run `memsearch hook codex locate < /dev/null`: its JSON gives",
+    )
+    dest = home / ".agents" / "skills" / "memory-recall" / "SKILL.md"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _write(dest, text)
+    return dest
+
+
+def main() -> None:
+    home = Path(os.path.expanduser("~"))
+    codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    codex.mkdir(parents=True, exist_ok=True)
+    command = memsearch_command()
+    print(f"hooks:  {install_hooks(codex, command)}")
+    print(f"config: {enable_hooks(codex)} ([features] hooks = true)")
+    print(f"skill:  {install_skill(home)}")
+    print("Start a new codex session: its first message shows a [memsearch] status line.")
+
+
+if __name__ == "__main__":
+    main()

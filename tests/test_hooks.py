@@ -1,0 +1,564 @@
+"""`memsearch hook PLATFORM EVENT` run as the agents run it: a subprocess with the
+agent's stdin JSON, on real files, a real Milvus Lite and the real ONNX model.
+
+The summarizer is the one thing faked: a `claude` / `codex` script on PATH
+(the agent binaries cannot run here) that answers with notes, an error text,
+a rate-limit text, nothing, or hangs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "transcripts"
+SHIM = ROOT / "hooks" / "claude-code" / "bin" / "memsearch-hook"
+
+NOTES = "- User asked about the {topic}.\n- Claude Code explained the {topic} and changed nothing else."
+
+
+class Env:
+    """A project, a HOME with a config, a fake `claude`, and the hook runner."""
+
+    def __init__(self, tmp: Path, model_dir: Path) -> None:
+        self.tmp = tmp
+        self.home = tmp / "home"
+        self.project = tmp / "proj"
+        (self.project / ".git").mkdir(parents=True)
+        (self.home / ".memsearch").mkdir(parents=True)
+        self.db = tmp / "milvus.db"
+        (self.home / ".memsearch" / "config.toml").write_text(
+            f'[milvus]\nuri = "{self.db}"\n[embedding]\nmodel = "{model_dir}"\n', encoding="utf-8"
+        )
+        self.bin = tmp / "bin"
+        self.bin.mkdir()
+        self.memory = self.project / ".memsearch" / "memory"
+        self.vars = dict(
+            os.environ,
+            HOME=str(self.home),
+            PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+            PYTHONPATH=str(ROOT / "python"),
+            MEMSEARCH_SUMMARIZE_TIMEOUT="20",
+        )
+        for name in ("MEMSEARCH_DISABLE", "MEMSEARCH_DIR", "MEMSEARCH_NO_WATCH", "CLAUDE_PROJECT_DIR", "CODEX_HOME"):
+            self.vars.pop(name, None)
+
+    def fake_agent(self, name: str, script: str) -> None:
+        """`name` on PATH: records its stdin and argv, then runs *script* (sh)."""
+        path = self.bin / name
+        log = self.tmp / f"{name}.calls"
+        path.write_text(
+            f'#!/bin/sh\ncat > "{log}.stdin.$$"\necho "$@ MEMSEARCH_DISABLE=$MEMSEARCH_DISABLE" >> "{log}"\n{script}\n',
+            encoding="utf-8",
+        )
+        path.chmod(0o755)
+
+    def answers(self, text: str) -> None:
+        self.fake_agent("claude", "cat <<'EOF'\n" + text + "\nEOF")
+
+    def hook(
+        self, platform: str, event: str, payload: dict[str, Any] | None = None, **env: str
+    ) -> tuple[int, str, float]:
+        data = {"cwd": str(self.project), **(payload or {})}
+        start = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "memsearch_fast.cli", "hook", platform, event],
+            input=json.dumps(data),
+            capture_output=True,
+            text=True,
+            env={**self.vars, **env},
+            timeout=60,
+            cwd=self.tmp,
+        )
+        took = time.monotonic() - start
+        assert out.returncode == 0, out.stderr
+        return out.returncode, out.stdout, took
+
+    def json_hook(self, platform: str, event: str, payload: dict[str, Any] | None = None, **env: str) -> Any:
+        _, stdout, _ = self.hook(platform, event, payload, **env)
+        return json.loads(stdout)
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "memsearch_fast.cli", *args],
+            capture_output=True,
+            text=True,
+            env=self.vars,
+            timeout=120,
+            cwd=self.project,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    @property
+    def collection(self) -> str:
+        return str(self.json_hook("claude-code", "locate")["collection"])
+
+    def log_text(self) -> str:
+        return "".join(p.read_text(encoding="utf-8") for p in sorted(self.memory.glob("*.md")))
+
+    def hooks_log(self) -> str:
+        path = self.project / ".memsearch" / "hooks.log"
+        return path.read_text(encoding="utf-8") if path.exists() else ""
+
+    def wait_for(self, what: Callable[[], bool], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not what():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; hooks.log: {self.hooks_log()[-1500:]}")
+            time.sleep(0.2)
+
+    def captured(self, count: int) -> None:
+        """Wait until *count* captures finished (written and indexed, or given up)."""
+        done = re.compile(r" pid=\d+ (captured|capture:|nothing captured)")
+        self.wait_for(lambda: len(done.findall(self.hooks_log())) >= count)
+
+    def watchers(self) -> list[int]:
+        """Pids of `memsearch watch` processes of this project's memory directory."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"watch" in argv and os.fsencode(self.memory) in argv:
+                pids.append(int(entry.name))
+        return pids
+
+    def close(self) -> None:
+        import signal
+
+        for pid in self.watchers():
+            os.kill(pid, signal.SIGTERM)
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(self.db))
+
+
+@pytest.fixture
+def env(tmp_path: Path, model_dir: Path) -> Iterator[Env]:
+    e = Env(tmp_path, model_dir)
+    yield e
+    e.close()
+
+
+def session_file(env: Env, name: str, turns: list[tuple[str, str]]) -> Path:
+    """A Claude Code session of (prompt, answer) pairs, with a tool call in each turn."""
+    path = env.tmp / f"{name}.jsonl"
+    records: list[dict[str, Any]] = [{"type": "summary", "summary": "s", "leafUuid": "x"}]
+    for i, (prompt, answer) in enumerate(turns):
+        records.append({"type": "user", "uuid": f"{name}-u{i}", "message": {"role": "user", "content": prompt}})
+        records.append(
+            {
+                "type": "assistant",
+                "uuid": f"{name}-a{i}",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": answer},
+                        {"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {"command": f"make step{i}"}},
+                    ],
+                },
+            }
+        )
+        records.append(
+            {
+                "type": "user",
+                "uuid": f"{name}-r{i}",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"}],
+                },
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def stop_payload(session: str, transcript: Path) -> dict[str, Any]:
+    return {"session_id": session, "transcript_path": str(transcript), "stop_hook_active": False}
+
+
+# -- the project, its collection --------------------------------------------------------------
+
+
+def test_collection_name_is_the_reference_rule(env: Env, tmp_path: Path) -> None:
+    """`ms_<sanitized basename>_<sha256[:8] of the path>`, as the reference's shell script derives it."""
+    odd = tmp_path / "My App.v2 (final)"
+    (odd / ".git").mkdir(parents=True)
+    (odd / "src" / "deep").mkdir(parents=True)
+    got = env.json_hook("claude-code", "locate", {"cwd": str(odd / "src" / "deep")})
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'p="$(realpath -m "$1")"; n=$(basename "$p" | tr "[:upper:]" "[:lower:]" | sed "s/[^a-z0-9]/_/g" '
+            '| sed "s/__*/_/g" | sed "s/^_//;s/_$//" | cut -c1-40); '
+            'h=$(printf "%s" "$p" | sha256sum | cut -c1-8); echo "ms_${n}_${h}"',
+            "_",
+            str(odd),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert got["collection"] == shell == "ms_my_app_v2_final_" + hashlib.sha256(str(odd).encode()).hexdigest()[:8]
+    assert got["project_dir"] == str(odd)  # the git top level, not the subdirectory
+    assert got["memory_dir"] == str(odd / ".memsearch" / "memory")
+
+    shared = tmp_path / "shared-memory"
+    via_dir = env.json_hook("codex", "locate", {"cwd": str(odd)}, MEMSEARCH_DIR=str(shared))
+    assert via_dir["memory_dir"] == str(shared / "memory")
+    assert via_dir["collection"].startswith("ms_shared_memory_")
+    windows = env.json_hook("claude-code", "locate", {"cwd": "C:/Users/dev/shop"})
+    assert windows["project_dir"] == "C:/Users/dev/shop"
+    assert windows["collection"] == "ms_shop_" + hashlib.sha256(b"C:/Users/dev/shop").hexdigest()[:8]
+
+
+# -- the events -------------------------------------------------------------------------------
+
+
+def test_session_start_answers_fast_with_recent_memory_and_starts_one_watcher(env: Env) -> None:
+    env.memory.mkdir(parents=True)
+    (env.memory / "2026-11-20.md").write_text("### 09:00\n- User asked about the old cache.\n", encoding="utf-8")
+    (env.memory / "2026-11-21.md").write_text(
+        "\n## Session 10:00\n\n### 10:00\n<!-- session:a turn:b transcript:/x -->\n- User asked about rates.\n"
+        "\n### 10:30\n- User asked about invoices.\n",
+        encoding="utf-8",
+    )
+    (env.memory / "2026-11-22.md").write_text("## Session 11:00\n\n", encoding="utf-8")  # a legacy stub
+    out = env.json_hook("claude-code", "session-start", {"session_id": "one"})
+    assert out["systemMessage"].startswith("[memsearch] embedding: onnx/")
+    assert env.collection in out["systemMessage"]
+    context = out["hookSpecificOutput"]["additionalContext"]
+    assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert "User asked about rates." in context and "User asked about invoices." in context
+    assert context.index("rates") < context.index("invoices")
+    assert "old cache" not in context  # only the two newest logs
+    assert "<!--" not in context
+    env.wait_for(lambda: len(env.watchers()) == 1)
+
+    second = env.json_hook("claude-code", "session-start", {"session_id": "two"})
+    assert "ERROR" not in second["systemMessage"]
+    time.sleep(1.0)
+    assert len(env.watchers()) == 1  # the running watcher is reused
+
+    env.json_hook("claude-code", "session-end", {"session_id": "one"})
+    time.sleep(1.0)
+    assert len(env.watchers()) == 1  # the other session still uses it
+    env.json_hook("claude-code", "session-end", {"session_id": "two"})
+    env.wait_for(lambda: not env.watchers(), timeout=30)
+
+
+def test_session_start_context_is_bounded(env: Env) -> None:
+    env.memory.mkdir(parents=True)
+    entries = "".join(f"\n### 10:{i:02d}\n- Entry number {i} " + "x" * 400 + "\n" for i in range(60))
+    (env.memory / "2026-11-23.md").write_text(entries, encoding="utf-8")
+    context = env.json_hook("claude-code", "session-start", {"session_id": "s"}, MEMSEARCH_NO_WATCH="1")[
+        "hookSpecificOutput"
+    ]["additionalContext"]
+    assert "Entry number 59" in context and "Entry number 0 " not in context
+    assert len(context) < 1500 * 4 + 400
+
+
+def test_a_broken_configuration_is_a_status_line(env: Env) -> None:
+    env.vars.pop("OPENAI_API_KEY", None)
+    out = env.json_hook("claude-code", "session-start", {"session_id": "s"}, MEMSEARCH_NO_WATCH="1")
+    assert "ERROR" not in out["systemMessage"]
+    cfg = env.home / ".memsearch" / "config.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + 'provider = "openai"\n', encoding="utf-8")
+    out = env.json_hook("claude-code", "session-start", {"session_id": "s"}, MEMSEARCH_NO_WATCH="1")
+    assert "ERROR: OPENAI_API_KEY not set" in out["systemMessage"] and "hookSpecificOutput" not in out
+    cfg.write_text('[milvus]\nuri = "http://127.0.0.1:9"\n', encoding="utf-8")
+    out = env.json_hook("claude-code", "session-start", {"session_id": "s"}, MEMSEARCH_NO_WATCH="1")
+    assert "ERROR: Milvus at 127.0.0.1:9 is unreachable" in out["systemMessage"]
+    cfg.write_text("[milvus\nnot toml", encoding="utf-8")
+    code, stdout, _ = env.hook("claude-code", "session-start", {"session_id": "s"})
+    assert code == 0 and json.loads(stdout)["systemMessage"].startswith("[memsearch] ERROR: ")
+    assert "Traceback" not in stdout
+
+
+def test_user_prompt_hint(env: Env) -> None:
+    env.memory.mkdir(parents=True)
+    assert env.json_hook("claude-code", "user-prompt", {"prompt": "hi"}) == {}
+    out = env.json_hook("claude-code", "user-prompt", {"prompt": "how did we fix the upload limit?"})
+    assert out == {"systemMessage": "[memsearch] Memory available"}
+
+
+def test_stdin_that_never_closes_is_read_with_a_deadline(env: Env) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memsearch_fast.cli", "hook", "claude-code", "user-prompt"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env.vars,
+        cwd=env.project,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b'{"prompt": "x"}')  # never closed
+    proc.stdin.flush()
+    try:
+        assert proc.wait(timeout=15) == 0
+        out = proc.stdout.read() if proc.stdout else b""
+    finally:
+        proc.stdin.close()
+        proc.kill()
+    assert json.loads(out) == {}
+
+
+def test_disabled_hooks_touch_nothing(env: Env) -> None:
+    transcript = session_file(env, "d", [("explain the retry policy please", "It backs off.")])
+    for event in ("session-start", "user-prompt", "stop", "pre-compact", "session-end"):
+        payload = {**stop_payload("d", transcript), "prompt": "a long enough prompt"}
+        assert env.json_hook("claude-code", event, payload, MEMSEARCH_DISABLE="1") == {}
+    _code, stdout, _ = env.hook("codex", "stop", stop_payload("d", transcript), MEMSEARCH_DISABLE="1")
+    assert stdout == ""  # Codex rejects {} from Stop
+    shim = subprocess.run(
+        ["sh", str(SHIM), "claude-code", "stop"],
+        input="{}",
+        capture_output=True,
+        text=True,
+        env={**env.vars, "MEMSEARCH_DISABLE": "1"},
+    )
+    assert shim.stdout.strip() == "{}"
+    time.sleep(1.0)
+    assert not (env.project / ".memsearch").exists()
+    assert not env.watchers()
+
+
+def test_stop_guards(env: Env) -> None:
+    env.answers(NOTES.format(topic="guards"))
+    transcript = session_file(env, "g", [("explain the retry policy please", "It backs off.")])
+    assert env.json_hook("claude-code", "stop", {**stop_payload("g", transcript), "stop_hook_active": True}) == {}
+    short = env.tmp / "short.jsonl"
+    short.write_text('{"type": "summary"}\n{"type": "user", "message": {"content": "hi"}}\n', encoding="utf-8")
+    assert env.json_hook("claude-code", "stop", stop_payload("g", short)) == {}
+    assert env.json_hook("claude-code", "stop", stop_payload("g", env.tmp / "missing.jsonl")) == {}
+    time.sleep(2.0)
+    assert not (env.tmp / "claude.calls").exists()
+    assert not env.memory.exists() or not list(env.memory.glob("*.md"))
+
+
+# -- capture ----------------------------------------------------------------------------------
+
+
+def test_stop_returns_at_once_and_the_entry_becomes_searchable(env: Env) -> None:
+    env.answers(NOTES.format(topic="invoice rounding"))
+    transcript = session_file(env, "s1", [("why are invoice totals off by a cent?", "Rounding per line.")])
+    _, stdout, took = env.hook("claude-code", "stop", stop_payload("s1", transcript))
+    assert json.loads(stdout) == {}
+    assert took < 5.0  # the summary and the indexing happen in the detached worker
+    env.captured(1)
+    text = env.log_text()
+    assert f"<!-- session:s1 turn:s1-u0 transcript:{transcript} -->" in text
+    assert "- User asked about the invoice rounding." in text
+    assert text.count("## Session ") == 1
+    calls = (env.tmp / "claude.calls").read_text(encoding="utf-8")
+    assert "-p" in calls and "MEMSEARCH_DISABLE=1" in calls  # the summarizer cannot re-enter our hooks
+    prompt = next(env.tmp.glob("claude.calls.stdin.*")).read_text(encoding="utf-8")
+    assert "[User]: why are invoice totals off by a cent?" in prompt and "[Tool Bash]: make step0" in prompt
+    hits = json.loads(env.cli("search", "invoice rounding", "--collection", env.collection, "-j"))
+    assert hits and "invoice rounding" in hits[0]["content"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "API Error: 529 Overloaded. Please try again later.",
+        "Claude AI usage limit reached|1763900000",
+        "Error: rate limit exceeded for model haiku",
+        "",
+        "I cannot help with summarizing this conversation.",
+        "Here is a summary of what happened in the turn without any bullets at all.",
+    ],
+)
+def test_a_failed_summary_is_never_stored_as_memory(env: Env, answer: str) -> None:
+    env.answers(answer)
+    transcript = session_file(env, "f", [("summarize the deployment plan for friday", "Done.")])
+    env.json_hook("claude-code", "stop", stop_payload("f", transcript))
+    env.captured(1)
+    text = env.log_text()
+    assert "turn:f-u0" in text  # the anchor stays, so `transcript` reaches the turn
+    body = [line for line in text.splitlines() if line.startswith("- ")]
+    assert body == ["- Turn not summarized; its transcript is linked above."]
+    if answer:
+        assert answer.split()[0] not in text.replace("- Turn", "")
+    assert "summary failed" in env.hooks_log()
+
+
+def test_a_hanging_summarizer_is_cut_by_the_hooks_own_timeout(env: Env) -> None:
+    env.fake_agent("claude", "sleep 120")
+    transcript = session_file(env, "h", [("what does the cron job do at night?", "It rotates logs.")])
+    start = time.monotonic()
+    env.json_hook("claude-code", "stop", stop_payload("h", transcript), MEMSEARCH_SUMMARIZE_TIMEOUT="2")
+    env.captured(1)
+    assert time.monotonic() - start < 30
+    assert "timed out" in env.hooks_log()
+    subprocess.run(["pkill", "-f", f"{env.bin}/claude"], check=False)
+
+
+def test_concurrent_stops_on_one_daily_log_lose_nothing(tmp_path: Path) -> None:
+    """Many processes appending at once: every entry whole, one heading per session."""
+    log = tmp_path / "memory" / "2026-11-23.md"
+    script = (
+        "import sys; from pathlib import Path; from memsearch_fast.agents import journal\n"
+        "s = sys.argv[1]\n"
+        "for i in range(40):\n"
+        "    journal.append(Path(sys.argv[2]), '10:00', journal.Anchor(s, f'{s}-{i}', '/t.jsonl'),"
+        " [f'- note {i} of {s} ' + 'y' * 3000])\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"s{k}", str(log)], env=env) for k in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    text = log.read_text(encoding="utf-8")
+    for k in range(4):
+        assert text.count("## Session 10:00\n") >= 1
+        for i in range(40):
+            entry = (
+                f"### 10:00\n<!-- session:s{k} turn:s{k}-{i} transcript:/t.jsonl -->\n- note {i} of s{k} " + "y" * 3000
+            )
+            assert text.count(entry) == 1
+    assert text.count("## Session ") == 4
+
+
+def test_codex_stop_without_a_transcript_uses_its_history(env: Env) -> None:
+    codex_home = env.tmp / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "history.jsonl").write_text(
+        json.dumps({"session_id": "cx", "ts": 1, "text": "make the cart totals exact"}) + "\n", encoding="utf-8"
+    )
+    env.fake_agent("codex", "echo '- User asked for exact cart totals.'; echo '- Codex summed in Decimal.'")
+    _code, stdout, _ = env.hook(
+        "codex",
+        "stop",
+        {"session_id": "cx", "transcript_path": None, "last_assistant_message": "Totals now use Decimal."},
+        CODEX_HOME=str(codex_home),
+    )
+    assert stdout == ""
+    env.captured(1)
+    assert "- Codex summed in Decimal." in env.log_text()
+    prompt = next(env.tmp.glob("codex.calls.stdin.*")).read_text(encoding="utf-8")
+    assert "[User]: make the cart totals exact" in prompt and "[Codex]: Totals now use Decimal." in prompt
+    assert "exec" in (env.tmp / "codex.calls").read_text(encoding="utf-8")
+
+
+def test_last_turn_of_recorded_transcripts() -> None:
+    from memsearch_fast.agents import turns
+
+    claude = turns.last_turn(FIXTURES / "claude-code.jsonl", "Claude Code")
+    assert claude is not None and claude.turn_id == "e5a7c9e1-0020-4d5f-9e6a-000000000020"
+    assert claude.text.startswith("[User]: This session is being continued")
+    codex = turns.last_turn(FIXTURES / "codex-rollout.jsonl", "Codex")
+    assert codex is not None
+    assert codex.text.splitlines() == [
+        "[User]: Great — push it to a branch and open a PR 🚀",
+        "[Tool exec_command]: git switch -c fix/cent-rounding && git push -u origin HEAD",
+    ]
+    openclaw = turns.last_turn(FIXTURES / "openclaw.jsonl", "OpenClaw")
+    assert openclaw is not None and openclaw.text.startswith("[User]: commit and push")
+
+
+def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:
+    env.answers(NOTES.format(topic="compaction"))
+    pairs = [(f"question number {i} about the billing service", f"answer {i}") for i in range(4)]
+    transcript = session_file(env, "pc", pairs[:2])
+    env.json_hook("claude-code", "stop", stop_payload("pc", transcript))
+    env.captured(1)
+    transcript = session_file(env, "pc", pairs)  # two more turns, not captured (capture was off)
+    out = env.json_hook("claude-code", "pre-compact", {**stop_payload("pc", transcript), "trigger": "auto"})
+    assert out == {} and "decision" not in out
+    env.captured(2)
+    text = env.log_text()
+    assert "turn:pc-u1 " in text and "turn:pc-u2 " in text
+    prompts = sorted(env.tmp.glob("claude.calls.stdin.*"), key=lambda p: p.stat().st_mtime)
+    last = prompts[-1].read_text(encoding="utf-8")
+    assert "question number 2" in last and "question number 3" in last and "question number 1" not in last
+    assert text.count("## Session ") == 1
+
+
+def test_full_loop_start_stop_search_expand_transcript(env: Env) -> None:
+    """SessionStart → Stop ×3 → search finds the three entries → expand shows their
+    anchors → transcript returns the original turns."""
+    topics = ["kafka consumer lag", "postgres vacuum settings", "terraform state locking"]
+    env.json_hook("claude-code", "session-start", {"session_id": "loop"}, MEMSEARCH_NO_WATCH="1")
+    pairs: list[tuple[str, str]] = []
+    for n, topic in enumerate(topics, start=1):
+        env.answers(NOTES.format(topic=topic))
+        pairs.append((f"please look into the {topic} problem", f"I looked at the {topic}."))
+        transcript = session_file(env, "loop", pairs)
+        env.json_hook("claude-code", "stop", stop_payload("loop", transcript))
+        env.captured(n)
+    collection = env.collection
+    for i, topic in enumerate(topics):
+        hits = json.loads(env.cli("search", topic, "--collection", collection, "-j", "--top-k", "3"))
+        assert topic in hits[0]["content"]
+        expanded = json.loads(env.cli("expand", hits[0]["chunk_hash"], "--collection", collection, "-j"))
+        anchor = re.search(r"<!-- session:(\S+) turn:(\S+) transcript:(\S+) -->", json.dumps(expanded))
+        assert anchor is not None and anchor.group(1) == "loop" and anchor.group(2) == f"loop-u{i}"
+        original = json.loads(
+            env.cli("transcript", anchor.group(3).rstrip('\\"'), "--turn", anchor.group(2), "--context", "0", "-j")
+        )
+        assert original[0]["text"] == f"please look into the {topic} problem"
+    assert env.log_text().count("## Session ") == 1
+
+
+def test_codex_install_writes_hooks_and_enables_them(env: Env) -> None:
+    codex_dir = env.home / ".codex"
+    codex_dir.mkdir()
+    (codex_dir / "config.toml").write_text('model = "gpt-5"\n[features]\nweb_search = true\n', encoding="utf-8")
+    (codex_dir / "hooks.json").write_text(
+        json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "other-tool"}]}]}}), encoding="utf-8"
+    )
+    for _ in range(2):  # idempotent
+        subprocess.run(
+            [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")],
+            env=env.vars,
+            check=True,
+            capture_output=True,
+        )
+    import tomllib
+
+    cfg = tomllib.loads((codex_dir / "config.toml").read_text(encoding="utf-8"))
+    assert cfg["features"] == {"web_search": True, "hooks": True} and cfg["model"] == "gpt-5"
+    hooks = json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8"))["hooks"]
+    stop_cmds = [h["command"] for group in hooks["Stop"] for h in group["hooks"]]
+    assert "other-tool" in stop_cmds
+    ours = [c for c in stop_cmds if "hook codex stop" in c]
+    assert len(ours) == 1
+    assert set(hooks) >= {"SessionStart", "UserPromptSubmit", "Stop"}
+    assert (env.home / ".agents" / "skills" / "memory-recall" / "SKILL.md").is_file()
+    run = subprocess.run(ours[0], shell=True, input="{}", capture_output=True, text=True, env=env.vars, timeout=60)
+    assert run.returncode == 0 and run.stdout == ""
+
+
+def test_hook_usage_errors(env: Env) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", "hook", "vim", "stop"],
+        capture_output=True,
+        text=True,
+        env=env.vars,
+    )
+    assert out.returncode == 2 and "unknown platform 'vim'" in out.stderr and "Traceback" not in out.stderr
+    sh = shutil.which("sh")
+    if sh:
+        shim = subprocess.run(
+            [sh, str(SHIM), "claude-code", "session-start"],
+            input="{}",
+            capture_output=True,
+            text=True,
+            env={**env.vars, "PATH": "/nonexistent", "HOME": str(env.tmp / "nohome")},
+        )
+        assert "not installed" in json.loads(shim.stdout)["systemMessage"]
