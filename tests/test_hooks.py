@@ -74,7 +74,7 @@ class Env:
         data = {"cwd": str(self.project), **(payload or {})}
         start = time.monotonic()
         out = subprocess.run(
-            [sys.executable, "-m", "memsearch_fast.cli", "hook", platform, event],
+            [sys.executable, "-m", "memsearch_fast.agents.main", platform, event],  # `memsearch-hook`
             input=json.dumps(data),
             capture_output=True,
             text=True,
@@ -301,7 +301,7 @@ def test_user_prompt_hint(env: Env) -> None:
 
 def test_stdin_that_never_closes_is_read_with_a_deadline(env: Env) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memsearch_fast.cli", "hook", "claude-code", "user-prompt"],
+        [sys.executable, "-m", "memsearch_fast.cli", "hook", "claude-code", "user-prompt"],  # through the CLI too
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env.vars,
@@ -536,7 +536,7 @@ def test_codex_install_writes_hooks_and_enables_them(env: Env) -> None:
     hooks = json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8"))["hooks"]
     stop_cmds = [h["command"] for group in hooks["Stop"] for h in group["hooks"]]
     assert "other-tool" in stop_cmds
-    ours = [c for c in stop_cmds if "hook codex stop" in c]
+    ours = [c for c in stop_cmds if "memsearch" in c and " codex stop" in c]
     assert len(ours) == 1
     assert set(hooks) >= {"SessionStart", "UserPromptSubmit", "Stop"}
     assert (env.home / ".agents" / "skills" / "memory-recall" / "SKILL.md").is_file()
@@ -562,3 +562,12 @@ def test_hook_usage_errors(env: Env) -> None:
             env={**env.vars, "PATH": "/nonexistent", "HOME": str(env.tmp / "nohome")},
         )
         assert "not installed" in json.loads(shim.stdout)["systemMessage"]
+
+
+def test_a_platform_without_a_summarizer_writes_nothing(env: Env) -> None:
+    """OpenCode has no host CLI to summarize with: until a provider is configured, no entry (not a marker)."""
+    transcript = session_file(env, "oc", [("refactor the payment module please", "Done.")])
+    env.json_hook("opencode", "stop", stop_payload("oc", transcript))
+    env.captured(1)
+    assert "summarize.provider" in env.hooks_log()
+    assert not env.memory.exists() or not list(env.memory.glob("*.md"))

@@ -2,8 +2,8 @@
 """Install memsearch-fast's hooks and memory-recall skill for Codex CLI.
 
 - ``~/.codex/hooks.json``: SessionStart, UserPromptSubmit and Stop run
-  ``memsearch hook codex <event>`` (by the absolute path of the ``memsearch``
-  found now, so hooks work from Codex's minimal PATH). Entries of other tools
+  ``memsearch-hook codex <event>`` (by the absolute path found now, so hooks
+  work from Codex's minimal PATH; ``memsearch hook`` when only that exists). Entries of other tools
   are kept; earlier memsearch entries are replaced, so running it twice
   changes nothing. The previous file is kept as ``hooks.json.bak``.
 - ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept).
@@ -24,14 +24,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
 EVENTS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("user-prompt", 10), "Stop": ("stop", 30)}
-MARK = " hook codex "
+
+
+def ours(command: str) -> bool:
+    """Whether a hook command is one of ours (from any earlier install)."""
+    return "memsearch" in command and " codex " in command
 
 
 def memsearch_command() -> str:
+    """The hook command: ``"/abs/memsearch-hook"`` or ``"/abs/memsearch" hook``."""
+    fast = shutil.which("memsearch-hook")
+    if fast:
+        return f'"{fast}"'
     found = os.environ.get("MEMSEARCH_CMD") or shutil.which("memsearch")
     if not found:
         sys.exit("memsearch is not on PATH: install memsearch-fast first (pip install memsearch-fast)")
-    return found
+    return f'"{found}" hook'
 
 
 def _write(path: Path, text: str) -> None:
@@ -50,10 +58,10 @@ def install_hooks(codex: Path, command: str) -> Path:
     for event, (name, timeout) in EVENTS.items():
         groups = []
         for group in hooks.get(event, []):
-            kept = [h for h in group.get("hooks", []) if MARK not in str(h.get("command", ""))]
+            kept = [h for h in group.get("hooks", []) if not ours(str(h.get("command", "")))]
             if kept:
                 groups.append({**group, "hooks": kept})
-        groups.append({"hooks": [{"type": "command", "command": f'"{command}" hook codex {name}', "timeout": timeout}]})
+        groups.append({"hooks": [{"type": "command", "command": f"{command} codex {name}", "timeout": timeout}]})
         hooks[event] = groups
     _write(path, json.dumps(data, indent=2) + "\n")
     return path

@@ -114,8 +114,18 @@ def run(job_file: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
         log_error(where, f"capture: configuration: {exc}")
         return 1
+    from memsearch_fast.llm.summarize import NativeSummarization
+
     try:
         notes = summarize(cfg, job)
+    except NativeSummarization:
+        # Not a failure: nothing summarizes for this platform until a provider is set.
+        log_info(
+            where,
+            f"nothing captured of session {job.session}: set plugins.{job.platform}.summarize.provider "
+            "to an LLM provider to capture turns",
+        )
+        return 0
     except Exception as exc:  # noqa: BLE001 - any failure means: no notes
         log_error(where, f"capture ({job.event}, session {job.session}): summary failed: {exc}")
         if not job.transcript:

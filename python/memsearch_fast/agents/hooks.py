@@ -295,7 +295,7 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
     path = job.save(Path(project.memsearch_dir) / "jobs")
     env = dict(os.environ, MEMSEARCH_NO_WATCH="1")
     subprocess.Popen(
-        [sys.executable, "-m", "memsearch_fast.cli", "hook", platform, "capture", "--job", str(path)],
+        [sys.executable, "-m", "memsearch_fast.agents.main", platform, "capture", "--job", str(path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

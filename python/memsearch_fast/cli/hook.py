@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import EXIT_USAGE, app, fail, guard
+from memsearch_fast.cli.app import app, guard
 
 _EVENTS = "session-start, user-prompt, stop, pre-compact, session-end, locate"
 
@@ -22,23 +22,11 @@ def hook(
 
     Always exits 0 with one JSON object (nothing for Codex's Stop, which
     rejects {}); problems go to .memsearch/hooks.log. MEMSEARCH_DISABLE=1
-    makes every event print {} and touch nothing.
+    makes every event print {} and touch nothing. `memsearch-hook PLATFORM
+    EVENT` is the same without the CLI's start-up time.
     """
-    import json
-    import sys
+    from memsearch_fast.agents.main import dispatch
 
-    from memsearch_fast.agents import hooks
-
-    if platform not in hooks.PLATFORMS:
-        fail(f"unknown platform {platform!r}; expected one of {', '.join(hooks.PLATFORMS)}", EXIT_USAGE)
-    if event == "capture" and job:  # the detached worker of stop and pre-compact
-        from pathlib import Path
-
-        from memsearch_fast.agents import capture
-
-        raise typer.Exit(0 if hooks.disabled() else capture.run(Path(job)))
-    if event not in hooks.EVENTS:
-        fail(f"unknown event {event!r}; expected one of {_EVENTS}", EXIT_USAGE)
-    output = hooks.run(platform, event)
-    if output is not None:
-        sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+    code = dispatch(platform, event, job)
+    if code:
+        raise typer.Exit(code)

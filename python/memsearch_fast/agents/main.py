@@ -1,0 +1,57 @@
+"""``memsearch-hook PLATFORM EVENT``: the hook entry point, without the CLI's start-up.
+
+The same as ``memsearch hook PLATFORM EVENT``, for the agents' hot paths
+(UserPromptSubmit runs before every prompt): it imports neither Typer nor
+anything it does not use, so a call costs the interpreter's start and the
+event itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from memsearch_fast.agents import hooks
+
+USAGE = "usage: memsearch-hook PLATFORM EVENT  (platforms: {}; events: {})".format(
+    ", ".join(hooks.PLATFORMS), ", ".join(hooks.EVENTS)
+)
+
+
+def dispatch(platform: str, event: str, job: str | None = None) -> int:
+    """Run one event and print its answer; the exit status (2 for a usage error)."""
+    if platform not in hooks.PLATFORMS:
+        print(f"Error: unknown platform {platform!r}; expected one of {', '.join(hooks.PLATFORMS)}", file=sys.stderr)
+        return 2
+    if event == "capture" and job:  # the detached worker of stop and pre-compact
+        from pathlib import Path
+
+        from memsearch_fast.agents import capture
+
+        return 0 if hooks.disabled() else capture.run(Path(job))
+    if event not in hooks.EVENTS:
+        print(f"Error: unknown event {event!r}; expected one of {', '.join(hooks.EVENTS)}", file=sys.stderr)
+        return 2
+    output = hooks.run(platform, event)
+    if output is not None:
+        sys.stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    job = None
+    if "--job" in args:
+        i = args.index("--job")
+        job = args[i + 1] if i + 1 < len(args) else None
+        del args[i : i + 2]
+    if len(args) != 2 or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr if args[:1] not in (["-h"], ["--help"]) else sys.stdout)
+        sys.exit(0 if args[:1] in (["-h"], ["--help"]) else 2)
+    sys.exit(dispatch(args[0], args[1], job))
+
+
+if __name__ == "__main__":
+    main()
