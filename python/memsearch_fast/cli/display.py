@@ -7,16 +7,23 @@ terminal without ``--quiet``), so other commands never pay for it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any, TextIO
 
 from memsearch_fast.pipeline import NullProgress
 
-#: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
-SNIPPET_CHARS = 500
+# Search output and its tiers live beside the other recall verbs (the MCP server
+# renders them too); the names the commands use are re-exported here.
+from memsearch_fast.recall import APPROX_TOKENIZER as APPROX_TOKENIZER
+from memsearch_fast.recall import SNIPPET_CHARS as SNIPPET_CHARS
+from memsearch_fast.recall import approx_tokens as approx_tokens
+from memsearch_fast.recall import format_search as format_search
+from memsearch_fast.recall import json_default
+from memsearch_fast.recall import plural as _plural
+from memsearch_fast.recall import render_search as render_search
+from memsearch_fast.recall import to_json as to_json
+from memsearch_fast.recall import token_counter as token_counter
 
 
 class RichProgress:
@@ -152,155 +159,12 @@ def _isatty(stream: TextIO) -> bool:
 # -- JSON --------------------------------------------------------------------------------
 
 
-def _json_default(obj: Any) -> Any:
-    """numpy scalars/arrays and other odd values from Milvus rows."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "item"):
-        return obj.item()
-    return str(obj)
-
-
-def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
-
-
 def to_json_line(data: Any) -> str:
     """One compact JSON document on one line (event streams)."""
-    return json.dumps(data, ensure_ascii=False, default=_json_default, separators=(",", ":"))
+    return json.dumps(data, ensure_ascii=False, default=json_default, separators=(",", ":"))
 
 
 # -- text forms ---------------------------------------------------------------------------
-
-
-def format_search(results: list[dict[str, Any]]) -> str:
-    """Hits as memsearch 0.4.23 prints them; long ones end with an expand hint."""
-    if not results:
-        return "No results found."
-    return "\n".join(_hit_block(i, r) for i, r in enumerate(results, 1))
-
-
-def _hit_block(i: int, r: dict[str, Any]) -> str:
-    out = ["", f"--- Result {i} (score: {float(r.get('score') or 0):.4f}) ---", f"Source: {r.get('source', '?')}"]
-    if r.get("heading"):
-        out.append(f"Heading: {r['heading']}")
-    content = r.get("content") or ""
-    if len(content) > SNIPPET_CHARS:
-        out.append(content[:SNIPPET_CHARS])
-        out.append(f"  ... [truncated, run 'memsearch expand {r.get('chunk_hash', '')}' for full content]")
-    else:
-        out.append(content)
-    return "\n".join(out)
-
-
-# -- search output tiers (--budget, --digest, --min-score) ------------------------------
-
-#: Name reported for the fallback token count (providers without a local tokenizer).
-APPROX_TOKENIZER = "chars/4 (approximation)"
-
-TokenCounter = Callable[[str], int]
-
-
-def approx_tokens(text: str) -> int:
-    """Characters / 4, rounded up: the count for HTTP providers, whose tokenizer is remote."""
-    return (len(text) + 3) // 4
-
-
-def token_counter(provider: Any) -> tuple[TokenCounter, str]:
-    """A token count with the embedding model's own tokenizer, and its name.
-
-    The ONNX provider's loaded ``tokenizer.json`` is reused (copied once without
-    its truncation and padding, so long hits count in full and the provider's
-    own settings stay untouched); other providers fall back to
-    :func:`approx_tokens`.
-    """
-    tok = getattr(provider, "_tokenizer", None)
-    if tok is None or not hasattr(tok, "to_str"):
-        return approx_tokens, APPROX_TOKENIZER
-    full = type(tok).from_str(tok.to_str())
-    full.no_truncation()
-    full.no_padding()
-
-    def count(text: str) -> int:
-        return len(full.encode(text, add_special_tokens=False).ids)
-
-    name = os.path.basename(str(getattr(provider, "model_name", "onnx")).rstrip(os.sep)) or "onnx"
-    return count, f"{name} tokenizer.json"
-
-
-def digest_line(r: dict[str, Any]) -> str:
-    """``source:start-end heading score`` (the heading left out when empty)."""
-    where = f"{r.get('source', '?')}:{r.get('start_line', 0)}-{r.get('end_line', 0)}"
-    heading = " ".join(str(r.get("heading") or "").split())
-    score = f"{float(r.get('score') or 0):.4f}"
-    return f"{where} {heading} {score}" if heading else f"{where} {score}"
-
-
-def digest_hit(r: dict[str, Any]) -> dict[str, Any]:
-    """A hit without its content: what ``--digest -j`` carries."""
-    keys = ("source", "start_line", "end_line", "heading", "score", "chunk_hash")
-    return {k: r.get(k) for k in keys}
-
-
-def render_search(
-    results: list[dict[str, Any]],
-    *,
-    json_output: bool = False,
-    digest: bool = False,
-    budget: int | None = None,
-    min_score: float | None = None,
-    count: TokenCounter = approx_tokens,
-    tokenizer: str = APPROX_TOKENIZER,
-) -> str:
-    """Search output with the agent tiers applied: ``--min-score`` first, then
-    ``--budget`` over the hits as printed (each hit counted alone, in its text,
-    digest or JSON form; whole hits kept in rank order, the rest dropped).
-
-    Without a tier flag ``-j`` prints the bare list of memsearch 0.4.23; with
-    one it prints an object: ``results`` (that list, or digests), ``dropped``
-    (hits cut by the budget), ``below_min_score``, ``budget``, ``tokens`` (used
-    by ``results``) and ``tokenizer`` (null without ``--budget``).
-    """
-    if not (digest or budget is not None or min_score is not None):
-        return to_json(results) if json_output else format_search(results)
-    below = 0
-    if min_score is not None:
-        kept = [r for r in results if float(r.get("score") or 0) >= min_score]
-        below, results = len(results) - len(kept), kept
-    items: list[Any] = [digest_hit(r) for r in results] if digest and json_output else results
-    if json_output:
-        blocks = [to_json(item) for item in items]
-    elif digest:
-        blocks = [digest_line(r) for r in results]
-    else:
-        blocks = [_hit_block(i, r) for i, r in enumerate(results, 1)]
-    used, shown = 0, len(blocks)
-    if budget is not None:
-        for i, block in enumerate(blocks):
-            n = count(block)
-            if used + n > budget:
-                shown = i
-                break
-            used += n
-    dropped = len(blocks) - shown
-    if json_output:
-        return to_json(
-            {
-                "results": items[:shown],
-                "dropped": dropped,
-                "below_min_score": below,
-                "budget": budget,
-                "tokens": used if budget is not None else None,
-                "tokenizer": tokenizer if budget is not None else None,
-            }
-        )
-    lines = blocks[:shown] if shown else ["No results found."]
-    if dropped:
-        lines.append(
-            f"[{_plural(dropped, 'more hit')} dropped to stay within --budget {budget} tokens "
-            f"({used} used, {tokenizer})]"
-        )
-    return "\n".join(lines)
 
 
 def format_get(result: dict[str, Any]) -> str:
@@ -319,10 +183,6 @@ def format_expand(result: dict[str, Any]) -> str:
     out.append("")
     out.append(result.get("content", ""))
     return "\n".join(out)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def format_index_report(report: Any) -> str:

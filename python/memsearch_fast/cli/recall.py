@@ -60,7 +60,7 @@ def search(
     object {results, dropped, below_min_score, budget, tokens, tokenizer}
     instead of the bare list.
     """
-    from memsearch_fast.cli import display
+    from memsearch_fast import recall
 
     cfg = settings(opts, reranker_model=reranker_model)
     if reranker_model:
@@ -70,26 +70,21 @@ def search(
         # Checked before loading a model: a search must not create an empty collection.
         if not ms.collection_exists():
             fail(missing_collection(cfg))
-        results = run(ms.search(query, top_k=top_k, source_prefix=source_prefix))
-        # Hits mean the provider is loaded already: its tokenizer is reused.
-        count, tokenizer = (
-            display.token_counter(ms.provider)
-            if budget is not None and results
-            else (display.approx_tokens, display.APPROX_TOKENIZER)
+        output = run(
+            recall.tiered_search(
+                ms,
+                query,
+                top_k=top_k,
+                source_prefix=source_prefix,
+                json_output=json_output,
+                digest=digest,
+                budget=budget,
+                min_score=min_score,
+            )
         )
     finally:
         ms.close()
-    typer.echo(
-        display.render_search(
-            results,
-            json_output=json_output,
-            digest=digest,
-            budget=budget,
-            min_score=min_score,
-            count=count,
-            tokenizer=tokenizer,
-        )
-    )
+    typer.echo(output)
 
 
 @app.command()
