@@ -571,3 +571,31 @@ def test_a_platform_without_a_summarizer_writes_nothing(env: Env) -> None:
     env.captured(1)
     assert "summarize.provider" in env.hooks_log()
     assert not env.memory.exists() or not list(env.memory.glob("*.md"))
+
+
+def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
+    """Two sessions' Stop hooks on the same daily log at the same moment: both entries, each whole, each
+    under its own session heading."""
+    env.fake_agent("claude", "sleep 0.5; echo '- User asked about the shared log.'; echo '- Nothing else.'")
+    first = session_file(env, "c1", [("first session question about caching", "ok")])
+    second = session_file(env, "c2", [("second session question about queues", "ok")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", "stop"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env.vars,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc, (name, path) in zip(procs, [("c1", first), ("c2", second)], strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"cwd": str(env.project), **stop_payload(name, path)}))
+        proc.stdin.close()
+    assert [p.wait(timeout=30) for p in procs] == [0, 0]
+    env.captured(2)
+    text = env.log_text()
+    assert text.count("## Session ") == 2
+    for name in ("c1", "c2"):
+        assert re.search(rf"### \d\d:\d\d\n<!-- session:{name} turn:{name}-u0 transcript:\S+ -->\n- User asked", text)
