@@ -599,3 +599,16 @@ def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
     assert text.count("## Session ") == 2
     for name in ("c1", "c2"):
         assert re.search(rf"### \d\d:\d\d\n<!-- session:{name} turn:{name}-u0 transcript:\S+ -->\n- User asked", text)
+
+
+def test_a_hook_gives_up_before_the_agents_timeout(env: Env) -> None:
+    """A transcript too large to read in the hook's deadline: the hook answers in time and logs why."""
+    big = env.tmp / "big.jsonl"
+    line = json.dumps({"type": "user", "uuid": "u", "message": {"content": "question " + "z" * 2000}}) + "\n"
+    with big.open("w", encoding="utf-8") as f:
+        for _ in range(60_000):
+            f.write(line)
+    _, stdout, took = env.hook("claude-code", "pre-compact", stop_payload("big", big), MEMSEARCH_HOOK_DEADLINE="0.3")
+    assert json.loads(stdout) == {}
+    assert took < 10
+    assert "ran out of time" in env.hooks_log()

@@ -35,6 +35,11 @@ EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", 
 STDIN_DEADLINE_S = 2.0
 STDIN_MAX_BYTES = 8 << 20
 MIN_PROMPT_CHARS = 10
+#: Each event gives up before the agent's own timeout would kill it (seconds;
+#: the plugins' timeouts: SessionStart 10, UserPromptSubmit 5, the others 30).
+#: ``MEMSEARCH_HOOK_DEADLINE`` overrides them all.
+DEADLINES_S = {"session-start": 8.0, "user-prompt": 4.0, "stop": 25.0, "pre-compact": 25.0}
+DEFAULT_DEADLINE_S = 8.0
 #: A session whose transcript has fewer lines has nothing worth keeping.
 MIN_TRANSCRIPT_LINES = 3
 AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "openclaw": "OpenClaw"}
@@ -312,12 +317,33 @@ def answer(platform: str, event: str, output: Output) -> Output | None:
     return output
 
 
+class DeadlineExceeded(Exception):
+    def __str__(self) -> str:
+        return "the hook ran out of time (MEMSEARCH_HOOK_DEADLINE)"
+
+
+def _deadline(event: str) -> float:
+    try:
+        value = float(os.environ.get("MEMSEARCH_HOOK_DEADLINE", ""))
+    except ValueError:
+        value = 0.0
+    return value if value > 0 else DEADLINES_S.get(event, DEFAULT_DEADLINE_S)
+
+
+def _on_deadline(_signum: int, _frame: Any) -> None:
+    raise DeadlineExceeded
+
+
 def run(platform: str, event: str) -> Output | None:
-    """One hook call: read stdin, run the event, never raise."""
+    """One hook call: read stdin, run the event, never raise, never outlive the deadline."""
+    import signal
+
     if disabled():
         return answer(platform, event, {})
     payload = read_payload()
     project: Project | None = None
+    signal.signal(signal.SIGALRM, _on_deadline)
+    signal.setitimer(signal.ITIMER_REAL, _deadline(event))
     try:
         project = project_of(payload)
         return answer(platform, event, HANDLERS[event](platform, payload, project))
@@ -328,3 +354,5 @@ def run(platform: str, event: str) -> Output | None:
         if event == "session-start":
             return {"systemMessage": f"[memsearch] ERROR: {describe(exc)}"}
         return answer(platform, event, {})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
