@@ -214,6 +214,17 @@ class MemSearch:
         vector = await self.provider.embed_query(query)
         return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix)
 
+    def chunks(self, *, source: str | None = None, fields: Sequence[str] = ("content",)) -> list[dict[str, Any]]:
+        """Every stored chunk (of one *source* when given) with *fields* and ``source``."""
+        store = self._read_store()
+        if not store.exists:
+            return []
+        sources = [source] if source else sorted({src for _id, src in store.iter_ids_by_source()})
+        rows: list[dict[str, Any]] = []
+        for page in store.iter_rows_for_sources(sources, list(fields)):
+            rows.extend(page)
+        return rows
+
     def _search_store(self) -> Any:
         """The store for search, or None when nothing is indexed yet."""
         store = self._read_store()

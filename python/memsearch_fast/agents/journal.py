@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,23 +48,73 @@ def entry_text(now: str, anchor: Anchor, bullets: Sequence[str], *, heading: boo
     return "\n".join(lines) + "\n"
 
 
-def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
-    """Append one entry to *log* under an exclusive lock, in one write."""
+def _locked(log: Path) -> int:
+    """An fd of *log* (created if missing) holding its exclusive lock.
+
+    A writer that replaced the file (:func:`rewrite`) while we waited for the
+    lock leaves us holding the old inode: then the path is opened again.
+    """
     import fcntl
 
     log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    while True:
+        fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            now = os.stat(log, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        held = os.fstat(fd)
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            return fd
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
+    """Append one entry to *log* under an exclusive lock, in one write."""
+    fd = _locked(log)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         marker = f"session:{_field(anchor.session)} ".encode()
         with open(fd, "rb", closefd=False) as f:
             seen = bool(anchor.session) and any(marker in line for line in f)
-        data = entry_text(now, anchor, bullets, heading=not seen).encode("utf-8")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, entry_text(now, anchor, bullets, heading=not seen).encode("utf-8"))
     finally:
         os.close(fd)  # releases the lock
+
+
+def rewrite(log: Path, change: Callable[[str], str]) -> None:
+    """Replace *log* with ``change(old text)`` atomically (a hidden temp file
+    renamed over it) while holding the lock appenders take."""
+    fd = _locked(log)
+    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")  # hidden: scanners and watchers skip it
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            old = f.read().decode("utf-8", "replace")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            _write_all(out, change(old).encode("utf-8"))
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(tmp, log)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
 
 
 def anchored_turns(memory_dir: Path, session: str, logs: int = 2) -> set[str]:

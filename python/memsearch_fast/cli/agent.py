@@ -4,11 +4,11 @@ from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, not_available, skills_app, stdin_is_tty
+from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, skills_app, stdin_is_tty
 from memsearch_fast.cli.options import EMBEDDING, MILVUS, PLUGIN_HELP, SPLICED, Flags, JsonOutput, text, uses
 
 
-@app.command(hidden=True)  # listed once it works
+@app.command()
 @guard
 @uses(MILVUS, EMBEDDING)
 def compact(
@@ -27,8 +27,39 @@ def compact(
     ] = None,
     opts: Flags = SPLICED,
 ) -> None:
-    """Compress stored memories into a summary."""
-    not_available("compact")
+    """Compress stored memories into a summary.
+
+    The selected chunks go to the LLM ([llm], else the [compact] keys, else
+    OpenAI); the summary is added to OUTPUT_DIR/memory/YYYY-MM-DD.md under
+    "## Memory Compact" (atomically) and that file is indexed.
+    """
+    from memsearch_fast import compact as compacting
+    from memsearch_fast.cli.options import memsearch, settings
+
+    cfg = settings(opts)
+    llm = {"provider": llm_provider, "model": llm_model, "base_url": llm_base_url, "api_key": llm_api_key}
+    ms = memsearch(cfg)
+    try:
+        result = compacting.run(
+            ms,
+            cfg,
+            source=compacting.normalize_source(source),
+            output_dir=output_dir,
+            llm=llm,
+            prompt=prompt,
+            prompt_file=prompt_file,
+        )
+    except compacting.CompactError as exc:
+        fail(str(exc), EXIT_USAGE)
+    finally:
+        ms.close()
+    if result.summary:
+        typer.echo("Compact complete. Summary:\n")
+        typer.echo(result.summary)
+    elif source:
+        typer.echo(f"No chunks matched source: {compacting.normalize_source(source)}")
+    else:
+        typer.echo("No chunks to compact.")
 
 
 @app.command()
