@@ -125,10 +125,6 @@ def guard(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def not_available(command: str) -> NoReturn:
-    fail(f"'memsearch {command}' is not available in memsearch-fast {__version__} yet", EXIT_USAGE)
-
-
 def run(coro: Any) -> Any:
     """Run a coroutine, on uvloop when it is installed (the `uvloop` extra)."""
     try:
