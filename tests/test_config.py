@@ -171,6 +171,14 @@ def test_config_commands(tmp_path: Path) -> None:
         assert proc.returncode == 0 and secret not in proc.stdout + proc.stderr
         assert "sk-***" in proc.stdout
     assert cli(["config", "get", "milvus.collection"], home, project).stdout.strip() == "mine"
+    # Of --resolved/--global/--project the last one given wins, as in 0.4.23.
+    last = cli(["config", "list", "--resolved", "--global", "-j"], home, project)
+    assert last.returncode == 0 and json.loads(last.stdout) == {
+        "embedding": {"api_key": "sk-***"},
+        "milvus": {"collection": "mine"},
+    }
+    last = cli(["config", "list", "--global", "--resolved", "-j"], home, project)
+    assert "chunking" in json.loads(last.stdout)
     assert (
         cli(["config", "get", "chunking.max_chunk_size", "--default-collection", "x"], home, project).stdout.strip()
         == "1500"

@@ -6,10 +6,8 @@ import typer
 
 from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import (
-    EXIT_USAGE,
     config_app,
     err,
-    fail,
     guard,
     stdin_is_tty,
 )
@@ -53,12 +51,31 @@ def config_set(
     typer.echo(f"Set {key} = {_show_value(shown)} in {path}")
 
 
+def _mode(name: str) -> Any:
+    """A callback recording *name* when its flag is given: click calls them in
+    command-line order, so the last of --resolved/--global/--project wins (as 0.4.23)."""
+
+    def record(ctx: typer.Context, value: bool) -> bool:
+        if value:
+            ctx.meta["config_list_mode"] = name
+        return value
+
+    return record
+
+
 @config_app.command("list")
 @guard
 def config_list(
-    resolved: Annotated[bool, typer.Option("--resolved", help="Show fully resolved config (default).")] = False,
-    global_: Annotated[bool, typer.Option("--global", help="Show global config file only.")] = False,
-    project: Annotated[bool, typer.Option("--project", help="Show project config file only.")] = False,
+    ctx: typer.Context,
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="Show fully resolved config (default).", callback=_mode("resolved"))
+    ] = False,
+    global_: Annotated[
+        bool, typer.Option("--global", help="Show global config file only.", callback=_mode("global"))
+    ] = False,
+    project: Annotated[
+        bool, typer.Option("--project", help="Show project config file only.", callback=_mode("project"))
+    ] = False,
     json_output: JsonOutput = False,
     default_collection: Annotated[
         str | None,
@@ -71,12 +88,11 @@ def config_list(
     """Show configuration."""
     from memsearch_fast.cli import display
 
-    if resolved + global_ + project > 1:
-        fail("choose one of --resolved, --global, --project", EXIT_USAGE)
-    if global_:
+    mode = ctx.meta.get("config_list_mode", "resolved")
+    if mode == "global":
         path = cfgmod.global_config_path()
         data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Global ({path})"
-    elif project:
+    elif mode == "project":
         path = cfgmod.project_config_path()
         data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Project ({path})"
     else:
