@@ -40,6 +40,11 @@ DEFAULT_MODELS = {
     "onnx": "all-MiniLM-L6-v2",
     "openai": "text-embedding-3-small",
     "ollama": "nomic-embed-text",
+    "voyage": "voyage-3-lite",
+    "google": "gemini-embedding-001",
+    "jina": "jina-embeddings-v4",
+    "mistral": "mistral-embed",
+    "local": "all-MiniLM-L6-v2",
 }
 DEFAULT_MAX_CHUNK_SIZE = 1500
 #: Largest chunk, in characters: four UTF-8 bytes each still fit the store's

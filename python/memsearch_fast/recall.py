@@ -10,7 +10,6 @@ reached through the provider object itself.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -79,23 +78,15 @@ def approx_tokens(text: str) -> int:
 def token_counter(provider: Any) -> tuple[TokenCounter, str]:
     """A token count with the embedding model's own tokenizer, and its name.
 
-    The ONNX provider's loaded ``tokenizer.json`` is reused (copied once without
-    its truncation and padding, so long hits count in full and the provider's
-    own settings stay untouched); other providers fall back to
+    The provider's public ``count_tokens`` and ``tokenizer_name`` (the ONNX and
+    local providers count with their model's tokenizer, the HTTP providers
+    characters / 4); a provider without them falls back to
     :func:`approx_tokens`.
     """
-    tok = getattr(provider, "_tokenizer", None)
-    if tok is None or not hasattr(tok, "to_str"):
+    count = getattr(provider, "count_tokens", None)
+    if not callable(count):
         return approx_tokens, APPROX_TOKENIZER
-    full = type(tok).from_str(tok.to_str())
-    full.no_truncation()
-    full.no_padding()
-
-    def count(text: str) -> int:
-        return len(full.encode(text, add_special_tokens=False).ids)
-
-    name = os.path.basename(str(getattr(provider, "model_name", "onnx")).rstrip(os.sep)) or "onnx"
-    return count, f"{name} tokenizer.json"
+    return count, str(getattr(provider, "tokenizer_name", None) or APPROX_TOKENIZER)
 
 
 def digest_line(r: dict[str, Any]) -> str:

@@ -40,6 +40,11 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "onnx": ("memsearch_fast.embeddings.onnx", "OnnxEmbedding"),
     "openai": ("memsearch_fast.embeddings.openai", "OpenAIEmbedding"),
     "ollama": ("memsearch_fast.embeddings.ollama", "OllamaEmbedding"),
+    "voyage": ("memsearch_fast.embeddings.voyage", "VoyageEmbedding"),
+    "google": ("memsearch_fast.embeddings.google", "GoogleEmbedding"),
+    "jina": ("memsearch_fast.embeddings.jina", "JinaEmbedding"),
+    "mistral": ("memsearch_fast.embeddings.mistral", "MistralEmbedding"),
+    "local": ("memsearch_fast.embeddings.local", "LocalEmbedding"),
 }
 
 
@@ -52,6 +57,11 @@ class EmbeddingProvider(Protocol):
     concurrently from several tasks; ``workers`` is how many batches it really
     processes at once (inference workers or concurrent requests), so callers
     can size how many ``embed`` calls they keep in flight.
+
+    Every built-in provider also has ``count_tokens(text) -> int`` and
+    ``tokenizer_name`` (the model's own tokenizer for onnx and local, characters
+    / 4 for the HTTP providers), which ``search --budget`` uses; they are not
+    part of the protocol, so a minimal provider need not have them.
     """
 
     @property
@@ -84,7 +94,8 @@ def get_provider(
     parallelism: Parallelism | None = None,
     **options: Any,
 ) -> EmbeddingProvider:
-    """Build the provider called *name* ("onnx", "openai" or "ollama").
+    """Build the provider called *name* (a key of ``PROVIDERS``: "onnx", "openai",
+    "ollama", "voyage", "google", "jina", "mistral" or "local").
 
     ``model=None`` and ``batch_size=0`` pick the provider's defaults.
     ``workers`` is the number of inference workers (onnx) or concurrent
@@ -92,11 +103,12 @@ def get_provider(
     inside the provider. A ``parallelism`` (the run's ``plan(...)``) sizes the
     provider instead: onnx gets its ``inference_workers`` and
     ``intra_op_threads``, HTTP providers its ``remote_requests``; it cannot be
-    combined with ``workers`` or, for onnx, ``threads``. ``base_url``/``api_key``
-    are ignored by the local onnx provider. Extra keyword ``options`` go to the
-    provider (for example ``quantized=False`` for onnx, ``dimensions=256`` for
-    openai). The built provider's ``workers`` property gives its real
-    concurrency.
+    combined with ``workers`` or, for onnx, ``threads``; local
+    (sentence-transformers) runs one worker. ``base_url``/``api_key`` are
+    ignored by onnx and local. Extra keyword ``options`` go to the provider
+    (for example ``quantized=False`` for onnx, ``dimensions=256`` for the HTTP
+    providers, ``task="code"`` for jina). The built provider's ``workers``
+    property gives its real concurrency.
     """
     key = (name or "").strip().lower()
     target = PROVIDERS.get(key)
@@ -113,7 +125,7 @@ def get_provider(
         if key == "onnx":
             workers = parallelism.inference_workers
             options["threads"] = parallelism.intra_op_threads
-        else:
+        elif key != "local":
             workers = parallelism.remote_requests
     module_name, class_name = target
     cls = getattr(importlib.import_module(module_name), class_name)

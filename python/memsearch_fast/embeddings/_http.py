@@ -15,6 +15,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -204,10 +205,15 @@ async def post_json(
     max_retries: int,
     base_delay: float,
     max_delay: float,
+    key_env: str | None = None,
+    key_rejected: Callable[[int, str], bool] | None = None,
 ) -> Any:
     """POST *payload* and return the decoded JSON answer, retrying 429/5xx and network errors.
 
     Raises ``EmbeddingAPIError`` with a one-line message for anything else.
+    401/403, and any answer ``key_rejected(status, message)`` recognises (an
+    API that reports a bad key as HTTP 400), say the key was rejected, naming
+    ``key_env`` (the provider's environment variable) when given.
     """
     loop = asyncio.get_running_loop()
     where = safe_url(url)
@@ -225,12 +231,11 @@ async def post_json(
                     raise EmbeddingAPIError(f"{what} at {where} answered with invalid JSON", response.status) from None
             status = response.status
             detail = error_message(response, secret)
-            if status in (401, 403):
-                raise EmbeddingAPIError(
-                    f"{what} at {where} rejected the API key (HTTP {status}); "
-                    "check the key or its environment variable",
-                    status,
+            if status in (401, 403) or (key_rejected is not None and key_rejected(status, detail)):
+                hint = (
+                    f"--api-key, embedding.api_key or ${key_env}" if key_env else "the key or its environment variable"
                 )
+                raise EmbeddingAPIError(f"{what} at {where} rejected the API key (HTTP {status}); check {hint}", status)
             if status == 404:
                 raise EmbeddingAPIError(
                     f"{what} at {where} answered HTTP 404 (check base_url and the model name)"

@@ -1,8 +1,9 @@
-"""Shared body of the server-backed providers (OpenAI-compatible, Ollama).
+"""Shared body of the server-backed providers (OpenAI-compatible, Ollama,
+Voyage, Gemini, Jina, Mistral).
 
-Subclasses only say how to build a request and read its answer; batching by
-count and approximate tokens, bounded concurrency, retries, normalisation and
-order preservation live here once.
+Subclasses only say how to build a request (for documents or for a query) and
+read its answer; batching by count and approximate tokens, bounded
+concurrency, retries, normalisation and order preservation live here once.
 """
 
 from __future__ import annotations
@@ -15,15 +16,25 @@ from memsearch_fast.embeddings._http import JsonClient, Secret, post_json, safe_
 from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
 from memsearch_fast.parallelism import plan
 
+#: How HTTP providers count tokens (their tokenizer is on the server); the
+#: same name as ``memsearch_fast.recall.APPROX_TOKENIZER``.
+APPROX_TOKENIZER = "chars/4 (approximation)"
+
 
 class RemoteEmbedding:
     """Base class: subclasses set ``_url`` and implement ``_payload`` and ``_parse``.
 
     At most ``workers`` requests are in flight at once (unset: ``plan().remote_requests``).
+    ``embed`` sends documents and ``embed_query`` a query: ``_payload`` gets
+    ``query=True`` for the latter, for APIs with an input type or task.
     """
 
     kind = "embedding server"
     default_batch_size = 256
+    #: The environment variable the key comes from by default (named in errors).
+    key_env: str | None = None
+    #: Name of the token count that :meth:`count_tokens` gives.
+    tokenizer_name = APPROX_TOKENIZER
 
     def __init__(
         self,
@@ -60,11 +71,19 @@ class RemoteEmbedding:
 
     # subclass hooks -------------------------------------------------------------
 
-    def _payload(self, texts: list[str]) -> dict[str, Any]:
+    def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
         raise NotImplementedError
 
     def _parse(self, data: Any, n: int) -> list[list[float]]:
         raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        """Request headers carrying the key (a bearer token unless overridden)."""
+        return {"Authorization": f"Bearer {self._secret.reveal()}"} if self._secret is not None else {}
+
+    def _key_rejected(self, status: int, message: str) -> bool:
+        """Whether an error answer other than 401/403 means a bad key."""
+        return False
 
     # protocol -------------------------------------------------------------------
 
@@ -98,19 +117,18 @@ class RemoteEmbedding:
         )
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """Embed *texts* in requests of at most ``batch_size`` texts and the token budget."""
-        check_texts(texts)
-        if not texts:
-            return []
-        if self._closed:
-            raise EmbeddingError(f"the {self.kind} provider is closed")
-        prepared = [t[: self._max_chars] if t.strip() else " " for t in texts]
-        parts = await asyncio.gather(*(self._request(prepared[a:b]) for a, b in self._split(prepared)))
-        vectors = [v for part in parts for v in part]
-        return await asyncio.get_running_loop().run_in_executor(None, self._normalize, vectors)
+        """Embed *texts* (documents) in requests of at most ``batch_size`` texts and the token budget."""
+        return await self._embed(texts, query=False)
 
     async def embed_query(self, text: str) -> list[float]:
-        return (await self.embed([text]))[0]
+        """Embed a search query (with the API's query input type where it has one)."""
+        if not isinstance(text, str):
+            raise TypeError(f"embed_query() expects a str, got {type(text).__name__}")
+        return (await self._embed([text], query=True))[0]
+
+    def count_tokens(self, text: str) -> int:
+        """Approximate tokens of *text*: characters / 4, rounded up (the tokenizer is remote)."""
+        return (len(text) + 3) // 4
 
     def close(self) -> None:
         if self._closed:
@@ -133,21 +151,31 @@ class RemoteEmbedding:
 
     # internals ------------------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._secret.reveal()}"} if self._secret is not None else {}
+    async def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        check_texts(texts)
+        if not texts:
+            return []
+        if self._closed:
+            raise EmbeddingError(f"the {self.kind} provider is closed")
+        prepared = [t[: self._max_chars] if t.strip() else " " for t in texts]
+        parts = await asyncio.gather(*(self._request(prepared[a:b], query) for a, b in self._split(prepared)))
+        vectors = [v for part in parts for v in part]
+        return await asyncio.get_running_loop().run_in_executor(None, self._normalize, vectors)
 
-    async def _request(self, texts: list[str]) -> list[list[float]]:
+    async def _request(self, texts: list[str], query: bool = False) -> list[list[float]]:
         data = await post_json(
             self._client,
             self._executor,
             self._url,
-            self._payload(texts),
+            self._payload(texts, query),
             headers=self._headers(),
             secret=self._secret,
             what=self.kind,
             max_retries=self._max_retries,
             base_delay=self._base_delay,
             max_delay=self._max_delay,
+            key_env=self.key_env,
+            key_rejected=self._key_rejected,
         )
         try:
             vectors = self._parse(data, len(texts))
@@ -188,6 +216,39 @@ class RemoteEmbedding:
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
         result: list[list[float]] = (arr / np.maximum(norms, 1e-12)).tolist()
         return result
+
+
+def parse_indexed(data: Any, n: int) -> list[list[float]]:
+    """``{"data": [{"index": i, "embedding": [...]}, ...]}`` (OpenAI's shape, also
+    Voyage's, Jina's and Mistral's) in input order; a missing index means list order."""
+    items = data["data"]
+    out: list[Any] = [None] * n
+    for pos, item in enumerate(items):
+        index = item.get("index", pos)
+        if not isinstance(index, int) or not 0 <= index < n or out[index] is not None:
+            raise ValueError("bad index")
+        out[index] = item["embedding"]
+    if any(v is None for v in out):
+        raise ValueError("missing index")
+    return out
+
+
+def require_key(secret: Secret | None, provider: str, env: str, base_url: str | None) -> Secret | None:
+    """The official endpoint needs a key: fail now, in one line, when none is set.
+
+    A ``base_url`` of one's own (a proxy, a test server) may need none.
+    """
+    if secret is None and base_url is None:
+        raise EmbeddingError(
+            f"the {provider} embedding provider needs an API key: set ${env}, embedding.api_key or --api-key"
+        )
+    return secret
+
+
+def check_dimensions(dimensions: object) -> int | None:
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        raise ValueError(f"dimensions must be a positive integer, got {dimensions!r}")
+    return dimensions
 
 
 def check_texts(texts: object) -> None:

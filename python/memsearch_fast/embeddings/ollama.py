@@ -57,7 +57,7 @@ class OllamaEmbedding(RemoteEmbedding):
             max_input_chars=max_input_chars,
         )
 
-    def _payload(self, texts: list[str]) -> dict[str, Any]:
+    def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
         return {"model": self._model, "input": texts, "truncate": True}
 
     def _parse(self, data: Any, n: int) -> list[list[float]]:

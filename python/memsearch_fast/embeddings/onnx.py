@@ -131,6 +131,7 @@ class OnnxEmbedding:
         self._prep = ThreadPoolExecutor(1, thread_name_prefix="memsearch-onnx-prep")
         self._closed = False
         self._lock = threading.Lock()
+        self._counter: Any = None  # the tokenizer copy of count_tokens, made on first use
         self._dimension = self._probe_dimension(first, outputs)
 
     # ------------------------------------------------------------------ properties
@@ -163,6 +164,12 @@ class OnnxEmbedding:
     @property
     def max_seq_length(self) -> int:
         return self._max_len
+
+    @property
+    def tokenizer_name(self) -> str:
+        """Name of the token count that :meth:`count_tokens` gives."""
+        name = os.path.basename(str(self._model_name).rstrip(os.sep)) or "onnx"
+        return f"{name} tokenizer.json"
 
     def __repr__(self) -> str:
         return (
@@ -202,6 +209,22 @@ class OnnxEmbedding:
 
     async def embed_query(self, text: str) -> list[float]:
         return (await self.embed([text]))[0]
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of *text* under the model's ``tokenizer.json``, in full (not cut
+        at ``max_seq_length``) and without special tokens."""
+        with self._lock:
+            counter = self._counter
+            if counter is None:
+                # A copy without truncation and padding: the embedding settings stay untouched.
+                counter = type(self._tokenizer).from_str(self._tokenizer.to_str())
+                counter.no_truncation()
+                counter.no_padding()
+                self._counter = counter
+        try:
+            return len(counter.encode(text, add_special_tokens=False).ids)
+        except Exception:  # noqa: BLE001 - e.g. lone surrogates that cannot be encoded as UTF-8
+            return len(counter.encode(_clean(text), add_special_tokens=False).ids)
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         """Blocking variant returning a float32 array (for tools and benchmarks)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._http import normalize_base_url, resolve_api_key
-from memsearch_fast.embeddings._remote import RemoteEmbedding
+from memsearch_fast.embeddings._remote import RemoteEmbedding, check_dimensions, parse_indexed
 
 DEFAULT_MODEL = DEFAULT_MODELS["openai"]  # set in memsearch_fast.config
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -28,6 +28,7 @@ class OpenAIEmbedding(RemoteEmbedding):
 
     kind = "OpenAI-compatible server"
     default_batch_size = 2048
+    key_env = "OPENAI_API_KEY"
 
     def __init__(
         self,
@@ -45,10 +46,7 @@ class OpenAIEmbedding(RemoteEmbedding):
         max_tokens_per_request: int = 200_000,
         max_input_chars: int = 24_000,
     ) -> None:
-        if dimensions is not None and (
-            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
-        ):
-            raise ValueError(f"dimensions must be a positive integer, got {dimensions!r}")
+        check_dimensions(dimensions)
         name = model or DEFAULT_MODEL
         base = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, "https")
         self._dimensions = dimensions
@@ -67,20 +65,11 @@ class OpenAIEmbedding(RemoteEmbedding):
             max_input_chars=max_input_chars,
         )
 
-    def _payload(self, texts: list[str]) -> dict[str, Any]:
+    def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self._model, "input": texts, "encoding_format": "float"}
         if self._dimensions is not None:
             payload["dimensions"] = self._dimensions
         return payload
 
     def _parse(self, data: Any, n: int) -> list[list[float]]:
-        items = data["data"]
-        out: list[Any] = [None] * n
-        for pos, item in enumerate(items):
-            index = item.get("index", pos)
-            if not isinstance(index, int) or not 0 <= index < n or out[index] is not None:
-                raise ValueError("bad index")
-            out[index] = item["embedding"]
-        if any(v is None for v in out):
-            raise ValueError("missing index")
-        return out
+        return parse_indexed(data, n)
