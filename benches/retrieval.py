@@ -1,0 +1,233 @@
+"""Retrieval quality: a generated corpus with planted facts, and the questions that should find them.
+
+``python -m benches.retrieval --mb 5`` builds the corpus (``benches/corpus.py``
+plus the facts), indexes it with the shared model, asks every question and
+prints hit@1, hit@5, MRR@10 and warm search latency, per kind of fact and in
+all. Kinds: ``port`` (an exact number, asked by the service's name),
+``owner`` (a person's name), ``decision`` (a decision with its date),
+``paraphrase`` (asked in words the fact does not use) and ``cjk`` (a Chinese
+fact asked in Chinese). A hit is a result whose content holds the fact's
+unique key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benches.corpus import write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_DIR = Path(
+    os.environ.get("MEMSEARCH_TEST_MODEL_DIR", ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx")
+)
+
+_NAMES = "sierra tango juniper falcon orchid basalt quartz harbor meadow cobalt ember willow".split()
+#: Names of the decoys: the same sentences about other things, with other values.
+_DECOY_NAMES = "delta kestrel aspen granite lotus pioneer summit vega nimbus atlas".split()
+_SERVICES = "staging gateway|billing worker|search proxy|metrics collector|auth broker|image resizer".split("|")
+_PEOPLE = "Priya Okafor|Lars Lindqvist|Mei Tanaka|Diego Alvarez|Amara Nwosu|Jonas Weber|Sofia Rossi".split("|")
+_COMPONENTS = "payment retry|session store|feature flag|audit log|thumbnail cache|webhook relay".split("|")
+_TECH = "NATS|Redis Streams|SQLite|ClickHouse|Temporal|DuckDB".split("|")
+_CITIES = ["杭州", "成都", "深圳", "南京", "西安", "武汉"]
+_SYSTEMS = ["订单", "用户", "库存", "支付", "日志", "报表"]
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str
+    text: str  # the bullet planted in a daily log
+    question: str
+    key: str  # unique text a hit must contain
+
+
+def make_facts(count: int, seed: int = 7, names: list[str] = _NAMES) -> list[Fact]:
+    rng = random.Random(seed)
+    kinds = ["port", "owner", "decision", "paraphrase", "cjk"]
+    facts: list[Fact] = []
+    used: set[str] = set()
+    for _attempt in range(count * 100):
+        if len(facts) >= count:
+            break
+        kind = kinds[len(facts) % len(kinds)]
+        name = rng.choice(names)
+        if kind == "port":
+            service = rng.choice(_SERVICES)
+            port = str(rng.randint(20000, 29999))
+            fact = Fact(
+                kind,
+                f"- The {name} {service} now listens on port {port} after the migration.",
+                f"which port does the {name} {service} listen on",
+                port,
+            )
+        elif kind == "owner":
+            person, component = rng.choice(_PEOPLE), rng.choice(_COMPONENTS)
+            key = f"{person} ({name})"
+            fact = Fact(
+                kind,
+                f"- {key} took over ownership of the {name} {component} rollout.",
+                f"who owns the {name} {component} rollout",
+                key,
+            )
+        elif kind == "decision":
+            tech, component = rng.choice(_TECH), rng.choice(_COMPONENTS)
+            day = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+            fact = Fact(
+                kind,
+                f"- Decided on {day} to move the {name} {component} queue to {tech}.",
+                f"when did we decide to move the {name} {component} queue to {tech}",
+                day,
+            )
+        elif kind == "paraphrase":
+            minutes = str(rng.randint(11, 97))
+            region = rng.choice(["eu-west", "us-east", "ap-south", "sa-east", "af-north", "me-central"])
+            fact = Fact(
+                kind,
+                f"- A cron job flushes the {name} {region} edge cache every {minutes} minutes.",
+                f"how often is the {name} {region} CDN cache cleared",
+                f"every {minutes} minutes",
+            )
+        else:
+            city, system = rng.choice(_CITIES), rng.choice(_SYSTEMS)
+            hour = str(rng.randint(1, 5))
+            key = f"{city}{system}数据库备份在凌晨{hour}点"
+            fact = Fact(kind, f"- {key}运行，保留三十天。", f"{city}的{system}数据库什么时候备份", key)
+        if fact.key not in used and fact.question not in {f.question for f in facts}:
+            used.add(fact.key)
+            facts.append(fact)
+    return facts
+
+
+def plant(root: Path, facts: list[Fact], seed: int = 7) -> None:
+    """Append each fact as its own ``### HH:MM`` entry to a daily log of the corpus,
+    with decoys: the same kind of sentence about other names, and about the same
+    name with another service, component or system (so the name alone is not enough)."""
+    rng = random.Random(seed)
+    logs = sorted((root / "memory").glob("*.md"))
+    keys = {f.key for f in facts}
+    decoys = [d for d in make_facts(len(facts) * 4, seed + 1, _DECOY_NAMES) if d.key not in keys][: len(facts) * 2]
+    questions = {f.question for f in facts}
+    for i, fact in enumerate(facts):
+        name = next((n for n in _NAMES if f" {n} " in f" {fact.question} "), None)
+        if name is None:
+            continue
+        same = make_facts(10, seed + 100 + i, [name])
+        twins = [d for d in same if d.kind == fact.kind and d.key not in keys and d.question not in questions]
+        decoys += twins[:2]
+    for fact in [*facts, *decoys]:
+        log = rng.choice(logs)
+        stamp = f"{rng.randint(8, 22):02d}:{rng.randint(0, 59):02d}"
+        with log.open("a", encoding="utf-8") as f:
+            f.write(f"\n### {stamp}\n{fact.text}\n- The rest of the session was routine.\n")
+
+
+def build(root: Path, megabytes: float, facts: int, seed: int = 3) -> list[Fact]:
+    write_corpus(root, total_bytes=int(megabytes * 1_000_000), seed=seed)
+    planted = make_facts(facts)
+    plant(root, planted)
+    return planted
+
+
+def rank_of(hits: list[dict[str, Any]], key: str) -> int | None:
+    for i, hit in enumerate(hits, start=1):
+        if key in str(hit.get("content", "")):
+            return i
+    return None
+
+
+def evaluate(ms: Any, facts: list[Fact], top_k: int = 10) -> dict[str, Any]:
+    """hit@1, hit@5, MRR@10 per kind and overall, and search latency."""
+
+    async def ask() -> tuple[list[int | None], list[float]]:
+        ranks, took = [], []
+        await ms.search(facts[0].question, top_k=top_k)  # warm: model and store loaded
+        for fact in facts:
+            start = time.perf_counter()
+            hits = await ms.search(fact.question, top_k=top_k)
+            took.append(time.perf_counter() - start)
+            ranks.append(rank_of(hits, fact.key))
+        return ranks, took
+
+    ranks, took = asyncio.run(ask())
+
+    def scores(rs: list[int | None]) -> dict[str, float]:
+        n = len(rs) or 1
+        return {
+            "n": len(rs),
+            "hit@1": round(sum(1 for r in rs if r == 1) / n, 3),
+            "hit@5": round(sum(1 for r in rs if r is not None and r <= 5) / n, 3),
+            "mrr@10": round(sum(1 / r for r in rs if r is not None and r <= 10) / n, 3),
+        }
+
+    by_kind = {}
+    for kind in dict.fromkeys(f.kind for f in facts):
+        by_kind[kind] = scores([r for r, f in zip(ranks, facts, strict=True) if f.kind == kind])
+    took.sort()
+    return {
+        "all": scores(ranks),
+        "by_kind": by_kind,
+        "latency_ms": {
+            "p50": round(statistics.median(took) * 1000, 1),
+            "p95": round(took[min(len(took) - 1, round(0.95 * (len(took) - 1)))] * 1000, 1),
+        },
+        "missed": [f.question for r, f in zip(ranks, facts, strict=True) if r is None or r > 5],
+    }
+
+
+def run(megabytes: float, facts: int, workdir: Path) -> dict[str, Any]:
+    """Build (unless *workdir* holds a corpus already), index, evaluate."""
+    from memsearch_fast import MemSearch
+    from memsearch_fast.lite import broker
+
+    corpus = workdir / "corpus"
+    planted = make_facts(facts) if corpus.exists() else build(corpus, megabytes, facts)
+    db = workdir / "m.db"
+    ms = MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")
+    try:
+        start = time.perf_counter()
+        asyncio.run(ms.index())
+        index_s = time.perf_counter() - start
+        report = evaluate(ms, planted)
+    finally:
+        ms.close()
+        broker.stop_server(str(db))
+    report["corpus_mb"] = megabytes
+    report["index_s"] = round(index_s, 1)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=5.0, help="corpus size in MB (default 5)")
+    parser.add_argument("--facts", type=int, default=40, help="planted facts (default 40)")
+    parser.add_argument("--workdir", type=Path, help="keep the corpus and database here (reused when present)")
+    parser.add_argument(
+        "--analyzer", help='BM25 analyzer of a new collection as JSON, e.g. \'{"tokenizer": "jieba"}\' (default: ours)'
+    )
+    args = parser.parse_args()
+    if args.analyzer:
+        from memsearch_fast.store import milvus
+
+        milvus.CJK_ANALYZER = json.loads(args.analyzer)
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        report = run(args.mb, args.facts, args.workdir)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = run(args.mb, args.facts, Path(tmp))
+    json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
+    print()
+
+
+if __name__ == "__main__":
+    main()
