@@ -303,3 +303,56 @@ def test_missing_collection_is_an_error_not_a_crash(corpus: Corpus, tmp_path: Pa
     assert failed.isError and "does not exist" in failed.content[0].text and "\n" not in failed.content[0].text
     assert not turns.isError and json.loads(turns.content[0].text)
     assert "Traceback" not in (tmp_path / "err.log").read_text()
+
+
+def test_project_serves_the_collection_the_hooks_write(corpus: Corpus, tmp_path: Path, model_dir: Path) -> None:
+    """`mcp --project` in a project reads the per-project collection the agent hooks index."""
+    from memsearch_fast.agents.project import locate
+
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    memory = project / ".memsearch" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "2026-11-23.md").write_text("### 10:00\n- User asked about the zeppelin hangar lease.\n")
+    db = tmp_path / "p.db"
+    collection = locate(str(project)).collection
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memsearch_fast",
+            "index",
+            str(memory),
+            "--milvus-uri",
+            str(db),
+            "-m",
+            str(model_dir),
+            "--collection",
+            collection,
+            "-q",
+        ],
+        env=corpus.env,
+        check=True,
+        timeout=300,
+    )
+
+    async def scenario() -> Any:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "memsearch_fast", "mcp", "--project", "--milvus-uri", str(db), "-m", str(model_dir)],
+            env=corpus.env,
+            cwd=str(project / ".memsearch"),
+        )
+        with (tmp_path / "err.log").open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                return await session.call_tool("memory_search", {"query": "zeppelin hangar"})
+
+    try:
+        found = asyncio.run(asyncio.wait_for(scenario(), 120))
+    finally:
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(db))
+    assert not found.isError, found.content
+    assert "zeppelin hangar" in json.loads(found.content[0].text)[0]["content"]
