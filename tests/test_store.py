@@ -569,3 +569,42 @@ def test_without_jieba_falls_back_to_standard_analyzer(db):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["standard", "1"]
     assert "jieba" in out.stderr and "Traceback" not in out.stderr
+
+
+def _sparse_only(store, query: str) -> list[int]:
+    res = store._client.search(
+        store.collection,
+        data=[query],
+        anns_field="sparse_vector",
+        search_params={"metric_type": "BM25"},
+        limit=10,
+        output_fields=["chunk_hash"],
+    )
+    return sorted(int(h["entity"]["chunk_hash"], 16) for h in res[0])
+
+
+def test_bm25_ignores_spaces_and_punctuation(store):
+    """Words found nowhere find nothing on the sparse side (jieba alone made every chunk match
+    through its spaces and punctuation); CJK splitting stays."""
+    assert store.analyzer == store_mod.CJK_ANALYZER
+    texts = ["The sierra gateway listens on port 20000.", "数据库迁移完成，索引重建。", "   ...   ", "hello, world!"]
+    vecs = unit(len(texts), seed=3)
+    store.upsert([make_row(i, vecs[i], content=t, source=f"k/{i}.md") for i, t in enumerate(texts)])
+    assert _sparse_only(store, "zzzqqq xyzzy") == []
+    assert _sparse_only(store, "gateway port!!") == [0]
+    assert _sparse_only(store, "数据库迁移") == [1]
+
+
+def test_a_collection_with_the_older_analyzer_keeps_working(db):
+    s = MilvusStore(db, dimension=DIM)
+    s.drop()
+    s._create_with(store_mod.CJK_ANALYZER_PLAIN)
+    s.close()
+    s = MilvusStore(db, dimension=DIM)
+    try:
+        assert s.analyzer == store_mod.CJK_ANALYZER_PLAIN
+        vecs = unit(2, seed=4)
+        s.upsert([make_row(i, vecs[i], content=t) for i, t in enumerate(["alpha beta", "gamma delta"])])
+        assert s.search(list(vecs[1]), "gamma", top_k=1)[0]["content"] == "gamma delta"
+    finally:
+        s.close()

@@ -15,6 +15,11 @@ class StoreUnavailableError(StoreError):
     """Milvus could not be reached or opened (server down, database held)."""
 
 
+class DatabaseDamagedError(StoreError):
+    """A local database's content cannot be read (a damaged file); the
+    message names the database, the cause and what to delete."""
+
+
 def one_line(text: object, limit: int | None = 300) -> str:
     """Collapse an error text to a single line, bounded to *limit* characters."""
     s = " ".join(str(text).split())

@@ -17,6 +17,13 @@ from memsearch_fast._core import heading_levels
 
 ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)\s+turn:(\S+)\s+transcript:(\S+)\s*-->")
 
+#: The longest line shown whole in an expansion; a longer one (a 20 MB single
+#: line) is cut around the chunk's part of it.
+MAX_LINE_CHARS = 20_000
+
+#: Characters kept on each side of the chunk's text in a cut line.
+CLIP_CONTEXT = 2_000
+
 
 class ExpandError(Exception):
     """The chunk's file is gone or unreadable (one-line message)."""
@@ -42,6 +49,32 @@ def section_bounds(lines: list[str], start_line: int, heading_level: int) -> tup
     return start, end
 
 
+def clip_lines(lines: list[str], chunk: str) -> tuple[list[str], int]:
+    """The lines with each one longer than :data:`MAX_LINE_CHARS` cut to the
+    part that holds the chunk's text (or its start) and :data:`CLIP_CONTEXT`
+    characters around it, marked where cut; and how many characters were cut.
+    A chunk of a 20 MB single line prints a few KB, not the 20 MB."""
+    if all(len(line) <= MAX_LINE_CHARS for line in lines):
+        return lines, 0
+    needle = max(chunk.split("\n"), key=len).strip()[:200] if chunk else ""
+    out: list[str] = []
+    clipped = 0
+    for line in lines:
+        if len(line) <= MAX_LINE_CHARS:
+            out.append(line)
+            continue
+        pos = line.find(needle) if needle else -1
+        if pos < 0:
+            a, b = 0, CLIP_CONTEXT * 2
+        else:
+            a, b = max(0, pos - CLIP_CONTEXT), min(len(line), pos + len(chunk) + CLIP_CONTEXT)
+        head = f"[… {a:,} characters not shown] " if a else ""
+        tail = f" [… {len(line) - b:,} characters not shown]" if b < len(line) else ""
+        out.append(f"{head}{line[a:b]}{tail}")
+        clipped += len(line) - (b - a)
+    return out, clipped
+
+
 def parse_anchor(text: str) -> dict[str, str]:
     m = ANCHOR_RE.search(text)
     return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)} if m else {}
@@ -50,7 +83,8 @@ def parse_anchor(text: str) -> dict[str, str]:
 def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None = None) -> dict[str, Any]:
     """Context for a stored row: keys chunk_hash, source, heading,
     start_line, end_line, content, anchor (when found), warning (when the
-    index is behind the file)."""
+    index is behind the file), clipped (characters of over-long lines not
+    shown, when any: see :func:`clip_lines`)."""
     source = row["source"]
     path = Path(source)
     try:
@@ -75,12 +109,15 @@ def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None
         hi = min(len(all_lines), end_line + max(0, lines))
     else:
         lo, hi = section_bounds(all_lines, start_line, int(row.get("heading_level", 0) or 0))
-    text = "\n".join(all_lines[lo:hi])
+    shown, clipped = clip_lines(all_lines[lo:hi], str(row.get("content") or ""))
+    text = "\n".join(shown)
     result.update(start_line=lo + 1, end_line=hi, content=text)
+    if clipped:
+        result["clipped"] = clipped
     anchor = parse_anchor(text)
     if anchor:
         result["anchor"] = anchor
     return result
 
 
-__all__ = ["ExpandError", "expand_chunk", "parse_anchor", "section_bounds"]
+__all__ = ["ExpandError", "clip_lines", "expand_chunk", "parse_anchor", "section_bounds"]

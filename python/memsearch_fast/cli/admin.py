@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from memsearch_fast.cli.app import app, fail, guard, stdin_is_tty
+from memsearch_fast.cli.app import app, err, fail, guard, stdin_is_tty
 from memsearch_fast.cli.options import MILVUS, Flags, JsonOutput, memsearch, missing_collection, settings, uses
 
 
@@ -48,9 +48,20 @@ def reset(
             fail(f"refusing to drop collection '{name}' without confirmation; pass --yes")
         if not typer.confirm(f"This will delete all indexed data in collection '{name}'. Continue?"):
             fail("aborted; nothing was dropped")
+    import contextlib
+    import os
+
+    from memsearch_fast.pipeline.manifest import Manifest
+
     ms = memsearch(cfg)
+    writer = Manifest.for_store(ms.uri, ms.collection)
+    writer.on_wait = err
+    # Not under a running index (it would go on writing into what is dropped);
+    # a local database that does not exist gets no lock file beside it.
+    exists = writer.database is None or os.path.lexists(writer.database)
     try:
-        dropped = ms.drop()
+        with writer.writer() if exists else contextlib.nullcontext(writer):
+            dropped = ms.drop()
     finally:
         ms.close()
     if not dropped:

@@ -195,23 +195,61 @@ def format_index_report(report: Any) -> str:
             f"  chunks:  {report.embedded} embedded, {report.reused} reused, {report.deleted} deleted "
             f"({report.chunks} in scanned files)",
             f"  sources: {report.sources_removed} removed",
+            f"  reads:   {_reads(report)}",
             f"  time:    {report.seconds:.2f} s",
         ]
     )
 
 
+def _reads(report: Any) -> str:
+    """Files read and chunked, against those the manifest let the run skip unread."""
+    if report.manifest:
+        return f"{report.read} read, {max(0, report.files - report.read)} skipped unread (manifest)"
+    return f"{report.read} read (no usable manifest: a full run, which writes one)"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``), and bytes a
+    file name holds that are not UTF-8 (surrogate escapes) as ``\\xNN``: a
+    file name printed in a list can neither start a line of its own nor move
+    the cursor."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def format_failures(report: Any) -> list[str]:
-    """One line per failed file (``path: reason``) and a note on lossy decoding."""
+    """One line per failed file (``path: reason``) and a note on lossy decoding;
+    file names and reasons are :func:`printable`, so each entry stays one line."""
     lines: list[str] = []
     if report.failed:
         lines.append(f"{_plural(len(report.failed), 'file')} could not be indexed:")
-        lines.extend(f"  {path}: {reason}" if path else f"  {reason}" for path, reason in report.failed)
+        lines.extend(
+            f"  {printable(path)}: {printable(reason)}" if path else f"  {printable(reason)}"
+            for path, reason in report.failed
+        )
     if report.invalid_utf8:
         lines.append(
             f"warning: {_plural(len(report.invalid_utf8), 'file')} had invalid UTF-8 "
             "(indexed with replacement characters):"
         )
-        lines.extend(f"  {path}" for path in report.invalid_utf8)
+        lines.extend(f"  {printable(path)}" for path in report.invalid_utf8)
     return lines
 
 
@@ -228,6 +266,8 @@ def index_report_dict(report: Any) -> dict[str, Any]:
         "reused": report.reused,
         "deleted": report.deleted,
         "sources_removed": report.sources_removed,
+        "read": report.read,
+        "manifest": report.manifest,
         "seconds": round(report.seconds, 3),
     }
 

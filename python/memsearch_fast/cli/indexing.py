@@ -1,6 +1,8 @@
 """`index` and `watch`: keep the index in step with the markdown files."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,17 +47,29 @@ def index(
         typer.Option("--json-output", "-j", help="Print the summary as JSON (and progress as JSON lines on stderr)."),
     ] = False,
 ) -> None:
-    """Index markdown files from PATHS."""
+    """Index markdown files from PATHS.
+
+    One writer per collection: a second `index` (or a `watch` run) on the same
+    collection waits for this one, saying whose run it waits for; searches
+    never wait. SIGTERM ends it as Ctrl-C does: what was embedded is written
+    and flushed, exit 130.
+    """
     from memsearch_fast.cli import display
+    from memsearch_fast.pipeline.manifest import Manifest
 
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(opts, max_chunk_size=max_chunk_size)
     ms = memsearch(cfg, paths, {**opts, "description": description}, workers=workers)
+    writer = Manifest.for_store(ms.uri, ms.collection)
+    writer.on_wait = err
     progress = display.make_progress(quiet=quiet, json_lines=json_output)
     try:
-        report = run(ms.index_with_report(force=force, progress=progress))
+        # The writer lock covers the scan: a run that waited indexes the tree
+        # as the run before it left it.
+        with _sigterm_as_sigint(), writer.writer():
+            report = run(ms.index_with_report(force=force, progress=progress))
     finally:
         progress.finish()
         ms.close()
@@ -128,6 +142,23 @@ def watch(
         ms.close()
 
 
+@contextlib.contextmanager
+def _sigterm_as_sigint() -> Iterator[None]:
+    """SIGTERM (a service manager, `timeout`) handled as Ctrl-C: the event loop
+    turns SIGINT into a cancellation that writes and flushes what is done."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class _Events:
     """Event lines on stderr (none with --quiet), or JSON lines on stdout with -j.
 
@@ -167,7 +198,10 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
     async for event in ms.watch(debounce_ms=debounce_ms, stop=stop):
         if event.kind == "indexed":
             report = event.report
-            out.event(_report_line(report), {"event": "indexed", **display.index_report_dict(report)})
+            out.event(
+                _report_line(report),
+                {"event": "indexed", "changes": event.changes, **display.index_report_dict(report)},
+            )
             for line in display.format_failures(report):
                 err(line)
         elif event.kind == "error":
@@ -182,7 +216,9 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
 
 def _report_line(report: Any) -> str:
     return (
-        f"indexed: {report.changed} changed of {report.files} files, {report.embedded} chunks embedded, "
+        f"indexed: {report.changed} changed of {report.files} files ({report.read} read, "
+        + (f"{max(0, report.files - report.read)} skipped by the manifest" if report.manifest else "full run")
+        + f"), {report.embedded} chunks embedded, "
         f"{report.reused} reused, {report.deleted} deleted, {report.sources_removed} files removed "
         f"({report.seconds:.2f} s)"
     )

@@ -30,7 +30,9 @@ Modules: :mod:`.connection` (:func:`connect`, :class:`LiteConnection`),
 :mod:`.broker` (attach, spawn, stop: the client side), :mod:`.server` (the
 server process), :mod:`.paths` (settings, socket paths, the server record,
 the broker lock), :mod:`.process` (is a recorded server alive, ours,
-answering), :mod:`.embedded`, :mod:`.version`. Nothing here imports
+answering), :mod:`.damage` (a database whose collection could not be
+loaded is reported, never served in part), :mod:`.embedded`,
+:mod:`.version`. Nothing here imports
 :mod:`memsearch_fast.store` or pymilvus at import time.
 """
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memsearch_fast.errors import StoreUnavailableError, one_line
+from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, one_line
 from memsearch_fast.lite.paths import (
     DEFAULT_START_TIMEOUT,
     ENV_MODE,
@@ -189,6 +189,8 @@ def _wait_ready(db_path: str, pid: int | None, start_timeout: float) -> dict[str
             if st.get("status") == "error":
                 with contextlib.suppress(OSError):
                     os.unlink(sidecar_paths(db_path)["state"])
+                if st.get("damaged"):  # the message names the database, the cause and what to delete
+                    raise DatabaseDamagedError(one_line(st.get("error")))
                 raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {one_line(st.get('error'))}")
         if seen_pid is not None and not pid_alive(seen_pid):
             raise StoreUnavailableError(

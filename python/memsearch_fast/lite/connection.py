@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.lite import broker, embedded
+from memsearch_fast.lite import broker, damage, embedded
 from memsearch_fast.lite.paths import check_layout, lite_mode
 
 
@@ -55,11 +55,14 @@ def connect(db_path: str, make_client: Callable[[str], Any]) -> LiteConnection:
     address, or the database path itself in embedded mode (where the client
     opens the engine in this process). Failures are raised as
     :class:`~memsearch_fast.errors.StoreError` (a database of the other
-    milvus-lite generation) or :class:`~memsearch_fast.errors.StoreUnavailableError`
+    milvus-lite generation, or no database at all),
+    :class:`~memsearch_fast.errors.DatabaseDamagedError` (found damaged, see
+    :mod:`.damage`) or :class:`~memsearch_fast.errors.StoreUnavailableError`
     (held by another process, a server that cannot start), each one line.
     """
     db_path = str(Path(db_path).expanduser().resolve())
     check_layout(db_path)
+    damage.check(db_path)  # found damaged before: the same error, no server started
     if lite_mode() == "embedded":
         return LiteConnection(embedded.open_client(db_path, make_client), db_path, shared=False)
     return LiteConnection(broker.attach(db_path, make_client), db_path, shared=True)

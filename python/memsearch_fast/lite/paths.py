@@ -135,8 +135,14 @@ def record_address(st: dict[str, Any]) -> str | None:
 
 
 def sidecar_paths(db_path: str) -> dict[str, str]:
-    """Files kept beside the database: broker lock, server record, server log."""
-    return {"lock": db_path + ".lock", "state": db_path + ".server.json", "log": db_path + ".server.log"}
+    """Files kept beside the database: broker lock, server record, server log,
+    and the marker of a database found damaged (:mod:`.damage`)."""
+    return {
+        "lock": db_path + ".lock",
+        "state": db_path + ".server.json",
+        "log": db_path + ".server.log",
+        "damaged": db_path + ".damaged",
+    }
 
 
 # Record files are a few hundred bytes; anything much larger is not a record.
@@ -221,17 +227,25 @@ def make_parent(db_path: str) -> None:
     ``[Errno 17] File exists``.
     """
     parent = Path(db_path).parent
-    for p in (parent, *parent.parents):
-        if os.path.lexists(p):
-            if not p.is_dir():
-                raise StoreError(f"cannot use {db_path}: {p} is a file, not a directory")
-            if p == parent:
-                return
-            break
+    if check_parent(db_path):
+        return
     try:
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreUnavailableError(f"cannot create the directory of {db_path}: {one_line(exc)}") from None
+
+
+def check_parent(db_path: str) -> bool:
+    """Whether the database's directory exists; raises a one-line StoreError
+    when the nearest existing ancestor is a file (instead of ``[Errno 17]`` or
+    ``[Errno 20]`` later)."""
+    parent = Path(db_path).parent
+    for p in (parent, *parent.parents):
+        if os.path.lexists(p):
+            if not p.is_dir():
+                raise StoreError(f"cannot use {db_path}: {p} is a file, not a directory")
+            return p == parent
+    return False
 
 
 def check_layout(db_path: str) -> None:
@@ -252,6 +266,11 @@ def check_layout(db_path: str) -> None:
             f"{db_path} is {'an empty file' if p.stat().st_size == 0 else 'a file'}, not a Milvus Lite database "
             f"(milvus-lite {major}.x keeps a database as a directory); remove it or choose another path"
         )
+    if major < 3 and p.is_file() and _header(p) not in (None, b"", _SQLITE_HEADER):
+        raise StoreError(
+            f"{db_path} is not a Milvus Lite database (milvus-lite {major}.x keeps a database as one SQLite "
+            "file, and this file is something else); choose another path"
+        )
     if major < 3 and p.is_dir():
         if not any(p.iterdir()):
             raise StoreError(
@@ -264,12 +283,20 @@ def check_layout(db_path: str) -> None:
         )
 
 
-def _is_sqlite(p: Path) -> bool:
+_SQLITE_HEADER = b"SQLite format 3\0"
+
+
+def _header(p: Path) -> bytes | None:
+    """The first 16 bytes of a file (None when it cannot be read)."""
     try:
         with open(p, "rb") as f:
-            return f.read(16) == b"SQLite format 3\0"
+            return f.read(16)
     except OSError:
-        return False
+        return None
+
+
+def _is_sqlite(p: Path) -> bool:
+    return _header(p) == _SQLITE_HEADER
 
 
 @contextlib.contextmanager
@@ -327,14 +354,18 @@ def write_state(db_path: str, data: dict[str, Any]) -> None:
     never follows it), and renamed over the record, which replaces a link
     there rather than writing through it.
     """
-    target = sidecar_paths(db_path)["state"]
+    write_sidecar_json(sidecar_paths(db_path)["state"], data, what="the server record")
+
+
+def write_sidecar_json(target: str, data: dict[str, Any], *, what: str = "") -> None:
+    """Atomically replace the JSON file ``target`` beside a database (0600; see :func:`write_state`)."""
     tmp = f"{target}.{os.getpid()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError as exc:
-        raise StoreUnavailableError(f"cannot write the server record {tmp}: {one_line(exc)}") from None
+        raise StoreUnavailableError(f"cannot write {what or target} {tmp}: {one_line(exc)}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)

@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.errors import DatabaseDamagedError, StoreError, StoreUnavailableError, one_line
+from memsearch_fast.lite import damage
 from memsearch_fast.lite.broker import server_status, stop_server
 from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
@@ -220,6 +221,7 @@ class _Lite2Engine(_Engine):
     def __init__(self, db_path: str, listen: str) -> None:
         import fcntl
 
+        log_start = damage.log_size(db_path)
         probe = _server_spec(db_path, None)
         # The same lock milvus-lite 2.x takes, so embedded users see it as held
         # (opened as a sidecar: never through a link planted under its name).
@@ -258,6 +260,11 @@ class _Lite2Engine(_Engine):
                 self.proc.kill()
             self.proc.wait()
         self._release()
+        # The engine says why only in its output (our log): "Create table
+        # failed, errs: database disk image is malformed".
+        cause = damage.log_cause(db_path, log_start)
+        if cause:
+            raise StoreUnavailableError(f"{cause} (the Milvus Lite 2.x engine failed to start: {last_error})")
         raise StoreUnavailableError(f"Milvus Lite 2.x server for {db_path} failed to start ({last_error})")
 
     def dead(self) -> bool:
@@ -366,8 +373,10 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         os.write(ready_w, b"1")
         os.close(ready_w)
     activity = _Activity()
+    log_offset = damage.log_size(db_path)  # where this server's (and its engine's) output starts
     try:
         check_layout(db_path)
+        damage.check(db_path)
         major = milvus_lite_major()
         if port is None:
             listen = "unix:" + socket_path(db_path, pid)
@@ -378,8 +387,14 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             _Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else _Lite2Engine(db_path, listen)
         )
     except Exception as exc:  # noqa: BLE001 - reported through the record
-        write_state(db_path, {"pid": pid, "status": "error", "error": one_line(exc)})
-        logger.error("cannot open %s: %s", db_path, one_line(exc))
+        error = one_line(exc)
+        found_damaged = isinstance(exc, DatabaseDamagedError)
+        if damage.is_damage(error) and not found_damaged:
+            cause = damage.log_cause(db_path, log_offset) or error
+            damage.mark(db_path, cause)
+            error, found_damaged = damage.message(db_path, cause), True
+        write_state(db_path, {"pid": pid, "status": "error", "error": error, "damaged": found_damaged})
+        logger.error("cannot open %s: %s", db_path, error)
         return 1
     import importlib.metadata
 
@@ -395,6 +410,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             "engine_pid": engine.engine_pid,
             "started": time.time(),
             "idle_timeout": idle,
+            "log_offset": log_offset,
         },
     )
     if isinstance(engine, _Lite3Engine):  # 2.x tokenises in its C++ engine
@@ -404,10 +420,17 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     poll = max(0.05, min(1.0, idle / 4))
     sock = socket_file(engine.address)
     sock_id = _inode(sock) if sock else None
+    watch_log = _LogWatch(db_path, log_offset)
+    damaged = ""
     try:
         while not stop.wait(poll):
             if engine.dead():
                 logger.error("engine for %s exited", db_path)
+                break
+            damaged = watch_log.damage()
+            if damaged:
+                # A collection the engine could load only in part: serve nothing more.
+                logger.error("%s", damage.message(db_path, damaged))
                 break
             if sock and _inode(sock) != sock_id:
                 # Removed (a temp cleaner): no new client could reach us, so make way for a new server.
@@ -426,7 +449,25 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     finally:
         remove_state_if(db_path, pid)
         engine.stop()
+        if damaged:
+            damage.mark(db_path, damaged)  # once the engine has let go of the file
     return 0
+
+
+class _LogWatch:
+    """Reads what the engine writes to our log (its stdout and stderr) for a
+    statement of damage: "Load data failed, errs: database disk image is malformed"."""
+
+    def __init__(self, db_path: str, offset: int) -> None:
+        self.db_path = db_path
+        self.offset = offset
+
+    def damage(self) -> str:
+        if damage.log_size(self.db_path) == self.offset:
+            return ""  # the usual case: one stat a poll
+        text, self.offset = damage.read_log(self.db_path, self.offset)
+        cause = damage.cause_in(text)
+        return cause if cause and damage.is_damage(cause) else ""
 
 
 def _inode(path: str) -> tuple[int, int] | None:

@@ -12,9 +12,15 @@ still holds the row count recorded after the last run's flush. Anything else
 Crash safety: the file is removed before a run's first write to the store and
 written again, atomically (temp file + rename, 0600, never through a
 symlink), only after that run's flush; a run killed in between leaves no
-manifest, so the next run is a full one. Runs that use a manifest hold an
-exclusive ``flock`` on ``<manifest>.lock`` from load to save, so two runs on
-one collection never interleave their updates.
+manifest, so the next run is a full one.
+
+One writer per collection: ``<manifest>.lock`` is the collection's writer
+lock. An index or watch run holds an exclusive ``flock`` on it from load to
+save (``memsearch index`` from before its scan: :meth:`Manifest.writer`), so
+two runs on one collection never interleave; the holder writes its pid into
+the file, and a run that has to wait says whose run it waits for. Readers
+(search, expand, stats) never take it. The kernel releases the lock of a
+process that dies, so a killed writer never blocks the next one.
 
 Each entry also lists its chunks as packed (content-hash prefix, chunk id)
 pairs, 16 bytes a chunk: the content-addressed index that lets a renamed,
@@ -29,7 +35,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,11 @@ FORMAT = 1
 
 #: One packed chunk record: 8 bytes of content hash, then the 8-byte chunk id.
 RECORD = 16
+
+#: Writer locks this flow of control holds through :meth:`Manifest.writer`
+#: (copied into the tasks and threads it starts): a run inside it does not
+#: lock again, which would wait for itself.
+_HELD: ContextVar[frozenset[str]] = ContextVar("memsearch_writer_locks", default=frozenset())
 
 
 @dataclass(slots=True)
@@ -127,38 +139,94 @@ def pack(pairs: Iterable[tuple[str, str]]) -> bytes:
 class Manifest:
     """The manifest file of one collection, its lock, and its (re)writing."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, label: str = "", database: str | None = None) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._tmp = self.path.with_name(f".{self.path.name}.tmp")
         self._fd: int | None = None
+        #: What the lock guards, for the waiting message ("collection 'x' of /path/m.db").
+        self.label = label or str(self.path)
+        #: The local database beside which the manifest lives (None for a server URI).
+        self.database = database
+        #: Receives the one-line waiting message (None: logged as a warning).
+        self.on_wait: Callable[[str], None] | None = None
+        #: Whether the last :meth:`acquire` had to wait for another writer.
+        self.waited = False
 
     @classmethod
     def for_store(cls, uri: str, collection: str) -> Manifest:
-        return cls(manifest_path(uri, collection))
+        from memsearch_fast.store.compat import is_local_uri
+
+        local = is_local_uri(uri)
+        database = str(Path(uri).expanduser().resolve()) if local else None
+        return cls(
+            manifest_path(uri, collection), label=f"collection '{collection}' of {database or uri}", database=database
+        )
 
     def acquire(self) -> None:
-        """Take the collection's index lock; blocks while another run holds it
-        (the kernel releases the lock of a process that dies)."""
+        """Take the collection's writer lock; blocks while another run holds it,
+        after saying once whose run that is (the kernel releases the lock of a
+        process that dies). A no-op inside :meth:`writer` of the same lock."""
         import fcntl
 
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.waited = False
+        if str(self.lock_path) in _HELD.get():
+            return
+        self._make_dir()
+        try:
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            from memsearch_fast.errors import StoreUnavailableError, one_line
+
+            raise StoreUnavailableError(
+                f"cannot open the writer lock {self.lock_path}: {one_line(exc.strerror or exc)}"
+            ) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                logger.info("waiting for another index run on %s", self.path)
+                self.waited = True
+                self._say_waiting(_holder(fd))
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            _record_holder(fd)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
 
+    def _make_dir(self) -> None:
+        if self.database is not None:
+            from memsearch_fast.lite.paths import make_parent
+
+            make_parent(self.database)  # a parent that is a file: one clear line, not "[Errno 17]"
+        else:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def _say_waiting(self, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        line = f"another index run ({who}) is writing {self.label}; waiting for it to finish (searches are not blocked)"
+        if self.on_wait is not None:
+            self.on_wait(line)
+        else:
+            logger.warning("%s", line)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[Manifest]:
+        """Hold the writer lock for a whole run, scan included: a run that
+        waited then sees the files as the previous writer left them. Runs
+        started inside (``run_index``) do not lock again."""
+        self.acquire()
+        token = _HELD.set(_HELD.get() | {str(self.lock_path)})
+        try:
+            yield self
+        finally:
+            _HELD.reset(token)
+            self.release()
 
     def load(self, header: Header) -> Loaded | None:
         """The entries when the file exists, parses and matches ``header``; else None."""
@@ -216,6 +284,23 @@ class Manifest:
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
             raise
+
+
+def _holder(fd: int) -> int | None:
+    """The pid the holder of the lock wrote into it (None when unknown)."""
+    try:
+        raw = os.pread(fd, 32, 0)
+    except OSError:
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _record_holder(fd: int) -> None:
+    """Write our pid into the lock file we now hold (for a waiter's message)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
 
 
 def _entry(raw: Any) -> Entry | None:

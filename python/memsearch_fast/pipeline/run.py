@@ -128,27 +128,30 @@ async def run_index(
     whose size and mtime match it are not read; ``force`` ignores it (and
     re-embeds everything), and the run writes a fresh one.
     """
-    run = _Run(
-        store,
-        provider,
-        files,
-        cleanup_roots=cleanup_roots,
-        unlisted=unlisted,
-        only_sources=only_sources,
-        force=force,
-        max_chunk_size=max_chunk_size,
-        overlap_lines=overlap_lines,
-        pools=parallelism or par.plan(workers),
-        progress=progress or NullProgress(),
-        manifest=manifest,
-    )
-    if manifest is None:
-        return await run.execute()
-    await asyncio.to_thread(manifest.acquire)
+    if manifest is not None:
+        await asyncio.to_thread(manifest.acquire)
+        if manifest.waited:
+            # Another writer ran meanwhile: files it saw deleted are gone for
+            # this run too (their rows go as vanished ones), not failures.
+            files = [f for f in files if os.path.lexists(os.fspath(f))]
     try:
-        return await run.execute()
+        return await _Run(
+            store,
+            provider,
+            files,
+            cleanup_roots=cleanup_roots,
+            unlisted=unlisted,
+            only_sources=only_sources,
+            force=force,
+            max_chunk_size=max_chunk_size,
+            overlap_lines=overlap_lines,
+            pools=parallelism or par.plan(workers),
+            progress=progress or NullProgress(),
+            manifest=manifest,
+        ).execute()
     finally:
-        manifest.release()
+        if manifest is not None:
+            manifest.release()
 
 
 class _Run:

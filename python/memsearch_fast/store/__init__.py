@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memsearch_fast.errors import (
+    DatabaseDamagedError,
     DimensionMismatchError,
     StoreError,
     StoreUnavailableError,
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_HEADING_BYTES",
     "MAX_SOURCE_BYTES",
+    "DatabaseDamagedError",
     "DimensionMismatchError",
     "MilvusStore",
     "StoreError",

@@ -60,10 +60,18 @@ RRF_K = 60
 #: BM25 analyzer for new collections. jieba segments Chinese (and passes Latin
 #: words through whole); the lowercase filter makes English case-insensitive on
 #: Milvus server, where jieba alone keeps case (Milvus Lite 3.x lowercases
-#: itself and ignores the filter). Built into Milvus >= 2.5 and Milvus Lite
-#: 2.5; Milvus Lite 3.x needs the ``jieba`` package in the serving process.
-CJK_ANALYZER: dict[str, Any] = {"tokenizer": "jieba", "filter": ["lowercase"]}
+#: itself and ignores the filter). jieba also passes spaces and punctuation
+#: through as tokens, so every chunk "matched" every query through them (a query
+#: of unknown words got all rows at one score, and that noise reordered the
+#: fusion): ``cnalphanumonly`` keeps only CJK and alphanumeric tokens. Built into
+#: Milvus >= 2.5 and Milvus Lite 2.5; Milvus Lite 3.x needs the ``jieba``
+#: package in the serving process.
+CJK_ANALYZER: dict[str, Any] = {"tokenizer": "jieba", "filter": ["lowercase", "cnalphanumonly"]}
 
+#: The analyzer of collections made before ``cnalphanumonly`` (still read and
+#: written as they are: the analyzer is fixed when a collection is created), and
+#: the fallback for an engine without that filter.
+CJK_ANALYZER_PLAIN: dict[str, Any] = {"tokenizer": "jieba", "filter": ["lowercase"]}
 
 #: Fallback when the engine has no jieba: Milvus's default "standard" analyzer.
 STANDARD_ANALYZER: dict[str, Any] = {"tokenizer": "standard", "filter": ["lowercase"]}
@@ -81,6 +89,10 @@ FILTER_BATCH = 512
 
 
 ITER_BATCH = 2000
+
+
+#: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
+MAX_TOP_K = 16384
 
 
 # Rows per upsert call. Milvus Lite 2.5 slows ~10x on 5,000-row calls (see
@@ -134,6 +146,9 @@ class MilvusStore:
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
             raise StoreError(f"embedding dimension must be a positive integer, got {dimension!r}")
         if self._local and self._path is not None and not os.path.exists(self._path) and dimension is None:
+            from memsearch_fast.lite.paths import check_parent
+
+            check_parent(self._path)  # a parent that is a file is a mistake worth naming
             return  # read-only open of a database that does not exist yet: nothing to read
         self._connect()
         try:
@@ -185,7 +200,7 @@ class MilvusStore:
         self._close_client()
         self._connect()
         if self._exists:
-            self._call("load_collection", lambda c: c.load_collection(self.collection), retry=False)
+            self._load(retry=False)
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
@@ -212,6 +227,15 @@ class MilvusStore:
             raise
         except Exception as exc:  # noqa: BLE001 - translated to a StoreError, raised below
             err = self._translate(exc, op)
+            raw = one_line(getattr(exc, "message", None) or exc)
+        if self._local and self._path is not None and _is_damage(err, op):
+            # A collection the engine could only partly load: never go on with
+            # that part. Stop its server and remember why (lite.damage).
+            from memsearch_fast.lite import damage
+
+            shared = self._shared
+            self._close_client()
+            raise damage.report(self._path, raw, shared=shared) from None
         if retry and self._shared:
             with self._conn_lock:
                 # Calls in flight on other threads fail together: the first
@@ -257,7 +281,21 @@ class MilvusStore:
                 self._adopt_existing()
         self._exists = exists or self.dimension is not None
         if self._exists:
-            self._call("load_collection", lambda c: c.load_collection(self.collection))
+            self._load()
+
+    def _load(self, *, retry: bool = True) -> None:
+        """Load the collection; on a shared Lite server, also make sure the engine
+        loaded all of it. Milvus Lite 2.x answers a load that stopped at a damaged
+        page with success and serves the rows read so far; only its log says
+        "Load data failed" (lite.damage)."""
+        self._call("load_collection", lambda c: c.load_collection(self.collection), retry=retry)
+        if self._shared and self._path is not None:
+            from memsearch_fast.lite import damage
+
+            cause = damage.stated_since_start(self._path)
+            if cause:
+                self._close_client()
+                raise damage.report(self._path, cause, shared=True)
 
     def _adopt_existing(self) -> None:
         """Read dimension, content length and analyzer from the existing schema."""
@@ -290,17 +328,20 @@ class MilvusStore:
         self.dimension = dim
 
     def _create(self) -> None:
-        """Create the collection (schema of memsearch 0.4.23 plus a CJK-aware analyzer)."""
-        try:
-            self._create_with(CJK_ANALYZER)
-            self.analyzer = dict(CJK_ANALYZER)
-        except StoreError as exc:
-            low = str(exc).lower()
-            if not any(s in low for s in ("jieba", "tokenizer", "analyzer")):
-                raise
-            logger.warning("BM25 analyzer 'jieba' unavailable (%s); using 'standard' (no CJK word splitting)", exc)
-            self._create_with(STANDARD_ANALYZER)
-            self.analyzer = dict(STANDARD_ANALYZER)
+        """Create the collection (schema of memsearch 0.4.23 plus a CJK-aware analyzer),
+        with the best analyzer the engine has."""
+        choices = (CJK_ANALYZER, CJK_ANALYZER_PLAIN, STANDARD_ANALYZER)
+        for i, analyzer in enumerate(choices):
+            try:
+                self._create_with(analyzer)
+            except StoreError as exc:
+                low = str(exc).lower()
+                if i == len(choices) - 1 or not any(s in low for s in ("jieba", "tokenizer", "analyzer", "filter")):
+                    raise
+                logger.warning("BM25 analyzer %s unavailable (%s); trying %s", analyzer, exc, choices[i + 1])
+                continue
+            self.analyzer = dict(analyzer)
+            return
 
     def _create_with(self, analyzer: dict[str, Any]) -> None:
         from pymilvus import DataType, Function, FunctionType
@@ -591,6 +632,11 @@ class MilvusStore:
         as memsearch 0.4.23 does, so a hit ranked first by both scores 1.0.
         An empty query text searches by the dense vector alone.
         """
+        if top_k > MAX_TOP_K:
+            raise StoreError(
+                f"top_k {top_k} is above {MAX_TOP_K}, the most results Milvus returns for one search; "
+                f"ask for {MAX_TOP_K} or fewer (-k/--top-k)"
+            )
         if not self._exists or top_k <= 0:
             return []
         from pymilvus import AnnSearchRequest, RRFRanker
@@ -684,6 +730,17 @@ class MilvusStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_damage(err: StoreError, op: str) -> bool:
+    """Whether a failed call means the local database's content is unreadable:
+    SQLite says so, or loading the collection failed inside the engine."""
+    if isinstance(err, StoreUnavailableError):
+        return False
+    from memsearch_fast.lite.damage import is_damage
+
+    text = str(err)
+    return is_damage(text) or (op == "load_collection" and "segcore error" in text.lower())
 
 
 def _plain(row: Any) -> dict[str, Any]:
