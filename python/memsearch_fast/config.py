@@ -63,6 +63,10 @@ MANIFEST_RACY_SECONDS = 2.0
 #: Chunks the embed stage sorts by length before cutting them into batches:
 #: chunks of similar length share a batch, so the provider pads little.
 EMBED_SORT_WINDOW = 2048
+#: ``search.sync``: "off", or "lazy" (a search first re-indexes the files
+#: changed since the last index of the collection's recorded paths).
+SEARCH_SYNC_MODES = ("off", "lazy")
+DEFAULT_SEARCH_SYNC = "off"
 
 
 class ConfigError(ValueError):
@@ -109,6 +113,15 @@ def _str_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError("expected a list of strings")
     return list(value)
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if isinstance(value, str) and value.strip().lower() in choices:
+            return value.strip().lower()
+        raise ConfigError(f"expected one of: {', '.join(choices)}")
+
+    return check
 
 
 def _bool(value: Any) -> bool:
@@ -179,6 +192,7 @@ SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "indexing.ignore_files": ([], _str_list),
     "indexing.exclude": ([], _str_list),
     "watch.debounce_ms": (DEFAULT_DEBOUNCE_MS, _int(0)),
+    "search.sync": (DEFAULT_SEARCH_SYNC, _choice(*SEARCH_SYNC_MODES)),
     "reranker.model": ("", _str),
     # The LLM that `compact` uses (empty provider: compact.llm_provider).
     "llm.provider": ("", _str),
@@ -223,6 +237,7 @@ PROJECT_ALLOWED = frozenset(
         "indexing.ignore_files",
         "indexing.exclude",
         "watch.debounce_ms",
+        "search.sync",
     }
 )
 

@@ -12,11 +12,14 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast import config
 from memsearch_fast.parallelism import plan
 from memsearch_fast.pipeline import IndexReport, Progress, run_index
+
+if TYPE_CHECKING:
+    from memsearch_fast.sync import SyncReport
 
 
 class MemSearch:
@@ -153,10 +156,39 @@ class MemSearch:
         return (await self.index_with_report(force=force)).indexed
 
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
+        from memsearch_fast import sync
+
+        report = await self._index_run(
+            self.paths,
+            ignore_files=self.ignore_files,
+            exclude=self.exclude,
+            max_chunk_size=self.max_chunk_size,
+            overlap_lines=self.overlap_lines,
+            force=force,
+            progress=progress,
+            manifest=self._manifest(),
+        )
+        # What `sync` replays; never fails the run.
+        await asyncio.to_thread(sync.remember, self)
+        return report
+
+    async def _index_run(
+        self,
+        paths: Sequence[str],
+        *,
+        ignore_files: Sequence[str],
+        exclude: Sequence[str],
+        max_chunk_size: int,
+        overlap_lines: int,
+        manifest: Any,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> IndexReport:
+        """One index run of *paths* with these scan and chunk settings (``index`` and ``sync``)."""
         from memsearch_fast.pipeline.scan import scan
 
-        found = await asyncio.to_thread(scan, self.paths, ignore_files=self.ignore_files, exclude=self.exclude)
-        roots = [str(Path(p).expanduser().resolve()) for p in self.paths if Path(p).expanduser().is_dir()]
+        found = await asyncio.to_thread(scan, paths, ignore_files=ignore_files, exclude=exclude)
+        roots = [str(Path(p).expanduser().resolve()) for p in paths if Path(p).expanduser().is_dir()]
         store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
         report = await run_index(
             store,
@@ -167,14 +199,25 @@ class MemSearch:
             # Explicit files only: consult just their rows, prune nothing else.
             only_sources=None if roots else [f.path for f in found.files],
             force=force,
-            max_chunk_size=self.max_chunk_size,
-            overlap_lines=self.overlap_lines,
+            max_chunk_size=max_chunk_size,
+            overlap_lines=overlap_lines,
             parallelism=self.parallelism,
             progress=progress,
-            manifest=self._manifest(),
+            manifest=manifest,
         )
         report.failed[:0] = [(e.path, e.reason) for e in found.errors]
         return report
+
+    async def sync(self) -> SyncReport:
+        """Bring the index up to date for the paths recorded by earlier index
+        and watch runs of this collection (what ``search --sync`` does first).
+
+        Never raises for a store or file problem: the returned
+        :class:`memsearch_fast.sync.SyncReport` carries it (``warning()``).
+        """
+        from memsearch_fast import sync
+
+        return await sync.sync(self)
 
     async def index_file(self, path: str | os.PathLike[str]) -> int:
         """Index one file; other files' rows are left alone."""
@@ -248,10 +291,13 @@ class MemSearch:
 
     def drop(self) -> bool:
         """Drop the collection; False when there was none."""
+        from memsearch_fast import sync
+
         store = self._read_store()
         if not store.exists:
             return False
         store.drop()
+        sync.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
         return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """`search`, `expand`, `get` and `transcript`: the layers of recall."""
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -52,6 +52,15 @@ def search(
     min_score: Annotated[
         float | None, typer.Option("--min-score", metavar="FLOAT", help="Drop hits scoring below this.")
     ] = None,
+    sync: Annotated[
+        bool | None,
+        typer.Option(
+            "--sync/--no-sync",
+            show_default=False,
+            help="First re-index the files changed since the collection's paths were last indexed "
+            "(a stat per unchanged file; skipped while a watcher runs). Default: config search.sync.",
+        ),
+    ] = None,
 ) -> None:
     """Search indexed memory for QUERY.
 
@@ -65,26 +74,44 @@ def search(
     cfg = settings(opts, reranker_model=reranker_model)
     if reranker_model:
         err("warning: reranking is not supported by this version; --reranker-model is ignored")
+    lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
     ms = memsearch(cfg)
+
+    async def search_now() -> str:
+        if lazy:
+            await _sync(ms, json_output)
+        return await recall.tiered_search(
+            ms,
+            query,
+            top_k=top_k,
+            source_prefix=source_prefix,
+            json_output=json_output,
+            digest=digest,
+            budget=budget,
+            min_score=min_score,
+        )
+
     try:
         # Checked before loading a model: a search must not create an empty collection.
         if not ms.collection_exists():
             fail(missing_collection(cfg))
-        output = run(
-            recall.tiered_search(
-                ms,
-                query,
-                top_k=top_k,
-                source_prefix=source_prefix,
-                json_output=json_output,
-                digest=digest,
-                budget=budget,
-                min_score=min_score,
-            )
-        )
+        output = run(search_now())
     finally:
         ms.close()
     typer.echo(output)
+
+
+async def _sync(ms: Any, json_output: bool) -> None:
+    """Lazy sync before a search: a problem is one warning line and the search goes on;
+    with -j the report is a JSON line on stderr (stdout stays the search's)."""
+    from memsearch_fast.cli import display
+
+    report = await ms.sync()
+    warning = report.warning()
+    if warning:
+        err(f"warning: {warning}; searching the index as it is")
+    if json_output:
+        err(display.to_json_line({"event": "sync", **report.as_dict()}))
 
 
 @app.command()

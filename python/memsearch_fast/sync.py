@@ -1,0 +1,365 @@
+"""Lazy sync: bring the index up to date just before a search.
+
+Every index run over paths (``memsearch index``, each run of ``memsearch
+watch``, :meth:`MemSearch.index`) records its paths, scan rules, chunk
+settings and model beside the collection's manifest
+(``<manifest>.roots.json``). :func:`sync` replays those runs through the
+manifest, so an unchanged file costs a stat and nothing else; a changed,
+new or deleted file is indexed, embedded or removed as ``index`` would.
+
+The record keeps one entry per path set (16 at most, the latest first). A
+run replaces the entry of the same paths, and the entries of overlapping
+paths indexed with other settings: replaying both would undo each other on
+every search. ``reset`` (:meth:`MemSearch.drop`) forgets them; a collection
+re-created by another tool is noticed where the engine reports collection
+ids (a Milvus server; Milvus Lite reports none).
+
+A sync never fails a search: what went wrong is in the :class:`SyncReport`
+(``warning()`` is the one line to show). It skips the paths a running
+``memsearch watch`` holds (the watcher keeps them fresh), recorded paths that
+no longer exist (their rows stay, as ``watch`` leaves them), and everything
+while another index run holds the collection's manifest lock (it is not
+waited for).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memsearch_fast.errors import describe, one_line
+from memsearch_fast.pipeline.manifest import Manifest, manifest_path
+
+if TYPE_CHECKING:
+    from memsearch_fast.core import MemSearch
+    from memsearch_fast.pipeline import IndexReport
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+#: Path sets kept in a record (the most recently indexed first).
+MAX_RUNS = 16
+
+
+@dataclass
+class Recorded:
+    """The paths of one index run and the settings they were indexed with."""
+
+    paths: list[str]
+    ignore_files: list[str]
+    exclude: list[str]
+    max_chunk_size: int
+    overlap_lines: int
+    model: str
+
+    def settings(self) -> tuple[Any, ...]:
+        return (sorted(self.ignore_files), sorted(self.exclude), self.max_chunk_size, self.overlap_lines, self.model)
+
+
+@dataclass
+class Record:
+    """The recorded runs of one collection; ``identity`` is its engine id ("" where none is reported)."""
+
+    collection: str
+    identity: str
+    runs: list[Recorded]
+
+
+def record_path(uri: str, collection: str) -> Path:
+    """Beside the collection's manifest: ``<db>.manifest-<key>.roots.json`` for a local database."""
+    manifest = manifest_path(uri, collection)
+    return manifest.with_name(f"{manifest.stem}.roots.json")
+
+
+def load(uri: str, collection: str) -> Record | None:
+    """The record, or None when missing, unreadable or malformed."""
+    return _read(record_path(uri, collection), collection)
+
+
+def remember(ms: MemSearch) -> None:
+    """Record the paths of the index run *ms* just made (logged, never raised, on failure)."""
+    if not ms.paths:
+        return
+    try:
+        run = Recorded(
+            paths=[str(Path(p).expanduser().resolve()) for p in ms.paths],
+            ignore_files=list(ms.ignore_files),
+            exclude=list(ms.exclude),
+            max_chunk_size=ms.max_chunk_size,
+            overlap_lines=ms.overlap_lines,
+            model=str(ms.provider.model_name),
+        )
+        _update(record_path(ms.uri, ms.collection), ms.collection, str(ms.store.collection_id()), run)
+    except Exception as exc:  # noqa: BLE001 - the index is written; only a later sync misses these paths
+        logger.warning("cannot record the indexed paths of collection %s: %s", ms.collection, describe(exc))
+
+
+def forget(uri: str, collection: str) -> None:
+    """Drop the record (the collection was dropped)."""
+    path = record_path(uri, collection)
+    with contextlib.suppress(OSError), _locked(path):
+        os.unlink(path)
+
+
+@dataclass
+class SyncReport:
+    """What a sync did, summed over the recorded runs it replayed."""
+
+    runs: int = 0  # index runs made
+    roots: list[str] = field(default_factory=list)  # the paths synced
+    watched: list[str] = field(default_factory=list)  # paths a running watcher keeps fresh: not synced
+    missing: list[str] = field(default_factory=list)  # recorded paths that no longer exist: skipped
+    busy: bool = False  # another index run held the collection: not waited for
+    skipped: str = ""  # why nothing could be synced at all
+    errors: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # paths that could not be indexed
+    files: int = 0
+    read: int = 0  # files read (the others cost a stat)
+    unchanged: int = 0
+    changed: int = 0
+    embedded: int = 0
+    reused: int = 0
+    deleted: int = 0
+    sources_removed: int = 0
+    manifest: bool = False  # every run made trusted the manifest
+    seconds: float = 0.0
+
+    def add(self, paths: list[str], report: IndexReport) -> None:
+        self.manifest = report.manifest and (self.manifest or not self.runs)
+        self.runs += 1
+        self.roots.extend(paths)
+        self.failed.extend(report.failed)
+        for name in ("files", "read", "unchanged", "changed", "embedded", "reused", "deleted", "sources_removed"):
+            setattr(self, name, getattr(self, name) + getattr(report, name))
+
+    def warning(self) -> str | None:
+        """One line for the user when something went wrong, else None."""
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+            return one_line(f"sync failed: {self.errors[0]}{more}")
+        if self.failed:
+            n = len(self.failed)
+            path, reason = self.failed[0]
+            first = f"{path}: {reason}" if path else reason
+            return one_line(
+                f"sync: {n} path{'' if n == 1 else 's'} could not be indexed ({first}{', …' if n > 1 else ''})"
+            )
+        if self.skipped:
+            return one_line(f"sync skipped: {self.skipped}")
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failed"] = [{"path": p, "reason": r} for p, r in self.failed]
+        data["seconds"] = round(self.seconds, 4)
+        status = "synced" if self.runs else "failed" if self.errors else "skipped"
+        return {"status": status, **data}
+
+
+async def sync(ms: MemSearch) -> SyncReport:
+    """Replay the recorded index runs of *ms*'s collection; never raises an ``Exception``."""
+    started = time.perf_counter()
+    report = SyncReport()
+    try:
+        await _sync(ms, report)
+    except Exception as exc:  # noqa: BLE001 - reported: a sync never fails the search after it
+        report.errors.append(describe(exc))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def _sync(ms: MemSearch, report: SyncReport) -> None:
+    import asyncio
+
+    from memsearch_fast.watch.lock import WatchLock, lock_base
+
+    record = await asyncio.to_thread(load, ms.uri, ms.collection)
+    if record is None or not record.runs:
+        report.skipped = (
+            f"no indexed paths recorded for collection '{ms.collection}' (index them once with 'memsearch index PATH')"
+        )
+        return
+    if not await asyncio.to_thread(ms.collection_exists):
+        report.skipped = f"collection '{ms.collection}' does not exist"
+        return
+    store, provider = await asyncio.to_thread(lambda: (ms.store, ms.provider))
+    if record.identity and record.identity != await asyncio.to_thread(store.collection_id):
+        report.skipped = "the collection was re-created since its paths were indexed"
+        return
+    model = str(provider.model_name)
+    for run in record.runs:
+        if run.model != model:
+            report.errors.append(f"{', '.join(run.paths)} were indexed with model {run.model}, not {model}")
+            continue
+        if WatchLock(lock_base(ms.uri, ms.collection, run.paths)).held():
+            report.watched.extend(run.paths)
+            continue
+        present = [p for p in run.paths if not _missing(p)]
+        report.missing.extend(p for p in run.paths if p not in present)
+        if not present:
+            continue
+        try:
+            done = await ms._index_run(
+                present,
+                ignore_files=run.ignore_files,
+                exclude=run.exclude,
+                max_chunk_size=run.max_chunk_size,
+                overlap_lines=run.overlap_lines,
+                manifest=_NoWait.for_store(ms.uri, ms.collection),
+            )
+        except _Busy:
+            report.busy = True
+            return  # the collection is being indexed: the other runs would wait too
+        except Exception as exc:  # noqa: BLE001 - reported; the other recorded runs still sync
+            report.errors.append(describe(exc))
+            continue
+        report.add(present, done)
+
+
+def _missing(path: str) -> bool:
+    """Gone (an unreadable path is not missing: the scan reports it)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
+class _Busy(Exception):
+    """Another index run holds the collection's manifest lock."""
+
+
+class _NoWait(Manifest):
+    """The manifest, whose lock a sync takes only when it is free: a search
+    never waits behind a long index run."""
+
+    def acquire(self) -> None:
+        import fcntl
+
+        self.waited = False
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _Busy from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+
+# -- the record file ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``<record>.lock`` for a read-modify-write (held for microseconds)."""
+    import fcntl
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path.startswith(os.path.join(root, ""))
+
+
+def _overlap(a: list[str], b: list[str]) -> bool:
+    return any(x == y or _inside(x, y) or _inside(y, x) for x in a for y in b)
+
+
+def _update(path: Path, collection: str, identity: str, run: Recorded) -> None:
+    with _locked(path):
+        old = _read(path, collection)
+        kept = old.runs if old is not None and old.identity == identity else []
+        kept = [
+            r
+            for r in kept
+            if sorted(r.paths) != sorted(run.paths)
+            and not (_overlap(r.paths, run.paths) and r.settings() != run.settings())
+        ]
+        runs = [run, *kept][:MAX_RUNS]
+        if old is not None and old.identity == identity and old.runs == runs:
+            return  # the same runs in the same order (every watch run lands here)
+        _write(path, Record(collection, identity, runs))
+
+
+def _read(path: Path, collection: str) -> Record | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        logger.info("sync record %s unreadable (%s): ignored", path, exc)
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("collection") != collection:
+        return None
+    identity, raw_runs = data.get("identity"), data.get("runs")
+    if not isinstance(identity, str) or not isinstance(raw_runs, list):
+        return None
+    runs = [r for r in map(_run, raw_runs) if r is not None]
+    return Record(collection, identity, runs)
+
+
+def _strings(value: Any) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _run(raw: Any) -> Recorded | None:
+    if not isinstance(raw, dict):
+        return None
+    paths, ignore_files, exclude = (
+        _strings(raw.get("paths")),
+        _strings(raw.get("ignore_files")),
+        _strings(raw.get("exclude")),
+    )
+    size, overlap, model = _int(raw.get("max_chunk_size")), _int(raw.get("overlap_lines")), raw.get("model")
+    if not paths or ignore_files is None or exclude is None or size is None or overlap is None:
+        return None
+    if not isinstance(model, str) or not all(os.path.isabs(p) for p in paths):
+        return None
+    return Recorded(paths, ignore_files, exclude, size, overlap, model)
+
+
+def _write(path: Path, record: Record) -> None:
+    """Atomically: temp file (0600, O_EXCL, no symlink), fsync, rename."""
+    # ASCII with \u escapes: a path that is not UTF-8 (surrogate escapes) round-trips.
+    body = json.dumps({"format": FORMAT, **asdict(record)}, separators=(",", ":"))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body.encode("ascii"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
