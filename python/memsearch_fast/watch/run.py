@@ -24,10 +24,18 @@ if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch
     from memsearch_fast.pipeline import IndexReport
 
-#: Longest wait for events before the loop checks that its roots and database
-#: still exist (and before the first run: the watcher is armed first, so no
-#: change made during a run is missed).
-CHECK_INTERVAL_MS = 500
+#: Longest wait for events before the loop looks again: whether a burst has been
+#: quiet for the debounce, whether its roots and database still exist (and,
+#: once, the first run: the watcher is armed first, so no change made during a
+#: run is missed).
+CHECK_INTERVAL_MS = 100
+#: How long watchfiles gathers events into one batch. The debounce is counted
+#: here, from the last event, not by watchfiles (whose step is slept before it
+#: looks and then once more for quiet, which put runs up to twice the debounce
+#: after the last write).
+GATHER_MS = 50
+#: A burst that never goes quiet is still indexed at least this often.
+MAX_WAIT_MS = 10_000
 #: Backoff after a failed run (seconds): doubled per failure up to the cap.
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
@@ -104,11 +112,18 @@ async def watch(
 
     stop = stop or asyncio.Event()
     roots = [str(Path(p).expanduser().resolve()) for p in ms.paths]
-    step = max(1, int(debounce_ms))
+    quiet_s = max(0, int(debounce_ms)) / 1000
+    longest_s = max(quiet_s * 4, MAX_WAIT_MS / 1000)
     accept = _relevant(extensions, ms.ignore_files, roots)
     delay = 0.0
     pending = 1  # the first run: whatever changed while no watcher ran
+    first_at = last_at = 0.0  # when the pending burst began and when it was last added to
     indexed_once = False
+    loop = asyncio.get_running_loop()
+
+    def due() -> bool:
+        now = loop.time()
+        return now - last_at >= quiet_s or now - first_at >= longest_s
 
     def gone() -> str:
         if not _roots_alive(roots):
@@ -129,15 +144,19 @@ async def watch(
             async for changes in awatch(
                 *watched,
                 watch_filter=accept,
-                debounce=max(step * 4, 10_000),  # a continuous storm still gets indexed
-                step=step,
+                debounce=GATHER_MS * 4,
+                step=GATHER_MS,
                 stop_event=stop,
                 rust_timeout=CHECK_INTERVAL_MS,
                 yield_on_timeout=True,
                 ignore_permission_denied=True,
             ):
-                pending += len(changes)
-                if pending and not stop.is_set():
+                if changes:
+                    if not pending:
+                        first_at = loop.time()
+                    pending += len(changes)
+                    last_at = loop.time()
+                if pending and due() and not stop.is_set():
                     try:
                         report = await ms.index_with_report()
                     except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
