@@ -418,3 +418,29 @@ def test_ctrl_c_and_unexpected_errors(
     monkeypatch.setenv("MEMSEARCH_DEBUG", "1")
     with pytest.raises(RuntimeError, match="boom"):
         _main(args)
+
+
+def test_unknown_uri_schemes_and_piped_reset_answers(
+    env: dict[str, str], tmp_path: Path, db: Path, model_dir: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
+    model = str(model_dir)
+    bad = run(["index", str(notes), "--milvus-uri", "foo://bar", "-m", model], env, cwd=tmp_path)
+    one_line_error(bad, "unsupported Milvus URI scheme 'foo'")
+    assert not (tmp_path / "foo:").exists()
+    ok(run(["index", str(notes), "--milvus-uri", str(db), "-m", model, "-q"], env))
+
+    def reset(answer: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "memsearch_fast", "reset", "--milvus-uri", str(db)],
+            env=env,
+            input=answer,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    one_line_error(reset("n\n"), "without confirmation")
+    assert "Dropped collection" in ok(reset("y\n")).stdout  # as `echo y | memsearch reset` in 0.4.23

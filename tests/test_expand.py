@@ -44,3 +44,19 @@ def test_lines_window_and_anchor(tmp_path: Path) -> None:
     )
     out = expand_chunk(row_for(f, 0), lines=0)
     assert out["anchor"] == {"session": "abc", "turn": "7", "transcript": "/t/abc.jsonl"}
+
+
+def test_last_section_ends_at_the_last_line_as_the_reference(tmp_path: Path) -> None:
+    """0.4.23 reads lines with splitlines(): a final newline ends the last line, no
+    empty line after it, and CRLF lines come back with \\n."""
+    f = tmp_path / "a.md"
+    f.write_text("# One\nfirst\n# Two\nsecond section\nlast line\n", encoding="utf-8")
+    out = expand_chunk(row_for(f, 1))
+    assert (out["start_line"], out["end_line"]) == (3, 5)
+    assert out["content"] == "# Two\nsecond section\nlast line"
+    crlf = tmp_path / "b.md"
+    crlf.write_bytes(b"# One\r\nfirst\r\n# Two\r\nsecond\r\n")
+    row = row_for(crlf, 1)
+    out = expand_chunk(row)
+    assert out["content"] == "# Two\nsecond" and out["end_line"] == 4
+    assert expand_chunk(row, lines=1)["content"] == "first\n# Two\nsecond"

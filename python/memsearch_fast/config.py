@@ -124,6 +124,21 @@ def _choice(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+def _milvus_uri(value: Any) -> str:
+    """A local database path or a server URI; ``foo://bar`` is neither (it would
+    become a directory ``foo:`` and a database ``bar`` in it)."""
+    import re
+
+    uri = _str(value)
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", uri)
+    if scheme and scheme.group(1).lower() not in ("http", "https", "tcp", "grpc"):
+        raise ConfigError(
+            f"unsupported Milvus URI scheme {scheme.group(1)!r}: use a local database path, "
+            "http(s)://host:port or tcp://host:port"
+        )
+    return uri
+
+
 def _bool(value: Any) -> bool:
     """A boolean; on the command line true/false, yes/no, on/off or 1/0."""
     if isinstance(value, str):
@@ -177,7 +192,7 @@ _PLUGIN_TASKS: dict[str, dict[str, _Spec]] = {
 
 # dotted key -> (default, parser). The file layout is ``[section] field = value``.
 SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "milvus.uri": (DEFAULT_MILVUS_URI, _str),
+    "milvus.uri": (DEFAULT_MILVUS_URI, _milvus_uri),
     "milvus.token": ("", _str),
     "milvus.collection": (DEFAULT_COLLECTION, _str),
     "embedding.provider": (DEFAULT_PROVIDER, _str),

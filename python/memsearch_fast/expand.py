@@ -75,6 +75,19 @@ def clip_lines(lines: list[str], chunk: str) -> tuple[list[str], int]:
     return out, clipped
 
 
+def file_lines(data: bytes) -> list[str]:
+    """The file's lines as 0.4.23's expand shows them: a final newline ends the
+    last line rather than starting an empty one, and a CRLF line ends in no
+    ``\r``. Split on ``\n`` only, as the chunker counts, so line numbers agree."""
+    text = data.decode("utf-8", errors="replace")
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def parse_anchor(text: str) -> dict[str, str]:
     m = ANCHOR_RE.search(text)
     return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)} if m else {}
@@ -93,8 +106,7 @@ def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None
         raise ExpandError(f"source file not found: {source}") from None
     except OSError as exc:
         raise ExpandError(f"cannot read {source}: {exc.strerror or exc}") from None
-    # Split on "\n" only, as the chunker does, so line numbers agree.
-    all_lines = data.decode("utf-8", errors="replace").split("\n")
+    all_lines = file_lines(data)
     start_line, end_line = int(row["start_line"]), int(row["end_line"])
     result: dict[str, Any] = {"chunk_hash": row["chunk_hash"], "source": source, "heading": row.get("heading", "")}
     if start_line > len(all_lines):
@@ -120,4 +132,4 @@ def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None
     return result
 
 
-__all__ = ["ExpandError", "clip_lines", "expand_chunk", "parse_anchor", "section_bounds"]
+__all__ = ["ExpandError", "clip_lines", "expand_chunk", "file_lines", "parse_anchor", "section_bounds"]

@@ -44,10 +44,18 @@ def reset(
     cfg = settings(opts)
     name = cfg["milvus"]["collection"]
     if not yes:
-        if not stdin_is_tty():
-            fail(f"refusing to drop collection '{name}' without confirmation; pass --yes")
-        if not typer.confirm(f"This will delete all indexed data in collection '{name}'. Continue?"):
-            fail("aborted; nothing was dropped")
+        question = f"This will delete all indexed data in collection '{name}'. Continue?"
+        if stdin_is_tty():
+            if not typer.confirm(question):
+                fail("aborted; nothing was dropped")
+        else:
+            # A piped answer counts, as with 0.4.23 (`echo y | memsearch reset`);
+            # no answer (a closed or empty stdin) drops nothing.
+            import sys
+
+            answer = sys.stdin.readline() if sys.stdin is not None else ""
+            if answer.strip().lower() not in ("y", "yes"):
+                fail(f"refusing to drop collection '{name}' without confirmation; pass --yes (or pipe 'y')")
     import contextlib
     import os
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -140,6 +141,11 @@ class MilvusStore:
         self._write_lock = threading.RLock()
         self._conn_lock = threading.RLock()
         self._local = is_local_uri(uri)
+        if self._local and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", uri):
+            raise StoreError(
+                f"unsupported Milvus URI {uri!r}: use a local database path, http(s)://host:port, "
+                "tcp://host:port or a Zilliz Cloud https:// endpoint"
+            )
         self._path = str(Path(uri).expanduser().resolve()) if self._local else None
         self._display = self._path or uri
 
