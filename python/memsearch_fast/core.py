@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 from memsearch_fast import config
 from memsearch_fast.parallelism import plan
 from memsearch_fast.pipeline import IndexReport, Progress, run_index
+
+#: Query embeddings kept per MemSearch (see ``_query_vector``).
+QUERY_CACHE_SIZE = 256
 
 if TYPE_CHECKING:
     from memsearch_fast.sync import SyncReport
@@ -72,6 +76,7 @@ class MemSearch:
         }
         self._provider: Any = None
         self._store: Any = None
+        self._query_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
 
     @classmethod
     def from_config(
@@ -254,8 +259,23 @@ class MemSearch:
         store = await asyncio.to_thread(self._search_store)
         if store is None:
             return []  # nothing indexed yet
-        vector = await self.provider.embed_query(query)
+        vector = await self._query_vector(query)
         return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix)
+
+    async def _query_vector(self, query: str) -> Any:
+        """The query's embedding, from a small LRU cache: agents and hooks repeat
+        their queries, and a long-lived process (``mcp``) should embed each once."""
+        provider = self.provider
+        key = (id(provider), query)
+        cache = self._query_cache
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        vector = await provider.embed_query(query)
+        cache[key] = vector
+        if len(cache) > QUERY_CACHE_SIZE:
+            cache.popitem(last=False)
+        return vector
 
     def chunks(self, *, source: str | None = None, fields: Sequence[str] = ("content",)) -> list[dict[str, Any]]:
         """Every stored chunk (of one *source* when given) with *fields* and ``source``."""
@@ -356,6 +376,7 @@ class MemSearch:
         if self._provider is not None:
             self._provider.close()
             self._provider = None
+        self._query_cache.clear()
 
     def __enter__(self) -> MemSearch:
         return self
