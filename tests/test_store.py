@@ -608,3 +608,19 @@ def test_a_collection_with_the_older_analyzer_keeps_working(db):
         assert s.search(list(vecs[1]), "gamma", top_k=1)[0]["content"] == "gamma delta"
     finally:
         s.close()
+
+
+def test_explain_gives_each_retrievers_rank_and_the_fused_sum(store):
+    texts = [*FILLER, "the quick brown fox", "a quick note about foxes and hounds"]
+    vecs = unit(len(texts), seed=21)
+    store.upsert([make_row(i, vecs[i], content=t, source=f"e/{i}.md") for i, t in enumerate(texts)])
+    hits = store.search(list(vecs[18]), "quick fox", top_k=5, explain=True)
+    plain = store.search(list(vecs[18]), "quick fox", top_k=5)
+    assert [h["chunk_hash"] for h in hits] == [h["chunk_hash"] for h in plain]
+    top = hits[0]["explain"]
+    assert hits[0]["chunk_hash"] == f"{18:064x}" and top["dense_rank"] == 1 and top["sparse_rank"] is not None
+    for h in hits:
+        e = h["explain"]
+        expected = sum(1 / (store_mod.RRF_K + e[k]) for k in ("dense_rank", "sparse_rank") if e[k] is not None)
+        assert e["fused"] == pytest.approx(expected, abs=1e-5)
+    assert any(h["explain"]["sparse_rank"] is None for h in hits)  # a dense-only hit: no query word in it

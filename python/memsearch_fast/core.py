@@ -251,16 +251,22 @@ class MemSearch:
     # -- reading ---------------------------------------------------------------------
 
     async def search(
-        self, query: str, top_k: int = 10, source_prefix: str | os.PathLike[str] | None = None
+        self,
+        query: str,
+        top_k: int = 10,
+        source_prefix: str | os.PathLike[str] | None = None,
+        *,
+        explain: bool = False,
     ) -> list[dict[str, Any]]:
         """Hybrid (dense + BM25) search; dicts carry content, source, heading,
-        chunk_hash, heading_level, start_line, end_line and score."""
+        chunk_hash, heading_level, start_line, end_line and score (and, with
+        *explain*, ``explain``: each retriever's rank and score, the fused sum)."""
         prefix = str(Path(source_prefix).expanduser().resolve()) if source_prefix is not None else None
         store = await asyncio.to_thread(self._search_store)
         if store is None:
             return []  # nothing indexed yet
         vector = await self._query_vector(query)
-        return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix)
+        return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix, explain=explain)
 
     async def _query_vector(self, query: str) -> Any:
         """The query's embedding, from a small LRU cache: agents and hooks repeat

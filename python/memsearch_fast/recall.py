@@ -54,6 +54,8 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
     out = ["", f"--- Result {i} (score: {float(r.get('score') or 0):.4f}) ---", f"Source: {r.get('source', '?')}"]
     if r.get("heading"):
         out.append(f"Heading: {r['heading']}")
+    if r.get("explain"):
+        out.append(explain_line(r["explain"]))
     content = r.get("content") or ""
     if len(content) > SNIPPET_CHARS:
         out.append(content[:SNIPPET_CHARS])
@@ -61,6 +63,18 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
     else:
         out.append(content)
     return "\n".join(out)
+
+
+def explain_line(e: dict[str, Any]) -> str:
+    """``--explain``: where a hit stood in each retriever's list, and the fused sum."""
+
+    def part(name: str, key: str) -> str:
+        rank, score = e.get(f"{key}_rank"), e.get(f"{key}_score")
+        return f"{name} #{rank} ({score:.4f})" if rank is not None else f"{name} -"
+
+    return (
+        f"Why: {part('dense', 'dense')} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f} (RRF k=60)"
+    )
 
 
 def plural(n: int, word: str) -> str:
@@ -175,6 +189,7 @@ async def tiered_search(
     budget: int | None = None,
     min_score: float | None = None,
     counter: Callable[[Any], tuple[TokenCounter, str]] = token_counter,
+    explain: bool = False,
 ) -> str:
     """Search *ms* (a :class:`~memsearch_fast.core.MemSearch`) and render the hits
     with the tiers, as ``memsearch search`` prints them.
@@ -183,7 +198,7 @@ async def tiered_search(
     (the provider is loaded already: the query was embedded with it); a
     long-lived caller may pass a counter that remembers its tokenizer copy.
     """
-    results = await ms.search(query, top_k=top_k, source_prefix=source_prefix)
+    results = await ms.search(query, top_k=top_k, source_prefix=source_prefix, explain=explain)
     count, tokenizer = counter(ms.provider) if budget is not None and results else (approx_tokens, APPROX_TOKENIZER)
     return render_search(
         results,

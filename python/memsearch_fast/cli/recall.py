@@ -52,6 +52,12 @@ def search(
     min_score: Annotated[
         float | None, typer.Option("--min-score", metavar="FLOAT", help="Drop hits scoring below this.")
     ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain", help="Show each hit's rank and score in the dense and BM25 lists and the fused score."
+        ),
+    ] = False,
     sync: Annotated[
         bool | None,
         typer.Option(
@@ -89,6 +95,7 @@ def search(
             digest=digest,
             budget=budget,
             min_score=min_score,
+            explain=explain,
         )
 
     try:

@@ -631,8 +631,13 @@ class MilvusStore:
         *,
         top_k: int = 10,
         source_prefix: str | None = None,
+        explain: bool = False,
     ) -> list[dict[str, Any]]:
         """Hybrid search: dense (COSINE) + BM25, fused by RRF (k=60).
+
+        With *explain*, each hit also carries ``explain``: its rank and score in
+        the dense list and in the BM25 list that were fused (rank None: not in
+        that top ``top_k``) and the fused RRF sum before scaling.
 
         Scores are RRF sums divided by their maximum (retrievers / (k + 1)),
         as memsearch 0.4.23 does, so a hit ranked first by both scores 1.0.
@@ -695,8 +700,40 @@ class MilvusStore:
             if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
                 continue
             row["score"] = min(1.0, max(0.0, float(hit["distance"]) / scale))
+            if explain:
+                row["explain"] = {"fused": round(float(hit["distance"]), 6)}
             hits.append(row)
+        if explain and hits:
+            self._explain(hits, reqs)
         return hits
+
+    def _explain(self, hits: list[dict[str, Any]], reqs: list[Any]) -> None:
+        """Each retriever's own list, searched again alone, to say where each hit stood in it."""
+        for name, req in zip(("dense", "sparse"), reqs, strict=False):
+
+            def alone(c: Any, r: Any = req) -> Any:
+                return c.search(
+                    collection_name=self.collection,
+                    data=r.data,
+                    anns_field=r.anns_field,
+                    search_params=r.param,
+                    limit=r.limit,
+                    filter=r.expr or "",
+                    output_fields=["chunk_hash"],
+                )
+
+            res = self._call("search", alone)
+            ranked = {
+                (h.get("entity", h).get("chunk_hash") or h.get("id")): (i, float(h["distance"]))
+                for i, h in enumerate(res[0] if res else [], start=1)
+            }
+            for row in hits:
+                rank, score = ranked.get(row["chunk_hash"], (None, None))
+                row["explain"][f"{name}_rank"] = rank
+                row["explain"][f"{name}_score"] = None if score is None else round(score, 6)
+        for row in hits:
+            row["explain"].setdefault("sparse_rank", None)
+            row["explain"].setdefault("sparse_score", None)
 
     def collection_id(self) -> str:
         """The engine's id of the collection, "" where it reports none (Milvus
