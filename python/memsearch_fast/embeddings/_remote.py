@@ -9,10 +9,19 @@ concurrency, retries, normalisation and order preservation live here once.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
-from memsearch_fast.embeddings._http import JsonClient, Secret, post_json, safe_url
+from memsearch_fast.embeddings._http import (
+    JsonClient,
+    Secret,
+    normalize_base_url,
+    post_json,
+    resolve_api_key,
+    safe_url,
+)
 from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
 from memsearch_fast.parallelism import plan
 
@@ -216,6 +225,116 @@ class RemoteEmbedding:
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
         result: list[list[float]] = (arr / np.maximum(norms, 1e-12)).tolist()
         return result
+
+
+class HostedEmbedding(RemoteEmbedding):
+    """Base class of the providers of one HTTP API (OpenAI, Voyage, Gemini, Jina,
+    Mistral, Ollama): the constructor lives here once, and a subclass declares
+    its API in class attributes, overriding ``_options`` (extra payload fields),
+    ``_parse`` or ``_headers`` only where its API differs.
+
+    ``_payload`` sends ``{"model", "input", **_options(query)}`` plus the
+    requested ``dimensions`` under ``dimensions_field``; ``_parse`` reads the
+    OpenAI shape (:func:`parse_indexed`). Limits left as ``None`` take the
+    class's ``default_*`` values.
+    """
+
+    #: Provider name used in errors ("voyage").
+    provider: ClassVar[str] = ""
+    default_model: ClassVar[str] = ""
+    default_base_url: ClassVar[str] = ""
+    #: Environment variable read for the base URL when none is given.
+    base_url_env: ClassVar[str | None] = None
+    #: Scheme assumed for a base URL given without one.
+    url_scheme: ClassVar[str] = "https"
+    #: Path after the base URL; ``{model}`` is replaced by the model name.
+    endpoint: ClassVar[str] = "/embeddings"
+    #: Whether the official endpoint (no ``base_url``) needs a key up front.
+    key_required: ClassVar[bool] = True
+    #: Vector size of the known models (skips the probe request).
+    known_dimensions: ClassVar[Mapping[str, int]] = {}
+    #: Inputs per request, the API's limit (``None``: no cap).
+    max_batch: ClassVar[int | None] = None
+    #: Payload field carrying ``dimensions`` (``None``: not sent).
+    dimensions_field: ClassVar[str | None] = "dimensions"
+    #: Fixed extra payload fields, as (name, value) pairs.
+    payload_options: ClassVar[tuple[tuple[str, Any], ...]] = ()
+    default_timeout: ClassVar[float] = 60.0
+    default_max_retries: ClassVar[int] = 6
+    default_retry_max_delay: ClassVar[float] = 60.0
+    default_max_tokens: ClassVar[int] = 200_000
+    default_max_input_chars: ClassVar[int] = 100_000
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        batch_size: int = 0,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        workers: int | None = None,
+        dimensions: int | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_base_delay: float = 0.5,
+        retry_max_delay: float | None = None,
+        max_tokens_per_request: int | None = None,
+        max_input_chars: int | None = None,
+    ) -> None:
+        name = self._model_name(model)
+        self._dimensions = self._check_dimensions(dimensions)
+        self._setup(name)
+        env_base = os.environ.get(self.base_url_env) if self.base_url_env else None
+        base = normalize_base_url(base_url or env_base or self.default_base_url, self.url_scheme)
+        secret = resolve_api_key(api_key, self.key_env)
+        if self.key_required:
+            secret = require_key(secret, self.provider, self.key_env or "", base_url)
+        super().__init__(
+            model=name,
+            url=self._url_for(base, name),
+            secret=secret,
+            batch_size=batch_size if self.max_batch is None else min(batch_size, self.max_batch),
+            workers=workers,
+            dimension=self._dimensions if self._dimensions is not None else self.known_dimensions.get(name),
+            timeout=self.default_timeout if timeout is None else timeout,
+            max_retries=self.default_max_retries if max_retries is None else max_retries,
+            retry_base_delay=retry_base_delay,
+            retry_max_delay=self.default_retry_max_delay if retry_max_delay is None else retry_max_delay,
+            max_tokens_per_request=self.default_max_tokens
+            if max_tokens_per_request is None
+            else max_tokens_per_request,
+            max_input_chars=self.default_max_input_chars if max_input_chars is None else max_input_chars,
+        )
+
+    # construction hooks ---------------------------------------------------------
+
+    def _model_name(self, model: str | None) -> str:
+        """The model to use for the *model* argument (``None``: the default)."""
+        return model or self.default_model
+
+    def _check_dimensions(self, dimensions: int | None) -> int | None:
+        return check_dimensions(dimensions)
+
+    def _setup(self, name: str) -> None:
+        """Validate and store provider-specific options (before the URL and key)."""
+
+    def _url_for(self, base: str, name: str) -> str:
+        return base + self.endpoint.format(model=name)
+
+    # request hooks --------------------------------------------------------------
+
+    def _options(self, query: bool) -> dict[str, Any]:
+        """Payload fields after ``model`` and ``input`` (for documents or a query)."""
+        return dict(self.payload_options)
+
+    def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self._model, "input": texts, **self._options(query)}
+        if self._dimensions is not None and self.dimensions_field is not None:
+            payload[self.dimensions_field] = self._dimensions
+        return payload
+
+    def _parse(self, data: Any, n: int) -> list[list[float]]:
+        return parse_indexed(data, n)
 
 
 def parse_indexed(data: Any, n: int) -> list[list[float]]:

@@ -16,8 +16,7 @@ import re
 from typing import Any
 
 from memsearch_fast.config import DEFAULT_MODELS
-from memsearch_fast.embeddings._http import normalize_base_url, resolve_api_key
-from memsearch_fast.embeddings._remote import RemoteEmbedding, check_dimensions, require_key
+from memsearch_fast.embeddings._remote import HostedEmbedding
 
 DEFAULT_MODEL = DEFAULT_MODELS["google"]  # set in memsearch_fast.config
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -31,51 +30,31 @@ KNOWN_DIMENSIONS = {
 }
 
 
-class GoogleEmbedding(RemoteEmbedding):
+class GoogleEmbedding(HostedEmbedding):
     """``batchEmbedContents`` client: at most 100 texts per request (the API's
     limit, also the default); one text is cut at 8,000 characters (the models
     read 2,048 tokens)."""
 
     kind = "Google Gemini API"
-    default_batch_size = MAX_BATCH
+    provider = "google"
+    default_model = DEFAULT_MODEL
+    default_base_url = DEFAULT_BASE_URL
+    endpoint = "/models/{model}:batchEmbedContents"
     key_env = KEY_ENV
+    known_dimensions = KNOWN_DIMENSIONS
+    max_batch = MAX_BATCH
+    default_batch_size = MAX_BATCH
+    default_max_input_chars = 8_000
 
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        batch_size: int = 0,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        workers: int | None = None,
-        dimensions: int | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 6,
-        retry_base_delay: float = 0.5,
-        retry_max_delay: float = 60.0,
-        max_tokens_per_request: int = 200_000,
-        max_input_chars: int = 8_000,
-    ) -> None:
+    def _model_name(self, model: str | None) -> str:
         name = (model or DEFAULT_MODEL).strip().removeprefix("models/")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
             raise ValueError(f"invalid Gemini model name {model!r}")
-        self._output_dims = check_dimensions(dimensions) or KNOWN_DIMENSIONS.get(name)
+        return name
+
+    def _setup(self, name: str) -> None:
+        self._output_dims = self._dimensions or KNOWN_DIMENSIONS.get(name)
         self._resource = f"models/{name}"
-        base = normalize_base_url(base_url or DEFAULT_BASE_URL, "https")
-        super().__init__(
-            model=name,
-            url=f"{base}/{self._resource}:batchEmbedContents",
-            secret=require_key(resolve_api_key(api_key, KEY_ENV), "google", KEY_ENV, base_url),
-            batch_size=min(batch_size, MAX_BATCH),
-            workers=workers,
-            dimension=self._output_dims,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay=retry_base_delay,
-            retry_max_delay=retry_max_delay,
-            max_tokens_per_request=max_tokens_per_request,
-            max_input_chars=max_input_chars,
-        )
 
     def _headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._secret.reveal()} if self._secret is not None else {}

@@ -6,59 +6,41 @@ The server comes from ``base_url``, else ``$OLLAMA_HOST``, else
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from memsearch_fast.config import DEFAULT_MODELS
-from memsearch_fast.embeddings._http import normalize_base_url, resolve_api_key
-from memsearch_fast.embeddings._remote import RemoteEmbedding
+from memsearch_fast.embeddings._remote import HostedEmbedding
 
 DEFAULT_MODEL = DEFAULT_MODELS["ollama"]  # set in memsearch_fast.config
 DEFAULT_BASE_URL = "http://localhost:11434"
 
 
-class OllamaEmbedding(RemoteEmbedding):
-    """``/api/embed`` client; Ollama truncates over-long inputs itself (``truncate: true``)."""
+class OllamaEmbedding(HostedEmbedding):
+    """``/api/embed`` client; Ollama truncates over-long inputs itself (``truncate: true``).
+
+    ``dimensions`` is the model's vector size, if known (skips the probe); it is not sent.
+    """
 
     kind = "Ollama server"
+    provider = "ollama"
+    default_model = DEFAULT_MODEL
+    default_base_url = DEFAULT_BASE_URL
+    base_url_env = "OLLAMA_HOST"
+    url_scheme = "http"
+    endpoint = "/api/embed"
+    key_required = False
     default_batch_size = 64
+    dimensions_field = None
+    payload_options = (("truncate", True),)
+    default_timeout = 120.0
+    default_max_retries = 4
+    default_retry_max_delay = 30.0
 
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        batch_size: int = 0,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        workers: int | None = None,
-        dimensions: int | None = None,  # the model's vector size, if known (skips the probe)
-        timeout: float = 120.0,
-        max_retries: int = 4,
-        retry_base_delay: float = 0.5,
-        retry_max_delay: float = 30.0,
-        max_tokens_per_request: int = 200_000,
-        max_input_chars: int = 100_000,
-    ) -> None:
-        base = normalize_base_url(base_url or os.environ.get("OLLAMA_HOST") or DEFAULT_BASE_URL)
-        if base.endswith("/api"):
-            base = base[: -len("/api")]
-        super().__init__(
-            model=model or DEFAULT_MODEL,
-            url=f"{base}/api/embed",
-            secret=resolve_api_key(api_key, None),
-            batch_size=batch_size,
-            workers=workers,
-            dimension=dimensions,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay=retry_base_delay,
-            retry_max_delay=retry_max_delay,
-            max_tokens_per_request=max_tokens_per_request,
-            max_input_chars=max_input_chars,
-        )
+    def _check_dimensions(self, dimensions: int | None) -> int | None:
+        return dimensions  # passed on as the known size, unchecked
 
-    def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
-        return {"model": self._model, "input": texts, "truncate": True}
+    def _url_for(self, base: str, name: str) -> str:
+        return super()._url_for(base.removesuffix("/api"), name)
 
     def _parse(self, data: Any, n: int) -> list[list[float]]:
         vectors = data["embeddings"]
