@@ -136,6 +136,9 @@ def test_session_start_and_prompt(benchmark: Any, tmp_path: Path) -> None:
         warm = [project.hook("session-start", {"session_id": f"warm-{i}"})[0] for i in range(ROUNDS)]
     finally:
         lock.release()
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(project.db))  # the watchers' server
     prompt = [
         project.hook("user-prompt", {"session_id": "p", "prompt": "how did we fix the flaky test last week?"})[0]
         for _ in range(ROUNDS)
