@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -280,6 +279,8 @@ def _codex_fallback(payload: Mapping[str, Any], session: str) -> Any:
 
 
 def _spawn_capture(platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str) -> None:
+    import subprocess
+
     from memsearch_fast.agents.capture import Job
 
     now = time.localtime()

@@ -14,8 +14,8 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 DAILY_LOG = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 #: Characters per token, for bounding what a session starts with (a rough,
@@ -24,8 +24,7 @@ CHARS_PER_TOKEN = 4
 DEFAULT_CONTEXT_TOKENS = 1500
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(NamedTuple):
     session: str
     turn: str
     transcript: str

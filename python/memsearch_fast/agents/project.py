@@ -14,15 +14,14 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: A Windows drive path (``C:/…`` or ``C:\\…``) is absolute wherever it is read.
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
-@dataclass(frozen=True)
-class Project:
+class Project(NamedTuple):
     project_dir: str
     memsearch_dir: str
     memory_dir: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from memsearch_fast.transcript import Turn, Turns
 
@@ -22,8 +22,7 @@ TEXT_CHARS = 16_000
 _NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ")
 
 
-@dataclass(frozen=True)
-class Excerpt:
+class Excerpt(NamedTuple):
     turn_id: str  # the id of the (first) user turn it covers
     text: str
     turns: int  # user turns covered
