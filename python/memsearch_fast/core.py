@@ -288,11 +288,8 @@ class MemSearch:
         store = self._read_store()
         if not store.exists:
             return []
-        sources = [source] if source else sorted({src for _id, src in store.iter_ids_by_source()})
-        rows: list[dict[str, Any]] = []
-        for page in store.iter_rows_for_sources(sources, list(fields)):
-            rows.extend(page)
-        return rows
+        pages = store.iter_rows_for_sources([source], list(fields)) if source else store.iter_rows(list(fields))
+        return [row for page in pages for row in page]
 
     def _search_store(self) -> Any:
         """The store for search, or None when nothing is indexed yet."""

@@ -41,7 +41,6 @@ DEADLINES_S = {"session-start": 8.0, "user-prompt": 4.0, "stop": 25.0, "pre-comp
 DEFAULT_DEADLINE_S = 8.0
 #: A session whose transcript has fewer lines has nothing worth keeping.
 MIN_TRANSCRIPT_LINES = 3
-AGENT_NAMES = {"claude-code": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "openclaw": "OpenClaw"}
 #: Environment variables that hold the embedding provider's key when the config has none.
 API_KEY_VARS = {
     "openai": "OPENAI_API_KEY",
@@ -156,7 +155,9 @@ def _milvus_problem(uri: str) -> str:
     import socket
     from urllib.parse import urlsplit
 
-    if not uri.startswith(("http://", "https://", "tcp://", "grpc://")):
+    from memsearch_fast.store.compat import is_local_uri
+
+    if is_local_uri(uri) or uri.startswith("unix:"):
         return ""
     parts = urlsplit(uri)
     port = parts.port or (443 if parts.scheme == "https" else 19530)
@@ -190,7 +191,7 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
     elif transcript and os.path.isfile(transcript):
         if _short(transcript):
             return {}
-        excerpt = turns.last_turn(transcript, AGENT_NAMES[platform])
+        excerpt = turns.last_turn(transcript, _agent_name(platform))
     elif platform == "codex":
         excerpt = _codex_fallback(payload, session)
         transcript = ""
@@ -208,7 +209,7 @@ def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> 
     if not (transcript and os.path.isfile(transcript)) or _short(transcript):
         return {}
     captured = journal.anchored_turns(Path(project.memory_dir), session) if session else set()
-    excerpt = turns.uncaptured(transcript, AGENT_NAMES[platform], captured)
+    excerpt = turns.uncaptured(transcript, _agent_name(platform), captured)
     if excerpt is not None and excerpt.text.strip():
         _spawn_capture(platform, "pre-compact", project, session, excerpt, transcript)
     return {}  # never blocks the compaction
@@ -235,6 +236,13 @@ HANDLERS: dict[str, Callable[[str, Mapping[str, Any], Project], Output]] = {
     "session-end": session_end,
     "locate": locate_event,
 }
+
+
+def _agent_name(platform: str) -> str:
+    """What the notes call the agent (the summarizer's own table)."""
+    from memsearch_fast.llm.summarize import AGENT_NAMES
+
+    return AGENT_NAMES[platform]
 
 
 def _short(path: str) -> bool:

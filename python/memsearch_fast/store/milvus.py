@@ -572,6 +572,13 @@ class MilvusStore:
                     if r["source"] in exact:
                         yield r["chunk_hash"], r["source"]
 
+    def iter_rows(self, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
+        """Every row with ``fields`` and ``source``, a page at a time."""
+        if not self._exists:
+            return
+        for page in self._iterate("", list(dict.fromkeys([*fields, "source"]))):
+            yield [_plain(r) for r in page]
+
     def rows_for_sources(self, sources: list[str], fields: list[str]) -> list[dict[str, Any]]:
         """Rows of the given sources with ``fields`` (e.g. content + embedding for reuse)."""
         return [r for page in self.iter_rows_for_sources(sources, fields) for r in page]
