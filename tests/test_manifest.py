@@ -381,6 +381,30 @@ def test_directory_rename_embeds_nothing_and_equals_a_clean_index(
             assert np.allclose(ours[key], vector, atol=1e-5), key
 
 
+@pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
+def test_file_renamed_twice_during_a_run_keeps_its_vectors(tmp_path: Path, store, provider, manifest: bool) -> None:
+    """A -> B before the scan, B -> C between the scan and the read: the run
+    cannot see C, so A's rows wait and the next run gives them to C."""
+    root = tree(tmp_path / "notes")
+    model = provider.model_name
+    index(store, provider, root, manifest=manifest)
+    a = root / "docs" / "page1.md"
+    b = a.rename(root / "docs" / "renamed-once.md")
+    listed = scan_paths([root])
+    c = b.rename(root / "docs" / "renamed-twice.md")
+    report, counting = index(store, provider, root, manifest=manifest, files=listed)
+    assert [p for p, _ in report.failed] == [str(b.resolve())]
+    assert counting.texts == [] and report.sources_removed == 0
+    assert str(a.resolve()) in {s for _, s in stored(store)}  # kept for the next run
+
+    age(root)
+    report, counting = index(store, provider, root, manifest=manifest)
+    assert counting.texts == [] and report.embedded == 0 and report.reused > 0
+    assert report.sources_removed == 1 and not report.failed
+    assert stored(store) == expected(root, model)
+    assert str(c.resolve()) in {s for _, s in stored(store)}
+
+
 def test_copied_file_embeds_nothing(tmp_path: Path, store, provider) -> None:
     root = tree(tmp_path / "notes")
     index(store, provider, root)

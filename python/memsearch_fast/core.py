@@ -1,9 +1,9 @@
 """`MemSearch`: the Python API over the index pipeline, search and expand.
 
 Keyword names follow memsearch 0.4.23 so code written against it works here;
-`workers` sets the inference and chunking parallelism. The embedding provider
-and the store are opened on first use, so `expand` and `stats` never load a
-model.
+`workers` sets the inference and chunking parallelism. The embedding provider,
+the reranker and the store are opened on first use, so `expand` and `stats`
+never load a model.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class MemSearch:
         ignore_files: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         workers: int | None = None,
+        reranker_model: str = "",
     ) -> None:
         if not 1 <= max_chunk_size <= config.MAX_CHUNK_SIZE_LIMIT:
             raise ValueError(f"max_chunk_size must be between 1 and {config.MAX_CHUNK_SIZE_LIMIT}")
@@ -74,6 +75,9 @@ class MemSearch:
             "collection": collection,
             "description": description,
         }
+        #: Cross-encoder that reorders the fused hits ("" = none); see :mod:`memsearch_fast.rerank`.
+        self.reranker_model = reranker_model or ""
+        self._reranker: Any = None
         self._provider: Any = None
         self._store: Any = None
         self._query_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
@@ -92,6 +96,7 @@ class MemSearch:
         """The instance a resolved configuration (``config.resolve()``) describes;
         *ignore_files* and *exclude* add to the configured lists."""
         emb, milvus, chunking, indexing = cfg["embedding"], cfg["milvus"], cfg["chunking"], cfg["indexing"]
+        reranker = cfg.get("reranker") or {}
         return cls(
             list(paths),
             embedding_provider=emb["provider"],
@@ -108,6 +113,7 @@ class MemSearch:
             ignore_files=list(dict.fromkeys([*indexing["ignore_files"], *ignore_files])),
             exclude=list(dict.fromkeys([*indexing["exclude"], *exclude])),
             workers=workers,
+            reranker_model=reranker.get("model") or "",
         )
 
     # -- lazily opened parts ---------------------------------------------------------
@@ -120,6 +126,19 @@ class MemSearch:
             args = dict(self._provider_args)
             self._provider = get_provider(args.pop("name"), **args)
         return self._provider
+
+    @property
+    def reranker(self) -> Any:
+        """The cross-encoder of ``reranker_model`` (None when reranking is off), loaded
+        on first use with every inference core (it runs alone, after the query's embedding)."""
+        if not self.reranker_model:
+            return None
+        if self._reranker is None:
+            from memsearch_fast import rerank
+
+            pools = self.parallelism
+            self._reranker = rerank.load(self.reranker_model, threads=pools.inference_workers * pools.intra_op_threads)
+        return self._reranker
 
     @property
     def store(self) -> Any:
@@ -260,13 +279,29 @@ class MemSearch:
     ) -> list[dict[str, Any]]:
         """Hybrid (dense + BM25) search; dicts carry content, source, heading,
         chunk_hash, heading_level, start_line, end_line and score (and, with
-        *explain*, ``explain``: each retriever's rank and score, the fused sum)."""
+        *explain*, ``explain``: each retriever's rank and score, the fused sum).
+
+        With a ``reranker_model``, the best :func:`memsearch_fast.rerank.candidate_count`
+        fused hits are reordered by the cross-encoder and cut to *top_k*: ``score``
+        is then its relevance probability, ``rerank_score`` its log-odds, and
+        ``explain`` also has ``rerank_score`` and ``fused_rank``.
+        """
         prefix = str(Path(source_prefix).expanduser().resolve()) if source_prefix is not None else None
         store = await asyncio.to_thread(self._search_store)
         if store is None:
             return []  # nothing indexed yet
+        # Loaded before the query is embedded: a bad model fails the search before any work.
+        reranker = await asyncio.to_thread(lambda: self.reranker) if self.reranker_model else None
         vector = await self._query_vector(query)
-        return await asyncio.to_thread(store.search, vector, query, top_k=top_k, source_prefix=prefix, explain=explain)
+        fetch = top_k
+        if reranker is not None:
+            from memsearch_fast.rerank import candidate_count
+
+            fetch = candidate_count(top_k)
+        hits = await asyncio.to_thread(store.search, vector, query, top_k=fetch, source_prefix=prefix, explain=explain)
+        if reranker is None or not hits:
+            return list(hits)
+        return list(await asyncio.to_thread(reranker.rerank, query, hits, top_k=top_k))
 
     async def _query_vector(self, query: str) -> Any:
         """The query's embedding, from a small LRU cache: agents and hooks repeat
@@ -379,6 +414,7 @@ class MemSearch:
         if self._provider is not None:
             self._provider.close()
             self._provider = None
+        self._reranker = None  # the session stays loaded for the process (rerank.load)
         self._query_cache.clear()
 
     def __enter__(self) -> MemSearch:

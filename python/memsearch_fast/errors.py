@@ -64,3 +64,8 @@ class EmbeddingAPIError(EmbeddingError):
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RerankerError(RuntimeError):
+    """The reranker model (``--reranker-model``, ``reranker.model``) cannot be
+    found, is not a cross-encoder, or failed to load."""

@@ -66,15 +66,19 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
 
 
 def explain_line(e: dict[str, Any]) -> str:
-    """``--explain``: where a hit stood in each retriever's list, and the fused sum."""
+    """``--explain``: where a hit stood in each retriever's list, and the fused sum
+    (and, when reranked, the cross-encoder's log-odds and the hit's fused rank)."""
 
     def part(name: str, key: str) -> str:
         rank, score = e.get(f"{key}_rank"), e.get(f"{key}_score")
         return f"{name} #{rank} ({score:.4f})" if rank is not None else f"{name} -"
 
-    return (
+    line = (
         f"Why: {part('dense', 'dense')} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f} (RRF k=60)"
     )
+    if e.get("rerank_score") is not None:
+        line += f" · rerank {float(e['rerank_score']):.4f} (logit; fused #{e.get('fused_rank')})"
+    return line
 
 
 def plural(n: int, word: str) -> str:
@@ -112,9 +116,12 @@ def digest_line(r: dict[str, Any]) -> str:
 
 
 def digest_hit(r: dict[str, Any]) -> dict[str, Any]:
-    """A hit without its content: what ``--digest -j`` carries."""
+    """A hit without its content: what ``--digest -j`` carries (``rerank_score`` too when reranked)."""
     keys = ("source", "start_line", "end_line", "heading", "score", "chunk_hash")
-    return {k: r.get(k) for k in keys}
+    hit = {k: r.get(k) for k in keys}
+    if "rerank_score" in r:
+        hit["rerank_score"] = r["rerank_score"]
+    return hit
 
 
 def render_search(

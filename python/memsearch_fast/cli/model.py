@@ -17,9 +17,18 @@ def model_import(
         bool, typer.Option("--quantize/--no-quantize", help="Also write an int8 model (used by default when present).")
     ] = True,
 ) -> None:
-    """Convert a BERT-family sentence-transformers checkpoint to ONNX for local use."""
+    """Convert a BERT-family checkpoint to ONNX for local use.
+
+    A sentence-transformers checkpoint becomes an embedding model (-m); a
+    BertForSequenceClassification cross-encoder becomes a reranker
+    (search --reranker-model).
+    """
     from memsearch_fast.embeddings.models import import_model
+    from memsearch_fast.rerank import is_cross_encoder
 
     path = import_model(src, name=name, quantize=quantize)
     typer.echo(f"Imported model to {path}")
-    typer.echo(f"Use it with: memsearch index -m {name or path.name} PATHS...")
+    if is_cross_encoder(path):
+        typer.echo(f"Use it with: memsearch search --reranker-model {name or path.name} QUERY")
+    else:
+        typer.echo(f"Use it with: memsearch index -m {name or path.name} PATHS...")

@@ -36,7 +36,11 @@ def search(
     opts: Flags = SPLICED,
     reranker_model: Annotated[
         str | None,
-        text("--reranker-model", help="Cross-encoder model for reranking (empty string disables)."),
+        text(
+            "--reranker-model",
+            help="Cross-encoder model for reranking (empty string disables): an ONNX model directory, "
+            "a name imported with 'memsearch model import', or a hub id. Default: config reranker.model.",
+        ),
     ] = None,
     json_output: JsonOutput = False,
     budget: Annotated[
@@ -55,7 +59,9 @@ def search(
     explain: Annotated[
         bool,
         typer.Option(
-            "--explain", help="Show each hit's rank and score in the dense and BM25 lists and the fused score."
+            "--explain",
+            help="Show each hit's rank and score in the dense and BM25 lists and the fused score "
+            "(and the reranker's logit and fused rank when reranking).",
         ),
     ] = False,
     sync: Annotated[
@@ -78,8 +84,6 @@ def search(
     from memsearch_fast import recall
 
     cfg = settings(opts, reranker_model=reranker_model)
-    if reranker_model:
-        err("warning: reranking is not supported by this version; --reranker-model is ignored")
     lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
     ms = memsearch(cfg)
 

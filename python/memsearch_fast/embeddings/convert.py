@@ -1,8 +1,11 @@
-"""Convert a BERT-family sentence-transformers checkpoint to ONNX without torch.
+"""Convert a BERT-family checkpoint to ONNX without torch.
 
 The graph is written op by op with ``onnx.helper`` from the safetensors
 weights, so a default install can build its embedding model offline from a
 checkpoint on disk, without pulling in PyTorch (~2 GB) just to export once.
+A sentence-transformers checkpoint becomes an encoder (``last_hidden_state``);
+a ``BertForSequenceClassification`` cross-encoder gets the same encoder plus
+its pooler and classifier (``logits``), for ``search --reranker-model``.
 
 This module is pure conversion (checkpoint directory in, hub-layout model
 folder out); naming, caching and publishing a converted model is
@@ -42,13 +45,16 @@ def convert_checkpoint(src: Path, out: Path, *, quantize: bool = True) -> None:
     """Write the hub-layout ONNX model for checkpoint directory *src* into *out*."""
     config = _read_json(src / "config.json", required=True)
     _check_supported(src, config)
-    weights = _bert_weights(read_safetensors_dir(src), config)
+    tensors = read_safetensors_dir(src)
+    classifier = is_sequence_classifier(config, tensors)
+    weights = _bert_weights(tensors, config, classifier=classifier)
     (out / "onnx").mkdir(parents=True, exist_ok=True)
     _write_tokenizer(src, out)
     for fname in _COPIED_FILES:
         if (src / fname).is_file() and not (out / fname).exists():
             shutil.copyfile(src / fname, out / fname)
-    _write_sentence_configs(src, out, config)
+    if not classifier:  # pooling settings describe embedding models only
+        _write_sentence_configs(src, out, config)
 
     import onnx
 
@@ -147,8 +153,21 @@ def read_safetensors_dir(src: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _bert_weights(tensors: dict[str, np.ndarray], config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Strip the checkpoint's key prefix (``bert.``, ``0.auto_model.``...) and check completeness."""
+def is_sequence_classifier(config: dict[str, Any], tensors: dict[str, np.ndarray]) -> bool:
+    """A cross-encoder checkpoint: declared ``*ForSequenceClassification`` or carrying a classifier head."""
+    archs = config.get("architectures")
+    declared = isinstance(archs, list) and any(str(a).endswith("ForSequenceClassification") for a in archs)
+    return declared or "classifier.weight" in tensors
+
+
+def _bert_weights(
+    tensors: dict[str, np.ndarray], config: dict[str, Any], *, classifier: bool = False
+) -> dict[str, np.ndarray]:
+    """Strip the checkpoint's key prefix (``bert.``, ``0.auto_model.``...) and check completeness.
+
+    With *classifier*, the pooler (under the prefix) and the head (``classifier.*``,
+    beside it) are required too.
+    """
     import numpy as np
 
     anchor = "embeddings.word_embeddings.weight"
@@ -156,6 +175,9 @@ def _bert_weights(tensors: dict[str, np.ndarray], config: dict[str, Any]) -> dic
     if prefix is None:
         raise ModelConversionError("checkpoint has no embeddings.word_embeddings.weight: not a BERT model")
     weights = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    head = ("pooler.dense.weight", "pooler.dense.bias", "classifier.weight", "classifier.bias")
+    if classifier:
+        weights.update({k: tensors[k] for k in head[2:] if k in tensors})
     required = [
         anchor,
         "embeddings.position_embeddings.weight",
@@ -175,9 +197,13 @@ def _bert_weights(tensors: dict[str, np.ndarray], config: dict[str, Any]) -> dic
             required += [f"{p}{part}.weight", f"{p}{part}.bias"]
         for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
             required += [f"{p}{ln}.weight", f"{p}{ln}.bias"]
+    if classifier:
+        required += head
     missing = [k for k in required if k not in weights]
     if missing:
         raise ModelConversionError(f"checkpoint is missing {len(missing)} BERT weights, e.g. {missing[0]}")
+    if classifier and weights["classifier.weight"].ndim != 2:
+        raise ModelConversionError("classifier.weight must be a [num_labels, hidden_size] matrix")
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items() if v.dtype.kind == "f"}
 
 
@@ -280,7 +306,13 @@ class _GraphBuilder:
 
 
 def build_bert_graph(w: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
-    """Build the BERT encoder graph: inputs ids/mask/type ids, output ``last_hidden_state``."""
+    """Build the BERT encoder graph: inputs ids/mask/type ids, output ``last_hidden_state``.
+
+    When *w* holds a classifier head (``classifier.weight``), the output is
+    ``logits`` [batch, num_labels] instead: the pooler (tanh dense on the
+    first token) and the classifier, as ``BertForSequenceClassification`` at
+    inference.
+    """
     import numpy as np
     from onnx import TensorProto, helper
 
@@ -371,14 +403,23 @@ def build_bert_graph(w: dict[str, np.ndarray], config: dict[str, Any]) -> Any:
         out = linear(inter, p + "output.dense")
         x = layer_norm(g.op("Add", [out, x]), p + "output.LayerNorm")
 
-    g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
     dyn = ["batch_size", "sequence_length"]
+    if "classifier.weight" in w:
+        first = g.op("Gather", [x, "zero_i64"], axis=1)  # [B, hidden]: the [CLS] token
+        pooled = g.op("Tanh", [linear(first, "pooler.dense")])
+        labels = int(w["classifier.weight"].shape[0])
+        g.nodes.append(helper.make_node("Identity", [linear(pooled, "classifier")], ["logits"], name="output"))
+        output = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [dyn[0], labels])
+        graph_name = "bert_cross_encoder"
+    else:
+        g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
+        output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [*dyn, hidden])
+        graph_name = "bert_encoder"
     inputs = [
         helper.make_tensor_value_info(n, TensorProto.INT64, dyn)
         for n in ("input_ids", "attention_mask", "token_type_ids")
     ]
-    output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [*dyn, hidden])
-    graph = helper.make_graph(g.nodes, "bert_encoder", inputs, [output], g.inits)
+    graph = helper.make_graph(g.nodes, graph_name, inputs, [output], g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="memsearch-fast")
     model.ir_version = IR_VERSION
     return model

@@ -41,6 +41,23 @@ _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
 _POOLING_MODES = ("mean", "cls", "max")
 
 
+def session_options(threads: int, *, spinning: bool) -> Any:
+    """The onnxruntime options of every local model (embedding and reranker):
+    *threads* intra-op threads, sequential execution, all graph optimisations,
+    quiet logs; *spinning* False keeps idle threads off the cores."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class OnnxEmbedding:
     """Sentence embeddings from an ONNX model in hub layout (see ``models.resolve_model``).
 
@@ -89,15 +106,8 @@ class OnnxEmbedding:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=self._max_len)
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self._threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        if self._workers * self._threads >= cpus:
-            # Spinning threads would steal cores from the other workers.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Spinning threads would steal cores from the other workers.
+        options = session_options(self._threads, spinning=self._workers * self._threads < cpus)
         try:
             first = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
@@ -120,6 +130,11 @@ class OnnxEmbedding:
         if "input_ids" not in self._input_names:
             raise EmbeddingError(f"ONNX model {path} has no input_ids input")
         outputs = [o.name for o in first.get_outputs()]
+        if outputs == ["logits"]:
+            raise EmbeddingError(
+                f"{path} is a cross-encoder (it outputs relevance logits, not embeddings); "
+                "use it with search --reranker-model"
+            )
         pooled = next((n for n in _POOLED_OUTPUTS if n in outputs), None)
         token = next((n for n in _TOKEN_OUTPUTS if n in outputs), outputs[0])
         self._output = pooled or token

@@ -195,6 +195,12 @@ class _Run:
         self.donors = Donors(self.model)
         self.dedup = Dedup(self.model, force=force)
         self.gone: list[str] = []  # recorded or stored files under a root that vanished
+        # A file listed by the scan that is gone by the time it is read: the
+        # tree is moving under the run (a file renamed twice in a burst).
+        # What vanished before the scan may then live on under a name this
+        # run never saw, so its rows stay until a run over a settled tree:
+        # the next run deletes them, or gives their vectors to the new name.
+        self.unsettled = False
         self.stale: list[str] = []  # stored ids that files no longer yield
 
     # -- the run -------------------------------------------------------------------------
@@ -253,6 +259,11 @@ class _Run:
             await self.embed.finish()
             await self.upsert.finish()
             await self.upsert.delete_ids(self.stale)
+            if self.unsettled and self.gone and not self.force:
+                logger.info(
+                    "files moved during the run: the rows of %d vanished files wait for the next run", len(self.gone)
+                )
+                self.gone = []
             with_rows = self._with_rows(self.gone)
             await self.upsert.delete_sources(with_rows)
             report.sources_removed = len(with_rows)
@@ -363,6 +374,8 @@ class _Run:
             if reason is None and len(fc.path.encode("utf-8")) > MAX_SOURCE_BYTES:
                 reason = f"path longer than {MAX_SOURCE_BYTES} bytes"
             if reason is not None:
+                if not os.path.lexists(fc.path):
+                    self.unsettled = True
                 report.failed.append((fc.path, reason))
                 self._failed(fc.path)
                 continue
