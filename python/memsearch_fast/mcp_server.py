@@ -55,7 +55,9 @@ TOOLS: list[types.Tool] = [
             "(content, source, heading, chunk_hash, heading_level, start_line, end_line, score), or with "
             "min_score/budget/digest an object {results, dropped, below_min_score, budget, tokens, tokenizer}. "
             "Use digest=true for one compact record per hit, budget=N to cap the answer at N tokens "
-            "(whole hits only), then memory_expand on a chunk_hash for its full section."
+            "(whole hits only), then memory_expand on a chunk_hash for its full section. With reranker.model "
+            "configured, hits are reordered by that cross-encoder: score is its relevance (0-1) and "
+            "rerank_score its logit."
         ),
         inputSchema={
             "type": "object",

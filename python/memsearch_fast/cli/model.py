@@ -12,7 +12,9 @@ from memsearch_fast.cli.options import text
 @guard
 def model_import(
     src: Annotated[str, typer.Argument(metavar="SRC", show_default=False, help="Checkpoint directory or .zip of one.")],
-    name: Annotated[str | None, text("--name", help="Name to use with -m (default: the directory name).")] = None,
+    name: Annotated[
+        str | None, text("--name", help="Name to use with -m or --reranker-model (default: the directory name).")
+    ] = None,
     quantize: Annotated[
         bool, typer.Option("--quantize/--no-quantize", help="Also write an int8 model (used by default when present).")
     ] = True,
