@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -79,7 +80,10 @@ def test_compact_writes_the_summary_to_todays_log_and_indexes_it(project: Projec
     out = project.run("compact", *project.common, *project.llm, "-o", str(project.out))
     assert out.stdout.startswith("Compact complete. Summary:\n\n## Billing")
     log = project.out / "memory" / f"{date.today().isoformat()}.md"
-    assert log.read_text(encoding="utf-8") == f"# {date.today().isoformat()}\n\n\n## Memory Compact\n\n{SUMMARY}\n"
+    text = log.read_text(encoding="utf-8")
+    assert re.fullmatch(
+        rf"# {date.today().isoformat()}\n\n\n## Memory Compact \d\d:\d\d\n\n{re.escape(SUMMARY)}\n", text
+    )
     prompt = project.server.prompts()[0]
     assert "Invoices are rounded once per invoice." in prompt and "deploy key fingerprint" in prompt
     assert prompt.index("Invoices") < prompt.index("deploy key")  # file and line order

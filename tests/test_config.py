@@ -246,7 +246,7 @@ def test_saved_config_is_owner_only(tmp_path) -> None:
 def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
     home, _ = dirs
     cfg = cfgmod.resolve()
-    assert cfg["llm"] == {"provider": "", "model": "", "base_url": "", "api_key": ""}
+    assert cfg["llm"] == {"provider": "", "model": "", "base_url": "", "api_key": "", "providers": {}}
     assert cfg["compact"]["llm_provider"] == "openai" and cfg["prompts"]["summarize"] == ""
     for platform in ("claude-code", "codex", "opencode", "openclaw", "dsh"):
         assert cfg["plugins"][platform]["summarize"] == {"enabled": True, "provider": "", "model": ""}
@@ -264,7 +264,7 @@ def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
     assert cfg["plugins"]["codex"]["summarize"]["enabled"] is False
     assert cfg["plugins"]["claude-code"]["summarize"]["provider"] == "work"
     assert cfgmod.get_value(cfg, "plugins.claude_code.summarize.provider") == "work"
-    assert cfg["llm"]["providers"] == {"work": {"type": "anthropic"}}
+    assert cfg["llm"]["providers"] == {"work": {"type": "anthropic", "model": "", "base_url": "", "api_key": ""}}
 
     for key, value, message in (
         ("plugins.codex.summarize.enabled", "maybe", "expected true or false"),
@@ -302,7 +302,7 @@ def test_project_file_cannot_set_llm_keys(dirs: tuple[Path, Path]) -> None:
     )
     warnings: list[str] = []
     cfg = cfgmod.resolve(warn=warnings.append)
-    assert cfg["llm"]["provider"] == "" and "providers" not in cfg["llm"]
+    assert cfg["llm"]["provider"] == "" and cfg["llm"]["providers"] == {}
     assert cfg["compact"]["base_url"] == "" and cfg["prompts"]["summarize"] == ""
     assert cfg["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "", "model": ""}
     for key in (

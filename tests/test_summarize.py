@@ -103,9 +103,9 @@ def test_routing_from_configuration(server: FakeLLMServer, home: Path, project: 
     proc = summarize(home, project, "claude-code", TURN, WORK_LLM_KEY=KEY)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == NOTES
-    # The plugin's model overrides the provider's; the agent name defaults to the platform's.
+    # The plugin's model overrides the provider's; the agent name defaults to the plugin id (as 0.4.23).
     assert server.requests[-1]["body"]["model"] == "claude-opus-4-1"
-    assert server.prompts()[-1] == "Notes about Claude Code, please.\n\nTranscript:\n" + TURN
+    assert server.prompts()[-1] == "Notes about claude-code, please.\n\nTranscript:\n" + TURN
 
     # A protocol named directly uses [llm] when it is that protocol.
     configure(
@@ -126,7 +126,7 @@ def test_routing_from_configuration(server: FakeLLMServer, home: Path, project: 
     proc = summarize(home, project, "opencode", TURN)
     assert proc.returncode == 0 and proc.stdout.strip() == NOTES
     assert "using the built-in prompt" in proc.stderr
-    assert server.prompts()[-1].startswith(PROMPT.replace(AGENT_PLACEHOLDER, "OpenCode"))
+    assert server.prompts()[-1].startswith(PROMPT.replace(AGENT_PLACEHOLDER, "opencode"))
 
 
 @pytest.mark.parametrize(

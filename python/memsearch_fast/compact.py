@@ -2,7 +2,7 @@
 
 As memsearch 0.4.23: the chunks (all, or one source's) go to the LLM in a
 prompt with a ``{chunks}`` placeholder; the summary is added to
-``<output dir>/memory/YYYY-MM-DD.md`` under ``## Memory Compact`` (a new log
+``<output dir>/memory/YYYY-MM-DD.md`` under ``## Memory Compact HH:MM`` (a new log
 starts with ``# YYYY-MM-DD``), and that file is indexed, so markdown stays
 the source of truth. The LLM is ``[llm]`` (else the deprecated ``[compact]``
 keys, else OpenAI); the prompt is ``--prompt``, ``--prompt-file``,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,16 +151,18 @@ def part_chars() -> int:
     return value if value >= 1000 else DEFAULT_PART_CHARS
 
 
-def write(output_dir: Path, summary: str, today: date | None = None) -> Path:
-    """Add the summary to ``<output_dir>/memory/<today>.md``, atomically."""
+def write(output_dir: Path, summary: str, now: datetime | None = None) -> Path:
+    """Add the summary to ``<output_dir>/memory/<today>.md``, atomically, under
+    ``## Memory Compact HH:MM`` (two compactions of a day stay apart)."""
     from memsearch_fast.agents import journal
 
-    day = (today or date.today()).isoformat()
+    now = now or datetime.now()
+    day = now.date().isoformat()
     log = output_dir / "memory" / f"{day}.md"
 
     def add(old: str) -> str:
         head = old if old else f"# {day}\n"
-        return f"{head}\n\n{HEADING}\n\n{summary.strip()}\n"
+        return f"{head}\n\n{HEADING} {now:%H:%M}\n\n{summary.strip()}\n"
 
     journal.rewrite(log, add)
     return log

@@ -200,6 +200,13 @@ SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "embedding.batch_size": (0, _int(0)),
     "embedding.base_url": ("", _str),
     "embedding.api_key": ("", _str),
+    # Deprecated by the reference in favour of [llm] and [prompts]; still read
+    # (and listed where memsearch 0.4.23 lists them).
+    "compact.llm_provider": ("openai", _str),
+    "compact.llm_model": ("", _str),
+    "compact.prompt_file": ("", _str),
+    "compact.base_url": ("", _str),
+    "compact.api_key": ("", _str),
     # Bounded so a chunk always fits the store's content field and a project
     # file cannot make indexing explode.
     "chunking.max_chunk_size": (DEFAULT_MAX_CHUNK_SIZE, _int(1, MAX_CHUNK_SIZE_LIMIT)),
@@ -214,12 +221,6 @@ SCHEMA: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "llm.model": ("", _str),
     "llm.base_url": ("", _str),
     "llm.api_key": ("", _str),
-    # Deprecated by the reference in favour of [llm] and [prompts]; still read.
-    "compact.llm_provider": ("openai", _str),
-    "compact.llm_model": ("", _str),
-    "compact.prompt_file": ("", _str),
-    "compact.base_url": ("", _str),
-    "compact.api_key": ("", _str),
     # Prompt template files; empty = the built-in prompt.
     **{
         f"prompts.{name}": ("", _str)
@@ -473,12 +474,26 @@ def resolve(
     for key, value in (overrides or {}).items():
         if value is not None:
             set_path(result, key, parse_value(key, value, "command-line option") if _entry(key) else value)
+    _complete_named_providers(result)
     if resolve_env:
         result = _resolve_env(result)
     if not _get(result, "embedding.model"):
         provider = str(_get(result, "embedding.provider")).strip().lower()
         set_path(result, "embedding.model", DEFAULT_MODELS.get(provider, ""))
     return result
+
+
+def _complete_named_providers(cfg: dict[str, Any]) -> None:
+    """``llm.providers`` always present, each named provider with all its
+    fields (unset ones empty), so resolved output has memsearch 0.4.23's shape."""
+    llm = cfg.setdefault("llm", {})
+    providers = llm.setdefault("providers", {})
+    if not isinstance(providers, dict):
+        return
+    empty = {key.rsplit(".", 1)[1]: default for key, (default, _) in NAMED_SCHEMA.items()}
+    for name, spec in providers.items():
+        if isinstance(spec, dict):
+            providers[name] = {**empty, **spec}
 
 
 def resolve_env_ref(value: str, key: str = "") -> str:

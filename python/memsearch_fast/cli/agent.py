@@ -31,7 +31,7 @@ def compact(
 
     The selected chunks go to the LLM ([llm], else the [compact] keys, else
     OpenAI); the summary is added to OUTPUT_DIR/memory/YYYY-MM-DD.md under
-    "## Memory Compact" (atomically) and that file is indexed.
+    "## Memory Compact HH:MM" (atomically) and that file is indexed.
     """
     from memsearch_fast import compact as compacting
     from memsearch_fast.cli.options import memsearch, settings
@@ -87,7 +87,8 @@ def summarize(
     transcript = sys.stdin.buffer.read().decode("utf-8", "replace") if sys.stdin is not None else ""
     if not transcript.strip():
         return  # nothing to summarize: no notes, as the reference
-    instructions = notes.load_prompt(cfg, agent_name.strip() or notes.AGENT_NAMES[platform], warn=err)
+    # Without --agent-name the prompt names the plugin id, as 0.4.23 does (the hooks pass display names).
+    instructions = notes.load_prompt(cfg, agent_name.strip() or platform, warn=err)
     typer.echo(notes.summarize(settings, instructions, transcript))
 
 

@@ -94,7 +94,8 @@ def config_list(
         data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Global ({path})"
     elif mode == "project":
         path = cfgmod.project_config_path()
-        data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Project ({path})"
+        data = cfgmod.masked(cfgmod.load_file(path, check=False))
+        label = f"Project ({cfgmod.PROJECT_CONFIG_NAME})"  # always the current directory's, as 0.4.23 names it
     else:
         cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
         data, label = cfgmod.for_display(cfg), "Resolved (all sources merged)"

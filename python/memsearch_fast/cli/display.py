@@ -289,5 +289,5 @@ def format_config(data: dict[str, Any], label: str) -> str:
     """A config dict as TOML under a ``# label`` line."""
     import tomli_w
 
-    body = tomli_w.dumps(data).rstrip() if data else "(empty)"
+    body = tomli_w.dumps(data) if data else "(empty)"  # TOML's own last newline kept, as 0.4.23 prints it
     return f"# {label}\n\n{body}"

@@ -26,7 +26,7 @@ from memsearch_fast.cli.options import (
 @uses(MILVUS, EMBEDDING)
 def search(
     query: Annotated[str, typer.Argument(show_default=False, help="What to look for, in words.")],
-    top_k: Annotated[int, integer("--top-k", "-k", min=1, help="Number of results.")] = 5,
+    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = 5,
     source_prefix: Annotated[
         str | None,
         typer.Option(
@@ -93,7 +93,7 @@ def search(
         return await recall.tiered_search(
             ms,
             query,
-            top_k=top_k,
+            top_k=top_k or 5,  # -k 0 is the default, as in memsearch 0.4.23
             source_prefix=source_prefix,
             json_output=json_output,
             digest=digest,
