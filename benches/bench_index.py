@@ -392,3 +392,54 @@ def test_directory_rename_embeds_nothing(benchmark, corpora, tmp_path: Path) -> 
     assert result["rename_embedded"] == 0 and result["rows"] <= result["chunks"]
     benchmark.extra_info.update(result)
     print(f"\ndirectory rename at {SMALL_MB} MB: {json.dumps(result)}")
+
+
+FLOOR_UNIQUE = """
+import asyncio, json, resource, sys, time
+from memsearch_fast.pipeline.chunk import chunk_files
+from memsearch_fast.pipeline.embed import embedding_text
+from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.embeddings import get_provider
+
+root, model_dir = sys.argv[1:3]
+provider = get_provider("onnx", model=model_dir)
+texts = list(dict.fromkeys(embedding_text(c) for b in chunk_files(scan_paths([root])) for fc in b for c in fc.chunks))
+asyncio.run(provider.embed(texts[:64]))  # the model loaded and warm
+t0 = time.perf_counter()
+asyncio.run(provider.embed(texts))  # one call: sorted by length, no padding to speak of
+print(json.dumps({"floor": time.perf_counter() - t0, "texts": len(texts),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def test_cli_cold_index_against_floor(benchmark, corpora, tmp_path: Path) -> None:
+    """`memsearch index` as a user runs it (process start, model load and the
+    Lite server's start included) against the corpus's unique texts through
+    the embedder alone with the model loaded; peak RSS of the CLI process
+    (GNU time's maximum resident set; the Lite server is a process of its own)."""
+    from memsearch_fast.lite import broker
+
+    root = corpora["model"]
+    floor = run_script(FLOOR_UNIQUE, str(root), str(MODEL_DIR))
+    uri = str(tmp_path / "m.db")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
+    env.update(HOME=str(home), MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1")
+    argv = ["/usr/bin/time", "-f", "TIME %e %M", sys.executable, "-m", "memsearch_fast", "index", str(root)]
+    argv += ["--milvus-uri", uri, "-m", str(MODEL_DIR), "-q"]
+
+    def cli() -> dict:
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        wall, rss_kb = out.stderr.strip().splitlines()[-1].split()[1:3]
+        return {"wall": float(wall), "rss_mb": int(rss_kb) / 1024}
+
+    try:
+        ours = benchmark.pedantic(cli, rounds=1, iterations=1)
+    finally:
+        broker.stop_server(uri)
+    result = {"floor": floor, "cli": ours, "ratio": round(ours["wall"] / floor["floor"], 3), "mb": MODEL_MB}
+    result["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    benchmark.extra_info.update(result)
+    print(f"\ncold `memsearch index` at {MODEL_MB} MB against the inference floor: {json.dumps(result)}")
