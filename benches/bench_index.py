@@ -443,3 +443,81 @@ def test_cli_cold_index_against_floor(benchmark, corpora, tmp_path: Path) -> Non
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)
     benchmark.extra_info.update(result)
     print(f"\ncold `memsearch index` at {MODEL_MB} MB against the inference floor: {json.dumps(result)}")
+
+
+SCALE_SEARCH = """
+import asyncio, hashlib, json, os, statistics, subprocess, sys, time
+import numpy as np
+from memsearch_fast import MemSearch
+from memsearch_fast.embeddings import get_provider
+
+root, uri, model_dir = sys.argv[1:4]
+real = get_provider("onnx", model=model_dir)
+
+class HashVectors:
+    # The real model's name and dimension with vectors from a hash: the index of a
+    # large corpus in seconds. Search costs the same whatever the vectors hold
+    # (Milvus Lite searches every vector); the query is embedded by the real model.
+    model_name, dimension, batch_size, workers = real.model_name, real.dimension, 256, 1
+    async def embed(self, texts):
+        out = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
+            v = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+            out.append((v / np.linalg.norm(v)).tolist())
+        return out
+    async def embed_query(self, text):
+        return (await self.embed([text]))[0]
+    def close(self):
+        pass
+
+queries = ["thumbnail benchmark with libvips", "database migration lock timeout", "deploy key fingerprint",
+           "flaky test shared temp directory", "retry backoff jitter", "搜索页面改版", "idempotency keys replay"]
+with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
+    ms._provider = HashVectors()
+    t = time.perf_counter(); report = asyncio.run(ms.index_with_report()); index_s = time.perf_counter() - t
+with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
+    async def warm():
+        await ms.search(queries[0])
+        times = []
+        for i in range(70):
+            t = time.perf_counter()
+            await ms.search(queries[i % len(queries)], top_k=5)
+            times.append(time.perf_counter() - t)
+        return times
+    times = sorted(asyncio.run(warm()))
+    rows = ms.stats()
+cli = []
+env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
+env.update(MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1")
+for i in range(12):  # the Lite server is running (the in-process searches started it)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "memsearch_fast", "search", queries[i % len(queries)], "--milvus-uri", uri,
+                    "-m", model_dir, "-j"], check=True, capture_output=True, env=env)
+    cli.append(time.perf_counter() - t)
+cli.sort()
+print(json.dumps({"chunks": report.chunks, "index_s": index_s, "stats": rows,
+                  "warm_p50_ms": statistics.median(times) * 1e3, "warm_p90_ms": times[int(len(times) * 0.9)] * 1e3,
+                  "cli_p50_s": statistics.median(cli), "cli_max_s": cli[-1]}))
+"""
+
+
+def test_search_latency_at_scale(benchmark, tmp_path: Path) -> None:
+    """Warm in-process search and a cold `memsearch search` process (server
+    running) on a MEMSEARCH_BENCH_SEARCH_MB corpus (default 50), its vectors
+    from a hash under the real model's name, the query embedded by the model."""
+    from memsearch_fast.lite import broker
+
+    mb = float(os.environ.get("MEMSEARCH_BENCH_SEARCH_MB", "50"))
+    root = tmp_path / "corpus"
+    write_corpus(root, total_bytes=int(mb * 1_000_000), seed=11)
+    uri = str(tmp_path / "m.db")
+    try:
+        result = benchmark.pedantic(
+            lambda: run_script(SCALE_SEARCH, str(root), uri, str(MODEL_DIR)), rounds=1, iterations=1
+        )
+    finally:
+        broker.stop_server(uri)
+    result.update(mb=mb, load_avg_1m=round(os.getloadavg()[0], 2))
+    benchmark.extra_info.update(result)
+    print(f"\nsearch latency at {mb} MB: {json.dumps(result, default=str)}")
