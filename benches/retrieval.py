@@ -8,6 +8,13 @@ all. Kinds: ``port`` (an exact number, asked by the service's name),
 ``paraphrase`` (asked in words the fact does not use) and ``cjk`` (a Chinese
 fact asked in Chinese). A hit is a result whose content holds the fact's
 unique key.
+
+``--tool reference`` indexes the same corpus with memsearch 0.4.23 and the
+same model: its ``openai`` provider is pointed at a local server that speaks
+the OpenAI embeddings protocol and computes the vectors with our ONNX
+provider (int8), and the questions go through its own hybrid search.
+``--sparse-extra`` measures our tool with the chunk's heading and file stem
+added to the BM25 input (a bench-only collection, see :func:`sparse_extra_store`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,26 +194,176 @@ def evaluate(ms: Any, facts: list[Fact], top_k: int = 10) -> dict[str, Any]:
     }
 
 
-def run(megabytes: float, facts: int, workdir: Path) -> dict[str, Any]:
-    """Build (unless *workdir* holds a corpus already), index, evaluate."""
-    from memsearch_fast import MemSearch
-    from memsearch_fast.lite import broker
+#: The model name the reference is given: one it does not know, so it asks the
+#: server for a trial vector to learn the dimension instead of assuming 1536.
+REFERENCE_MODEL = "all-MiniLM-L6-v2-int8-local"
 
+
+@contextmanager
+def embedding_server(model_dir: Path = MODEL_DIR) -> Iterator[str]:
+    """An OpenAI-compatible ``POST /v1/embeddings`` on 127.0.0.1 whose vectors come
+    from our ONNX provider (the int8 file our index uses); yields the base URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from memsearch_fast.embeddings import get_provider
+
+    provider = get_provider("onnx", model=str(model_dir))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            texts = body.get("input")
+            texts = [texts] if isinstance(texts, str) else texts
+            if self.path.rstrip("/") != "/v1/embeddings" or not isinstance(texts, list):
+                self._reply(400, {"error": {"message": "expected POST /v1/embeddings with an input list"}})
+                return
+            vectors = provider.embed_sync([str(t) for t in texts]).tolist() if texts else []  # type: ignore[attr-defined]
+            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+            usage = {"prompt_tokens": 0, "total_tokens": 0}
+            self._reply(200, {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage})
+
+        def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            raw = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: one line per request would drown the report."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        provider.close()
+
+
+def sparse_extra_store(uri: str, collection: str, dimension: int, model: Any) -> Any:
+    """Our store, except that BM25 reads ``bm25_text`` = heading + file stem + content;
+    ``content`` (what a hit shows) and every other field stay as they are."""
+    from memsearch_fast.store import milvus, rows
+
+    class SparseExtra(milvus.MilvusStore):
+        """Bench-only: the product's schema plus a ``bm25_text`` VARCHAR, with the BM25
+        function moved from ``content`` onto it; rows get the field in ``_prepare_row``.
+        Searches are the product's (same hybrid request on ``sparse_vector``)."""
+
+        def _create_with(self, analyzer: dict[str, Any]) -> None:
+            real = self._client
+            self._client = _BM25OnExtraText(real)
+            try:
+                super()._create_with(analyzer)
+            finally:
+                self._client = real
+
+        def _prepare_row(self, row: dict[str, Any]) -> dict[str, Any]:
+            out = super()._prepare_row(row)
+            prefix = f"{out['heading']} {Path(out['source']).stem}\n"
+            room = rows.MAX_CONTENT_BYTES - len(prefix.encode("utf-8"))
+            content = str(out["content"])
+            out["bm25_text"] = prefix + content[: rows.utf8_cut(content, room)]
+            return out
+
+    return SparseExtra(uri, collection=collection, dimension=dimension, model=model)
+
+
+class _BM25OnExtraText:
+    """A client whose ``create_collection`` adds ``bm25_text`` (analysed like
+    ``content``) and feeds the BM25 function from it; every other call passes through."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def create_collection(self, collection_name: str, schema: Any, index_params: Any, **kw: Any) -> Any:
+        from pymilvus import CollectionSchema, DataType
+
+        from memsearch_fast.store.rows import MAX_CONTENT_BYTES
+
+        spec = schema.to_dict()
+        content = next(f for f in spec["fields"] if f["name"] == "content")
+        params = {**content["params"], "max_length": MAX_CONTENT_BYTES}
+        spec["fields"].append({"name": "bm25_text", "type": DataType.VARCHAR, "description": "", "params": params})
+        for fn in spec["functions"]:
+            if fn["output_field_names"] == ["sparse_vector"]:
+                fn["input_field_names"] = ["bm25_text"]
+        return self._client.create_collection(
+            collection_name=collection_name,
+            schema=CollectionSchema.construct_from_dict(spec),
+            index_params=index_params,
+            **kw,
+        )
+
+
+def run(
+    megabytes: float, facts: int, workdir: Path, *, tool: str = "ours", sparse_extra: bool = False
+) -> dict[str, Any]:
+    """Build (unless *workdir* holds a corpus already), index, evaluate.
+
+    Each variant has its own database in *workdir* (``m.db``, ``sparse_extra.db``,
+    ``reference.db``), so one corpus serves all of them.
+    """
     corpus = workdir / "corpus"
     planted = make_facts(facts) if corpus.exists() else build(corpus, megabytes, facts)
-    db = workdir / "m.db"
-    ms = MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")
-    try:
-        start = time.perf_counter()
-        asyncio.run(ms.index())
-        index_s = time.perf_counter() - start
-        report = evaluate(ms, planted)
-    finally:
-        ms.close()
-        broker.stop_server(str(db))
+    if tool == "reference":
+        index_s, report = _run_reference(corpus, workdir / "reference.db", planted)
+    else:
+        db = workdir / ("sparse_extra.db" if sparse_extra else "m.db")
+        index_s, report = _run_ours(corpus, db, planted, sparse_extra=sparse_extra)
+    report["tool"] = tool
+    if sparse_extra:
+        report["sparse_extra"] = True
     report["corpus_mb"] = megabytes
     report["index_s"] = round(index_s, 1)
     return report
+
+
+def _run_ours(corpus: Path, db: Path, planted: list[Fact], *, sparse_extra: bool) -> tuple[float, dict[str, Any]]:
+    from memsearch_fast import MemSearch
+    from memsearch_fast.lite import broker
+
+    ms = MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")
+    try:
+        if sparse_extra:
+            ms._store = sparse_extra_store(str(db), "retrieval", ms.provider.dimension, ms._embedding_model())
+        start = time.perf_counter()
+        asyncio.run(ms.index())
+        index_s = time.perf_counter() - start
+        return index_s, evaluate(ms, planted)
+    finally:
+        ms.close()
+        broker.stop_server(str(db))
+
+
+def _run_reference(corpus: Path, db: Path, planted: list[Fact]) -> tuple[float, dict[str, Any]]:
+    """memsearch 0.4.23 in this process: its default chunking, its Milvus Lite, its search."""
+    from memsearch.core import MemSearch as Reference  # type: ignore[import-untyped]
+
+    with embedding_server() as base_url:
+        ms = Reference(
+            [str(corpus)],
+            embedding_provider="openai",
+            embedding_model=REFERENCE_MODEL,
+            embedding_base_url=base_url,
+            embedding_api_key="local",
+            milvus_uri=str(db),
+            collection="retrieval",
+        )
+        try:
+            start = time.perf_counter()
+            asyncio.run(ms.index())
+            index_s = time.perf_counter() - start
+            return index_s, evaluate(ms, planted)
+        finally:
+            ms.close()
 
 
 def main() -> None:
@@ -214,17 +374,30 @@ def main() -> None:
     parser.add_argument(
         "--analyzer", help='BM25 analyzer of a new collection as JSON, e.g. \'{"tokenizer": "jieba"}\' (default: ours)'
     )
+    parser.add_argument(
+        "--tool",
+        choices=["ours", "reference"],
+        default="ours",
+        help="index and search with this tool (reference: memsearch 0.4.23, same model behind a local server)",
+    )
+    parser.add_argument(
+        "--sparse-extra",
+        action="store_true",
+        help="ours only: a collection whose BM25 input is heading + file stem + content",
+    )
     args = parser.parse_args()
+    if args.sparse_extra and args.tool != "ours":
+        parser.error("--sparse-extra applies to --tool ours")
     if args.analyzer:
         from memsearch_fast.store import milvus
 
         milvus.CJK_ANALYZER = json.loads(args.analyzer)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(args.mb, args.facts, args.workdir)
+        report = run(args.mb, args.facts, args.workdir, tool=args.tool, sparse_extra=args.sparse_extra)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            report = run(args.mb, args.facts, Path(tmp))
+            report = run(args.mb, args.facts, Path(tmp), tool=args.tool, sparse_extra=args.sparse_extra)
     json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
     print()
 
