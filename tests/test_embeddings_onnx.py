@@ -68,7 +68,7 @@ def fp32() -> OnnxEmbedding:
 
 @pytest.fixture(scope="module")
 def int8() -> OnnxEmbedding:
-    p = get_provider("onnx", model=str(MODEL_DIR))  # defaults: int8 file, batch size 32
+    p = get_provider("onnx", model=str(MODEL_DIR))  # defaults: int8 file, one text per call
     yield p
     p.close()
 
@@ -111,11 +111,12 @@ def test_large_calls_are_processed_in_windows(fp32: OnnxEmbedding, monkeypatch: 
     assert np.allclose(fp32.embed_sync(texts), whole, atol=1e-5)
 
 
-def test_long_texts_go_in_smaller_batches(int8: OnnxEmbedding, fp32: OnnxEmbedding) -> None:
+def test_long_texts_go_in_smaller_batches(fp32: OnnxEmbedding) -> None:
     """Rows x length^2 per inference batch is bounded, so the arena stays small;
     short texts still fill the configured batch size."""
     from memsearch_fast.embeddings import onnx as onnx_module
 
+    int8 = OnnxEmbedding(str(MODEL_DIR), batch_size=32, workers=1)
     long_texts = ["word " * 400] * 40  # truncated to max_seq_length tokens each
     short_texts = ["a short note"] * 40
     long_batches = int8._plan(long_texts, 0)
@@ -130,6 +131,29 @@ def test_long_texts_go_in_smaller_batches(int8: OnnxEmbedding, fp32: OnnxEmbeddi
     alone = [asyncio.run(fp32.embed([t]))[0] for t in (long_texts[0], short_texts[0])]
     for got, want in ((mixed[0], alone[0]), (mixed[3], alone[1])):
         assert sum(a * b for a, b in zip(got, want, strict=True)) > 0.9999
+    int8.close()
+
+
+def test_an_int8_vector_does_not_depend_on_its_batch_mates(int8: OnnxEmbedding) -> None:
+    """A text's int8 vector is the same alone (a query), among all the texts of a run, and
+    with short or long mates: a repaired index equals a clean one vector for vector.
+
+    In batches, onnxruntime's dynamic quantisation takes one activation scale per
+    call, and the same texts moved to cosine 0.98-0.99 of themselves.
+    """
+    texts = varied_texts(40, seed=23)
+    short, long = ["a note"] * 7, ["word " * 300] * 3
+    alone = np.vstack([int8.embed_sync([t]) for t in texts])
+    company = {
+        "all together": embed(int8, texts),
+        "short mates": np.vstack([embed(int8, [t, *short])[:1] for t in texts]),
+        "long mates": np.vstack([embed(int8, [t, *long])[:1] for t in texts]),
+    }
+    for name, got in company.items():
+        assert cosines(got, alone).min() >= 0.9999, name
+    with OnnxEmbedding(str(MODEL_DIR), batch_size=32, workers=1) as batched:
+        moved = cosines(batched.embed_sync(texts), np.vstack([batched.embed_sync([t]) for t in texts]))
+    assert moved.min() < 0.999  # what one text per call avoids
 
 
 def test_concurrent_calls_each_get_their_own_results_in_order(fp32: OnnxEmbedding) -> None:
@@ -295,9 +319,11 @@ def test_default_inference_parallelism_never_oversubscribes() -> None:
 
 
 def test_provider_workers_are_the_planned_pools() -> None:
-    with get_provider("onnx", model=str(MODEL_DIR)) as p:  # nothing given: plan() on this machine
-        want = plan()
+    want = plan()
+    with get_provider("onnx", model=str(MODEL_DIR), quantized=False) as p:  # nothing given: plan() on this machine
         assert (p.workers, p.threads) == (want.inference_workers, want.intra_op_threads)
+    with get_provider("onnx", model=str(MODEL_DIR)) as p:  # int8, one text per call: single-threaded workers
+        assert (p.workers, p.threads) == (want.inference_workers * want.intra_op_threads, 1)
     with OnnxEmbedding(str(MODEL_DIR), workers=3, threads=1) as p:
         assert (p.workers, p.threads) == (3, 1)
     with pytest.raises(ValueError, match="workers"):
@@ -307,9 +333,12 @@ def test_provider_workers_are_the_planned_pools() -> None:
 def test_get_provider_takes_a_parallelism_plan() -> None:
     pools = plan(3, cpus=available_cpus() * 3)
     assert (pools.inference_workers, pools.intra_op_threads) == (3, available_cpus())
-    with get_provider("onnx", model=str(MODEL_DIR), parallelism=pools) as p:
+    with get_provider("onnx", model=str(MODEL_DIR), parallelism=pools, quantized=False) as p:
         assert isinstance(p, EmbeddingProvider)
         assert p.workers == 3 and p.threads == available_cpus()
+        assert len(asyncio.run(p.embed(varied_texts(7)))) == 7
+    with get_provider("onnx", model=str(MODEL_DIR), parallelism=pools) as p:  # int8: the same cores, one text a call
+        assert p.workers == 3 * available_cpus() and p.threads == 1
         assert len(asyncio.run(p.embed(varied_texts(7)))) == 7
     with pytest.raises(ValueError, match="either parallelism or workers"):
         get_provider("onnx", model=str(MODEL_DIR), parallelism=pools, workers=2)

@@ -6,6 +6,15 @@ of inference workers whose onnxruntime threads add up to the available cores
 (onnxruntime releases the GIL, so threads run truly in parallel); tokenisation
 and the conversion to Python floats run off the event loop, overlapping with
 inference of other calls.
+
+An int8 model runs one text per inference call unless a batch size is given:
+its activations are quantized with one scale per call (onnxruntime's
+``DynamicQuantizeLinear``), so in a batch a text's vector depended on its
+batch mates (cosine 0.98-0.99 to itself alone). Alone, a text gets the same
+vector in an index run, in a repair and as a query. Its cores then go to
+single-threaded workers (``workers x threads`` of them, sharing one session):
+one row per call keeps a wide worker's threads half idle. On 2 cores this
+was faster than batches of 32 (README, "Reliability").
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_BATCH_SIZE = 32
+#: The default for an int8 model: one text per call, so its vector does not
+#: depend on the texts embedded with it (see the module docstring).
+INT8_BATCH_SIZE = 1
 #: Rows x padded length^2 of one inference batch. The attention buffers grow
 #: with it, and onnxruntime's arena keeps each worker's peak: 4 texts of 256
 #: tokens (or 16 of 128) per batch cut the embedder's peak RSS on the 1 MB
@@ -96,7 +108,10 @@ class OnnxEmbedding:
         if path is None:
             raise ModelNotFoundError(f"{self._model_dir} has no fp32 model (onnx/model.onnx); use quantized=True")
         self._onnx_path = path
-        self._batch_size = batch_size if batch_size > 0 else DEFAULT_BATCH_SIZE
+        int8 = path != onnx_file(self._model_dir, quantized=False)
+        self._batch_size = batch_size if batch_size > 0 else INT8_BATCH_SIZE if int8 else DEFAULT_BATCH_SIZE
+        if self._batch_size == 1:
+            self._workers, self._threads = self._workers * self._threads, 1
         self._max_len = self._max_seq_length(max_seq_length)
         try:
             self._tokenizer = Tokenizer.from_file(str(self._model_dir / "tokenizer.json"))
