@@ -426,3 +426,111 @@ def test_bare_model_name_ignores_same_named_folder(tmp_path, monkeypatch) -> Non
     with pytest.raises(ModelNotFoundError):
         resolve_model("planted-model")
     assert resolve_model("./planted-model").resolve() == (tmp_path / "planted-model").resolve()
+
+
+def linked_model(dest: Path) -> Path:
+    """A model directory whose files are links to the shared model's (tokenizer, int8 ONNX, configs)."""
+    (dest / "onnx").mkdir(parents=True)
+    for rel in ("tokenizer.json", "config.json", "sentence_bert_config.json", "onnx/model_quantized.onnx"):
+        (dest / rel).symlink_to(MODEL_DIR / rel)
+    return dest
+
+
+def planted(dest: Path) -> Path:
+    """A folder that passes for a model directory but holds no usable model."""
+    dest.mkdir(parents=True)
+    (dest / "tokenizer.json").write_text("{}")
+    (dest / "model.onnx").write_bytes(b"not a model")
+    return dest
+
+
+def resolve_in(cwd: Path, name: str, cache: Path, hub_cache: Path) -> subprocess.CompletedProcess[str]:
+    """``resolve_model(name)`` in a fresh process: offline, in ``cwd``, with these caches."""
+    script = textwrap.dedent(
+        f"""
+        from memsearch_fast.embeddings.models import resolve_model
+        print(resolve_model({name!r}))
+        """
+    )
+    env = {
+        **os.environ,
+        "MEMSEARCH_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "MEMSEARCH_MODELS_DIR": str(cache),
+        "HF_HUB_CACHE": str(hub_cache),
+        "PYTHONPATH": str(PYTHON_DIR),
+    }
+    return subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@needs_shared
+def test_relative_model_directory_named_like_a_hub_id(tmp_path: Path) -> None:
+    """``--model models/x`` where ./models/x is a model directory: that directory, not a hub id."""
+    work = tmp_path / "work"
+    linked_model(work / "models" / "x")
+    proc = resolve_in(work, "models/x", tmp_path / "cache", tmp_path / "hub")
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip().splitlines()[-1]) == Path("models/x")
+    old = Path.cwd()
+    os.chdir(work)
+    try:
+        with OnnxEmbedding("models/x") as emb:
+            assert emb.dimension == 384 and emb.model_name == "models/x"
+            assert emb.embed_sync(["a relative model directory"]).shape == (1, 384)
+    finally:
+        os.chdir(old)
+    # A folder there that is no model says what it lacks (not "not found in the cache").
+    (work / "models" / "ckpt").mkdir()
+    (work / "models" / "ckpt" / "model.safetensors").write_bytes(b"")
+    proc = resolve_in(work, "models/ckpt", tmp_path / "cache", tmp_path / "hub")
+    assert proc.returncode != 0 and "models/ckpt is a checkpoint without an ONNX export" in proc.stderr
+
+
+@needs_shared
+def test_planted_folders_never_shadow_the_default_or_a_cached_model(tmp_path: Path) -> None:
+    """A cloned repository's folders named like the default model, a model in our cache or
+    one in the Hugging Face cache lose to those models."""
+    work, cache, hub = tmp_path / "work", tmp_path / "cache", tmp_path / "hub"
+    for name in ("sentence-transformers/all-MiniLM-L6-v2", "org/imported", "org/hubcached"):
+        planted(work / name)
+    linked_model(cache / "all-MiniLM-L6-v2")
+    linked_model(cache / "org--imported")
+    repo = hub / "models--org--hubcached"
+    commit = "0" * 40
+    linked_model(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    expected = {
+        "sentence-transformers/all-MiniLM-L6-v2": cache / "all-MiniLM-L6-v2",
+        "org/imported": cache / "org--imported",
+        "org/hubcached": repo / "snapshots" / commit,
+    }
+    for name, where in expected.items():
+        proc = resolve_in(work, name, cache, hub)
+        assert proc.returncode == 0, proc.stderr
+        assert Path(proc.stdout.strip().splitlines()[-1]).resolve() == where.resolve(), name
+    # Nothing cached: the default model still never means the planted folder.
+    shutil.rmtree(cache / "all-MiniLM-L6-v2")
+    env_cache = tmp_path / "empty-cache"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from memsearch_fast.embeddings import models\n"
+            "models._PACKAGED_DEFAULT = ('memsearch_no_such_model_package', 'model.zip')\n"
+            "print(models.resolve_model('sentence-transformers/all-MiniLM-L6-v2'))",
+        ],
+        cwd=work,
+        env={
+            **os.environ,
+            "MEMSEARCH_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "MEMSEARCH_MODELS_DIR": str(env_cache),
+            "HF_HUB_CACHE": str(hub),
+            "PYTHONPATH": str(PYTHON_DIR),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "is not available offline" in proc.stderr, proc.stdout

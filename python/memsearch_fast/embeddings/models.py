@@ -115,19 +115,30 @@ def resolve_model(
     *model* is a directory, a name imported with ``memsearch model import``, the
     default ``all-MiniLM-L6-v2`` (also ``sentence-transformers/all-MiniLM-L6-v2``),
     or a hub repo id. Raises ``ModelNotFoundError`` when nothing works.
+
+    Which folder a name means, in order:
+
+    1. written as a path (``./x``, ``../x``, ``/x``, ``~/x``, ``a/b/c``): that directory;
+    2. a name in our model cache (``memsearch model import``);
+    3. the default model (any spelling): the packaged checkpoint or the hub's, never
+       a folder in the current directory;
+    4. an ``owner/name`` already in the Hugging Face cache;
+    5. an ``owner/name`` that is a model directory relative to the current
+       directory (``--model models/x``);
+    6. an ``owner/name`` downloaded from the hub (unless offline).
+
+    A bare name (no ``/``) is never a folder of the current directory, and a
+    relative ``owner/name`` folder counts only when the name is neither the
+    default model nor cached (steps 2-4): a cloned repository can then shadow no
+    model the user already has, and the project file (``.memsearch.toml``) may
+    not set the model at all (``config.PROJECT_ALLOWED``).
     """
     raw = DEFAULT_MODEL if model is None else os.fspath(model)
     path = Path(raw).expanduser()
-    # Only something written as a path is a path: a bare name such as the
-    # default model must not pick up a same-named folder in the current
-    # directory (a cloned repository could plant one).
     looks_like_path = raw.startswith((".", "/", "~")) or (os.sep in raw and not _is_repo_id(raw))
     if looks_like_path and path.exists():
-        if is_model_dir(path):
-            return path
-        if path.is_dir() and any(path.glob("*.safetensors")):
-            raise ModelNotFoundError(f"{raw} is a checkpoint without an ONNX export; run: memsearch model import {raw}")
-        raise ModelNotFoundError(f"{raw} is not an ONNX model directory (needs tokenizer.json and onnx/model.onnx)")
+        _check_model_dir(path, raw)
+        return path
     if raw.startswith((".", "/", "~", "\\")) or (os.sep != "/" and os.sep in raw):
         raise ModelNotFoundError(f"model directory {raw} does not exist")
 
@@ -144,10 +155,18 @@ def resolve_model(
             return _convert_archive(packaged, root, key)
 
     repo_id = DEFAULT_HUB_REPO if name == DEFAULT_MODEL else name
+    # A folder of the current directory named like this hub id (never the default model's).
+    local = name != DEFAULT_MODEL and _is_repo_id(raw) and path.is_dir()
     if "/" in repo_id:
-        found = _from_hub(repo_id, root, key, is_offline(offline))
+        found = _from_hub(repo_id, root, key, local_only=True)
+        if found is None and local and is_model_dir(path):
+            return path
+        if found is None and not is_offline(offline):
+            found = _from_hub(repo_id, root, key, local_only=False)
         if found is not None:
             return found
+    if local:
+        _check_model_dir(path, raw)  # says what that folder lacks
 
     if name == DEFAULT_MODEL:
         raise ModelNotFoundError(f"embedding model {name!r} is not available offline; {_INSTALL_HINT}")
@@ -155,6 +174,15 @@ def resolve_model(
         f"embedding model {name!r} not found in {root} or the Hugging Face cache; "
         "run: memsearch model import DIR (a sentence-transformers checkpoint) or pass an ONNX model directory"
     )
+
+
+def _check_model_dir(path: Path, raw: str) -> None:
+    """Raise a one-line ``ModelNotFoundError`` unless *path* is an ONNX model directory."""
+    if is_model_dir(path):
+        return
+    if path.is_dir() and any(path.glob("*.safetensors")):
+        raise ModelNotFoundError(f"{raw} is a checkpoint without an ONNX export; run: memsearch model import {raw}")
+    raise ModelNotFoundError(f"{raw} is not an ONNX model directory (needs tokenizer.json and onnx/model.onnx)")
 
 
 def _packaged_default_archive() -> Path | None:
@@ -179,29 +207,26 @@ def _convert_archive(archive: Path, root: Path, key: str) -> Path:
     return import_model(archive, name=key, cache_dir=root, replace=False)
 
 
-def _from_hub(repo_id: str, root: Path, key: str, offline: bool) -> Path | None:
-    """Find *repo_id* in the Hugging Face cache, else download it unless *offline*."""
+def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path | None:
+    """*repo_id* from the Hugging Face cache (``local_only``) or downloaded: its
+    ONNX export, else its checkpoint converted into our cache."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         return None
-    for local_only in (True,) if offline else (True, False):
-        try:
-            snapshot = Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=local_only))
-        except Exception:  # noqa: BLE001 - not cached / no network / no such repo: try the next source
-            continue
+    try:
+        snapshot = Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, local_files_only=local_only))
+    except Exception:  # noqa: BLE001 - not cached / no network / no such repo: try the checkpoint
+        pass
+    else:
         if is_model_dir(snapshot):
             return snapshot
-        break
-    for local_only in (True,) if offline else (True, False):
-        try:
-            snapshot = Path(
-                snapshot_download(repo_id, allow_patterns=_CHECKPOINT_PATTERNS, local_files_only=local_only)
-            )
-        except Exception:  # noqa: BLE001 - as above
-            continue
-        if any(snapshot.glob("*.safetensors")):
-            return import_model(snapshot, name=key, cache_dir=root, replace=False)
+    try:
+        snapshot = Path(snapshot_download(repo_id, allow_patterns=_CHECKPOINT_PATTERNS, local_files_only=local_only))
+    except Exception:  # noqa: BLE001 - as above
+        return None
+    if any(snapshot.glob("*.safetensors")):
+        return import_model(snapshot, name=key, cache_dir=root, replace=False)
     return None
 
 
