@@ -143,15 +143,17 @@ class MemSearch:
     @property
     def store(self) -> Any:
         """The store for writing: the collection is created with the model's
-        dimension when missing, and an existing one must match it."""
+        dimension (and records the model) when missing, and an existing one
+        must match both."""
         if self._store is None or not self._store.exists:
             from memsearch_fast.store import MilvusStore
 
             if self._store is not None:
                 self._store.close()
-            self._store = MilvusStore(**self._store_args, dimension=self.provider.dimension)
-        else:
-            self._check_dimension(self._store)
+            self._store = MilvusStore(
+                **self._store_args, dimension=self.provider.dimension, model=self._embedding_model()
+            )
+        self._check_dimension(self._store)
         return self._store
 
     def _read_store(self) -> Any:
@@ -164,6 +166,8 @@ class MemSearch:
         return self._store
 
     def _check_dimension(self, store: Any) -> None:
+        """The collection's vectors must come from this instance's model: same
+        dimension, and the same model (``MilvusStore.check_model``)."""
         if store.dimension != self.provider.dimension:
             from memsearch_fast.store import DimensionMismatchError
 
@@ -172,6 +176,18 @@ class MemSearch:
                 f"embedding model produces {self.provider.dimension}; run 'memsearch reset' or use the "
                 "model it was built with"
             )
+        store.check_model(self._embedding_model(), self.provider.model_name)
+
+    def _embedding_model(self) -> Any:
+        """Provider and model name as a collection records them; a model directory by its
+        absolute path, so ``./m`` and ``/abs/m`` are one model."""
+        from memsearch_fast.store import EmbeddingModel
+
+        name = str(self.provider.model_name)
+        provider = str(self._provider_args["name"])
+        if provider in ("onnx", "local") and Path(name).expanduser().is_dir():
+            name = str(Path(name).expanduser().resolve())
+        return EmbeddingModel(provider, name)
 
     # -- indexing --------------------------------------------------------------------
 

@@ -11,6 +11,11 @@ class DimensionMismatchError(StoreError):
     """The collection was built with a different embedding dimension."""
 
 
+class ModelMismatchError(StoreError):
+    """The collection was built with another embedding model (of the same
+    dimension: its vectors and the query's would not be comparable)."""
+
+
 class StoreUnavailableError(StoreError):
     """Milvus could not be reached or opened (server down, database held)."""
 

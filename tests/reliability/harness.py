@@ -3,8 +3,8 @@
 Real ``memsearch`` subprocesses against real Milvus Lite databases in temp
 directories, the shared ONNX model, and a dump of a collection as the rows a
 user can see (id, source, line range, heading, content), which is what "the
-same as a clean index" compares. Vectors are left out of the dump: the int8
-model's vector for a text varies slightly with its batch mates.
+same as a clean index" compares. Vectors are left out of the dump (a row's
+vector is compared apart, in ``test_vectors.py``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from memsearch_fast.lite.paths import (
     make_parent,
     open_sidecar,
     read_state,
+    relocated,
     sidecar_paths,
     socket_path,
 )
@@ -73,6 +74,10 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
 def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: float) -> _T:
     paths = sidecar_paths(db_path)
     with flock(paths["lock"], timeout=start_timeout + 30):
+        if relocated(db_path):
+            client = _attach_beside(db_path, connect)
+            if client is not None:
+                return client
         st = read_state(db_path)
         if st and st.get("status") == "starting" and is_ours(st.get("pid"), db_path):
             st = _wait_ready(db_path, st["pid"], start_timeout)  # a spawner died mid-start
@@ -109,6 +114,25 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
             raise StoreUnavailableError(
                 f"cannot connect to the Milvus Lite server for {db_path}: {one_line(exc)}"
             ) from None
+
+
+def _attach_beside(db_path: str, connect: Callable[[str], _T]) -> _T | None:
+    """A client of the server recorded beside the database, if one still serves it.
+
+    Its directory became read-only while that server ran (its record is beside
+    the database, ours in the runtime directory); a second server could not
+    open the database while the first holds it.
+    """
+    st = read_state(db_path, beside=True)
+    if not st or st.get("status") != "ready":
+        return None
+    address, _problem = verify_server(db_path, st)
+    if address is None:
+        return None
+    try:
+        return connect(address_uri(address))
+    except Exception:  # noqa: BLE001 - it went away meanwhile: start our own
+        return None
 
 
 def _cleanup(db_path: str, st: dict[str, Any]) -> None:

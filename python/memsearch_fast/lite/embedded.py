@@ -12,11 +12,12 @@ import logging
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
 from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
-from memsearch_fast.lite.paths import make_parent
+from memsearch_fast.lite.paths import make_parent, writable_dir
 
 _T = TypeVar("_T")
 
@@ -39,10 +40,14 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     try:
         client = make_client(db_path)
     except Exception as exc:  # noqa: BLE001 - any failure to open means the database is unavailable here
-        raise StoreUnavailableError(
-            f"cannot open Milvus Lite database {db_path}: {one_line(exc)} "
-            "(is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server)"
-        ) from None
+        parent = os.path.dirname(db_path)
+        why = (
+            f"milvus-lite opens it in-process only where it can create its lock file, and {parent} is read-only "
+            "for this user; unset MEMSEARCH_LITE_MODE to read it through a server"
+            if not writable_dir(parent)
+            else "is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server"
+        )
+        raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {one_line(exc)} ({why})") from None
     if new:
         _make_private(db_path)
     with _LOCK:
@@ -109,3 +114,5 @@ def _quiet_lite_embedded() -> None:
     log = logging.getLogger("milvus_lite")
     if log.level == logging.NOTSET:
         log.setLevel(logging.CRITICAL)
+    # milvus-lite 2.x's import warns about pkg_resources: noise on the terminal, not a problem of ours.
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)

@@ -134,15 +134,65 @@ def record_address(st: dict[str, Any]) -> str | None:
     return f"{HOST}:{port}" if isinstance(port, int) else None
 
 
-def sidecar_paths(db_path: str) -> dict[str, str]:
+def writable_dir(path: str | Path) -> bool:
+    """Whether this process may create files in the directory ``path`` (its
+    effective user and capabilities; False on a read-only mount too)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
+
+
+def runtime_dir() -> Path:
+    """This user's private (0700) directory for the sockets, and for the
+    sidecars of databases in a directory this user cannot write."""
+    problem = ""
+    for d in _socket_dirs():
+        try:
+            return _private_dir(d)
+        except OSError as exc:
+            problem = one_line(exc)
+    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's files: {problem}")
+
+
+def sidecar_paths(db_path: str, *, beside: bool = False) -> dict[str, str]:
     """Files kept beside the database: broker lock, server record, server log,
-    and the marker of a database found damaged (:mod:`.damage`)."""
+    and the marker of a database found damaged (:mod:`.damage`).
+
+    When this user cannot create files in the database's directory (a
+    read-only directory or mount, another user's database), they live in
+    :func:`runtime_dir` instead, named after a hash of the database's path:
+    searches can then still start a server that reads the database. Every
+    process of one user decides alike, as long as the directory's modes stay.
+    ``beside`` gives the names beside the database whatever the directory's modes.
+    """
+    base = db_path
+    if not beside and relocated(db_path):
+        key = hashlib.sha256(db_path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        base = str(runtime_dir() / f"{key}-{os.path.basename(db_path)}")
     return {
-        "lock": db_path + ".lock",
-        "state": db_path + ".server.json",
-        "log": db_path + ".server.log",
-        "damaged": db_path + ".damaged",
+        "lock": base + ".lock",
+        "state": base + ".server.json",
+        "log": base + ".server.log",
+        "damaged": base + ".damaged",
     }
+
+
+def relocated(db_path: str) -> bool:
+    """Whether the sidecars of ``db_path`` live in :func:`runtime_dir` (see :func:`sidecar_paths`)."""
+    parent = os.path.dirname(db_path)
+    return os.path.isdir(parent) and not writable_dir(parent)
+
+
+def check_writable(db_path: str) -> None:
+    """Raise a one-line StoreError when this user cannot write the database
+    (index, watch and reset write it and files beside it; readers need not)."""
+    parent = Path(db_path).parent
+    readers = "search, stats, expand and get can still read it"
+    if parent.is_dir() and not writable_dir(parent):
+        raise StoreError(f"cannot write {db_path}: its directory {parent} is read-only for this user ({readers})")
+    effective = os.access in os.supports_effective_ids
+    writable = writable_dir(db_path) if os.path.isdir(db_path) else os.access(db_path, os.W_OK, effective_ids=effective)
+    if os.path.exists(db_path) and not writable:
+        raise StoreError(f"cannot write {db_path}: the database is read-only for this user ({readers})")
 
 
 # Record files are a few hundred bytes; anything much larger is not a record.
@@ -224,10 +274,13 @@ def make_parent(db_path: str) -> None:
     """Create the database's missing parent directories (the last one 0700).
 
     A parent that exists as a file is reported in one line instead of
-    ``[Errno 17] File exists``.
+    ``[Errno 17] File exists``, and so is a database that does not exist in a
+    directory this user cannot write.
     """
     parent = Path(db_path).parent
     if check_parent(db_path):
+        if not os.path.lexists(db_path) and not writable_dir(parent):
+            raise StoreError(f"cannot create {db_path}: its directory {parent} is read-only for this user")
         return
     try:
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -299,12 +352,21 @@ def _is_sqlite(p: Path) -> bool:
     return _header(p) == _SQLITE_HEADER
 
 
+def open_lock(path: str) -> int:
+    """A lock file beside the database, for ``flock`` (which needs no write
+    access: an existing lock file this user may only read serves as well)."""
+    try:
+        return open_sidecar(path, os.O_CREAT | os.O_RDWR)
+    except PermissionError:
+        return open_sidecar(path, os.O_RDONLY)
+
+
 @contextlib.contextmanager
 def flock(path: str, timeout: float) -> Iterator[None]:
     """Exclusive advisory lock on ``path``, waiting at most ``timeout`` seconds."""
     import fcntl
 
-    fd = open_sidecar(path, os.O_CREAT | os.O_RDWR)
+    fd = open_lock(path)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -326,15 +388,16 @@ def flock(path: str, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
-def read_state(db_path: str) -> dict[str, Any] | None:
+def read_state(db_path: str, *, beside: bool = False) -> dict[str, Any] | None:
     """The recorded server for ``db_path`` (may be stale or forged: see
-    ``process.verify_server``), or None.
+    ``process.verify_server``), or None; ``beside``: the record beside the
+    database, wherever :func:`sidecar_paths` puts it now.
 
     A record that is a symlink, not a regular file or not this user's is no
     record: the next server replaces it (``write_state`` renames over the name).
     """
     try:
-        fd = open_sidecar(sidecar_paths(db_path)["state"], os.O_RDONLY)
+        fd = open_sidecar(sidecar_paths(db_path, beside=beside)["state"], os.O_RDONLY)
     except (OSError, StoreError):
         return None
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -26,11 +27,13 @@ from memsearch_fast.lite.paths import (
     address_uri,
     check_layout,
     idle_timeout,
+    open_lock,
     open_sidecar,
     remove_state_if,
     sidecar_paths,
     socket_file,
     socket_path,
+    writable_dir,
     write_state,
 )
 from memsearch_fast.lite.process import add_serve_arguments, endpoint_open
@@ -219,19 +222,10 @@ class _Lite2Engine(_Engine):
     """Milvus Lite 2.x: its C++ server binary, listening on our socket (or a local TCP port)."""
 
     def __init__(self, db_path: str, listen: str) -> None:
-        import fcntl
-
         log_start = damage.log_size(db_path)
         probe = _server_spec(db_path, None)
-        # The same lock milvus-lite 2.x takes, so embedded users see it as held
-        # (opened as a sidecar: never through a link planted under its name).
-        self._lock = open_sidecar(probe._lock_path, os.O_CREAT | os.O_RDWR | os.O_APPEND)
-        try:
-            fcntl.lockf(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock)
-            raise StoreUnavailableError(f"{db_path} is open in another process") from None
         self._lock_path = probe._lock_path
+        self._lock, self._own_lock = _engine_lock(self._lock_path, db_path)
         last_error = "did not listen"
         any_port = listen.endswith(":0")
         for _ in range(3 if any_port else 1):
@@ -281,10 +275,43 @@ class _Lite2Engine(_Engine):
         self._release()
 
     def _release(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._lock)
-        with contextlib.suppress(OSError):
-            os.unlink(self._lock_path)
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock)
+        if self._own_lock:
+            with contextlib.suppress(OSError):
+                os.unlink(self._lock_path)
+
+
+def _engine_lock(path: str, db_path: str) -> tuple[int | None, bool]:
+    """Take the lock milvus-lite 2.x takes (``.<name>.lock`` beside the database),
+    so embedded users see the database as held: ``(fd, ours to remove)``.
+
+    Exclusive, on a file opened as a sidecar (never through a planted link).
+    In a directory this user cannot write, the engine can only read the
+    database (SQLite cannot create its journal there): a shared lock on the
+    file if it exists, which fails while a writer holds it, else none (no
+    writer could have created it there).
+    """
+    import fcntl
+
+    try:
+        fd = open_sidecar(path, os.O_CREAT | os.O_RDWR | os.O_APPEND)
+        mode, own = fcntl.LOCK_EX, True
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or writable_dir(os.path.dirname(path)):
+            raise
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None, False  # absent (or unreadable): nobody writes the database here
+        mode, own = fcntl.LOCK_SH, False
+    try:
+        fcntl.lockf(fd, mode | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StoreUnavailableError(f"{db_path} is open in another process") from None
+    return fd, own
 
 
 def _server_spec(db_path: str, address: str | None) -> Any:
@@ -485,7 +512,7 @@ def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idl
     import fcntl
 
     try:
-        fd = open_sidecar(sidecar_paths(db_path)["lock"], os.O_CREAT | os.O_RDWR)
+        fd = open_lock(sidecar_paths(db_path)["lock"])
     except (OSError, StoreError) as exc:
         logger.warning("cannot take the broker lock of %s: %s", db_path, one_line(exc))
         return False

@@ -166,13 +166,18 @@ class Manifest:
     def acquire(self) -> None:
         """Take the collection's writer lock; blocks while another run holds it,
         after saying once whose run that is (the kernel releases the lock of a
-        process that dies). A no-op inside :meth:`writer` of the same lock."""
+        process that dies). A no-op inside :meth:`writer` of the same lock.
+        A local database this user cannot write is refused here, in one line."""
         import fcntl
 
         self.waited = False
         if str(self.lock_path) in _HELD.get():
             return
         self._make_dir()
+        if self.database is not None:
+            from memsearch_fast.lite.paths import check_writable
+
+            check_writable(self.database)  # a read-only database: one line before any work
         try:
             fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from memsearch_fast.errors import (
     DatabaseDamagedError,
     DimensionMismatchError,
+    ModelMismatchError,
     StoreError,
     StoreUnavailableError,
 )
@@ -13,7 +14,7 @@ from memsearch_fast.store.filters import (
     prefix_filter,
     quote_filter_value,
 )
-from memsearch_fast.store.milvus import MilvusStore
+from memsearch_fast.store.milvus import EmbeddingModel, MilvusStore
 from memsearch_fast.store.rows import (
     MAX_CONTENT_BYTES,
     MAX_HEADING_BYTES,
@@ -27,7 +28,9 @@ __all__ = [
     "MAX_SOURCE_BYTES",
     "DatabaseDamagedError",
     "DimensionMismatchError",
+    "EmbeddingModel",
     "MilvusStore",
+    "ModelMismatchError",
     "StoreError",
     "StoreUnavailableError",
     "escape_filter_value",

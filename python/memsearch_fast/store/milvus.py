@@ -24,11 +24,12 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from memsearch_fast.config import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import (
     DimensionMismatchError,
+    ModelMismatchError,
     StoreError,
     StoreUnavailableError,
     one_line,
@@ -107,6 +108,50 @@ UPSERT_MAX_BYTES = 32 * 1024 * 1024
 _T = TypeVar("_T")
 
 
+#: Rows whose chunk ids are recomputed to tell the model of a collection that
+#: records none (:meth:`MilvusStore.check_model`).
+MODEL_SAMPLE = 32
+
+
+class EmbeddingModel(NamedTuple):
+    """The embedding model a collection's vectors come from, recorded in the
+    description of its ``embedding`` field when the collection is created.
+
+    A field description is the one place Milvus Lite 2.5 keeps that the
+    schema of memsearch 0.4.23 leaves free (collection properties are dropped,
+    and altered ones unsupported), and that tool neither reads nor checks it.
+    ``name`` is what identifies the model; ``provider`` says how to ask for it.
+    """
+
+    provider: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"'{self.name}' ({self.provider})" if self.provider else f"'{self.name}'"
+
+    def record(self) -> str:
+        import json
+
+        return json.dumps({"embedding_provider": self.provider, "embedding_model": self.name})
+
+    @classmethod
+    def from_record(cls, text: Any) -> EmbeddingModel | None:
+        """The model a field description records, or None (an empty or foreign description)."""
+        import json
+
+        if not isinstance(text, str) or not text.startswith("{"):
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        name = data.get("embedding_model") if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name:
+            return None
+        provider = data.get("embedding_provider")
+        return cls(provider if isinstance(provider, str) else "", name)
+
+
 class MilvusStore:
     """Chunk storage and hybrid search on one Milvus collection.
 
@@ -114,6 +159,8 @@ class MilvusStore:
     exist; an existing one is checked against ``dimension`` and loaded, so
     queries never hit "collection not loaded" in a fresh process. With no
     ``dimension`` and no collection, reads return nothing and writes raise.
+    A collection created with ``model`` records it (:class:`EmbeddingModel`);
+    :meth:`check_model` compares a model with the one that built the collection.
     """
 
     def __init__(
@@ -124,11 +171,16 @@ class MilvusStore:
         collection: str = DEFAULT_COLLECTION,
         dimension: int | None = None,
         description: str = "",
+        model: EmbeddingModel | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.dimension: int | None = dimension
         self.description = description
+        self.model = model
+        #: The model the collection records (None: created by an older version or another tool).
+        self.recorded_model: EmbeddingModel | None = None
+        self._model_checked: tuple[EmbeddingModel, str] | None = None
         self.analyzer: dict[str, Any] | None = None
         self.content_max_bytes = MAX_CONTENT_BYTES
         self._token = token
@@ -312,6 +364,7 @@ class MilvusStore:
             if field.get("name") == "embedding":
                 raw_dim = params.get("dim")
                 dim = int(raw_dim) if raw_dim is not None else None
+                self.recorded_model = EmbeddingModel.from_record(field.get("description"))
             elif field.get("name") == "content":
                 if params.get("max_length"):
                     self.content_max_bytes = int(params["max_length"])
@@ -347,6 +400,7 @@ class MilvusStore:
                 logger.warning("BM25 analyzer %s unavailable (%s); trying %s", analyzer, exc, choices[i + 1])
                 continue
             self.analyzer = dict(analyzer)
+            self.recorded_model = self.model
             return
 
     def _create_with(self, analyzer: dict[str, Any]) -> None:
@@ -356,7 +410,12 @@ class MilvusStore:
         client = self._client
         schema = client.create_schema(enable_dynamic_field=True, description=self.description)
         schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64, is_primary=True)
-        schema.add_field(field_name="embedding", datatype=DataType.FLOAT_VECTOR, dim=self.dimension)
+        schema.add_field(
+            field_name="embedding",
+            datatype=DataType.FLOAT_VECTOR,
+            dim=self.dimension,
+            description=self.model.record() if self.model else "",
+        )
         schema.add_field(
             field_name="content",
             datatype=DataType.VARCHAR,
@@ -393,6 +452,61 @@ class MilvusStore:
     def exists(self) -> bool:
         """Whether the collection exists (False for a read-only open of an empty location)."""
         return self._exists
+
+    def check_model(self, model: EmbeddingModel, id_model: str) -> None:
+        """Raise :class:`ModelMismatchError` when the collection was built with another model.
+
+        A recorded model must have ``model``'s name. A collection without a
+        record (made by an older version or by memsearch 0.4.23) is judged by
+        its chunk ids, which hash the model name (``id_model``, as the index
+        pipeline computes them) with each chunk's source, lines and content:
+        when none of a sample of its rows has the id ``id_model`` would give
+        it, its vectors came from another model. Rows of split chunks (64-hex
+        ids) prove nothing and are skipped; an empty collection passes.
+        """
+        if not self._exists or self._model_checked == (model, id_model):
+            return
+        advice = "run 'memsearch reset' to drop it and re-index"
+        where = f"collection '{self.collection}' at {self._display}"
+        recorded = self.recorded_model
+        if recorded is not None:
+            if recorded.name != model.name:
+                flags = f"--provider {recorded.provider} --model {recorded.name}" if recorded.provider else ""
+                raise ModelMismatchError(
+                    f"{where} holds embeddings of model {recorded} but this run uses {model}; "
+                    f"use {flags or f'--model {recorded.name}'}, or {advice}"
+                )
+        elif self._ids_of_another_model(id_model):
+            raise ModelMismatchError(
+                f"{where} holds embeddings of another model than {model} (none of its chunk ids were made "
+                f"with it); use the --model it was built with, or {advice}"
+            )
+        self._model_checked = (model, id_model)
+
+    def _ids_of_another_model(self, id_model: str) -> bool:
+        from memsearch_fast._core import compute_chunk_id, content_hash
+
+        fields = ["chunk_hash", "source", "start_line", "end_line", "content"]
+        rows = self._call(
+            "query",
+            lambda c: c.query(collection_name=self.collection, filter="", output_fields=fields, limit=MODEL_SAMPLE),
+        )
+        judged = 0
+        for r in rows:
+            cid = str(r.get("chunk_hash") or "")
+            if len(cid) != 16:
+                continue
+            judged += 1
+            made = compute_chunk_id(
+                str(r.get("source") or ""),
+                int(r.get("start_line") or 0),
+                int(r.get("end_line") or 0),
+                content_hash(str(r.get("content") or "")),
+                id_model,
+            )
+            if made == cid:
+                return False
+        return judged > 0
 
     def _require_writable(self) -> None:
         if not self._exists:
