@@ -29,7 +29,6 @@ from harness import (
     ok,
     one_line_error,
     servers_stopped,
-    stop_servers,
 )
 
 from memsearch_fast.lite import broker as lite_broker
@@ -44,13 +43,6 @@ pytestmark = [
 ]
 
 MALFORMED = "database disk image is malformed"
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
-    yield tmp_path
-    stop_servers(tmp_path)
 
 
 @pytest.fixture(scope="module")

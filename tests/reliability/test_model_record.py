@@ -15,23 +15,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from harness import cli_env, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.store import EmbeddingModel, MilvusStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
-    yield tmp_path
-    stop_servers(tmp_path)
 
 
 def renamed_model(shared: Path, dest: Path) -> Path:

@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import cli_env, corpus, dump, index_args, memsearch, ok, stop_servers
+from harness import cli_env, corpus, dump, index_args, memsearch, ok
 
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.store import MilvusStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
-    yield tmp_path
-    stop_servers(tmp_path)
 
 
 def vectors(db: Path) -> dict[str, list[float]]:

@@ -1,0 +1,19 @@
+"""Fixtures shared by the reliability tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import stop_servers
+
+from memsearch_fast.lite import paths as lite_paths
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp directory for databases, in the default (shared server) mode; its servers stopped after."""
+    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    yield tmp_path
+    stop_servers(tmp_path)
