@@ -253,6 +253,41 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
     assert out.startswith("ERR StoreUnavailableError") and "Traceback" not in err
 
 
+@pytest.mark.skipif(LITE_MAJOR != 2, reason="Milvus Lite 2.x runs its engine as a separate binary")
+def test_embedded_waits_for_a_slow_engine(db, tmp_path, monkeypatch):
+    """An engine that takes seconds to listen (a loaded machine) is waited for.
+
+    pymilvus alone connects 0.5 s after starting the engine and fails at once
+    when its socket is not there yet. The real engine binary runs behind a
+    wrapper that sleeps first.
+    """
+    import milvus_lite.server
+
+    real = Path(milvus_lite.server.BIN_PATH)
+    wrapped = tmp_path / "bin"
+    wrapped.mkdir()
+    script = wrapped / "milvus"
+    script.write_text(f'#!/bin/sh\nsleep 3\nLD_LIBRARY_PATH="{real}:$LD_LIBRARY_PATH" exec "{real}/milvus" "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv("BIN_PATH", str(wrapped))
+    t0 = time.monotonic()
+    s = MilvusStore(db, dimension=DIM)
+    try:
+        assert time.monotonic() - t0 >= 3
+        s.upsert(rows(0, 4))
+        assert s.count() == 4
+    finally:
+        s.close()
+    # closed: the engine let go of the database, so another opener gets it
+    monkeypatch.delenv("BIN_PATH")
+    again = MilvusStore(db, dimension=DIM)
+    try:
+        assert again.count() == 4
+    finally:
+        again.close()
+
+
 def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
     path = tmp_path / "old.db"

@@ -12,12 +12,15 @@ import logging
 import os
 import stat
 import threading
+import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
 from memsearch_fast.lite.paths import make_parent, writable_dir
+from memsearch_fast.lite.process import endpoint_open
 
 _T = TypeVar("_T")
 
@@ -38,8 +41,13 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     _quiet_lite_embedded()
     new = not os.path.lexists(db_path)
     try:
+        _start_engine(db_path)
         client = make_client(db_path)
     except Exception as exc:  # noqa: BLE001 - any failure to open means the database is unavailable here
+        with _LOCK:
+            unused = db_path not in _REFS
+        if unused:  # an engine started for this attempt must not hold the database
+            _stop_engine(db_path)
         parent = os.path.dirname(db_path)
         why = (
             f"milvus-lite opens it in-process only where it can create its lock file, and {parent} is read-only "
@@ -53,6 +61,33 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     with _LOCK:
         _REFS[db_path] = _REFS.get(db_path, 0) + 1
     return client
+
+
+def _start_engine(db_path: str, timeout: float = 60.0) -> None:
+    """Start milvus-lite 2.x's engine for ``db_path`` and wait until it listens.
+
+    pymilvus starts the engine itself but connects 0.5 s later, and its
+    first RPC fails at once when the socket is not there yet: on a busy
+    machine the engine takes longer than that to listen. Started here, the
+    engine is the one pymilvus then finds and uses. An engine that cannot
+    start (a held database) or exits ends the wait at once.
+    """
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # milvus-lite 3.x: no separate engine process
+        return
+    uri = server_manager_instance.start_and_get_uri(db_path)
+    if not uri:
+        # Not a second try through pymilvus: a failed start unlinks the lock
+        # file its holder still holds, so a second start would succeed.
+        raise StoreUnavailableError("Open local milvus failed")
+    server = getattr(server_manager_instance, "_servers", {}).get(str(Path(db_path).absolute().resolve()))
+    proc = getattr(server, "_p", None)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if endpoint_open(uri, timeout=0.2):
+            return
+        time.sleep(0.02)
 
 
 def _make_private(db_path: str) -> None:
@@ -83,10 +118,15 @@ def release(db_path: str) -> None:
             _REFS[db_path] = left
             return
         _REFS.pop(db_path, None)
+    _stop_engine(db_path)
+
+
+def _stop_engine(db_path: str) -> None:
     with contextlib.suppress(Exception):  # an engine already gone, or a milvus-lite without the manager
         from milvus_lite.server_manager import server_manager_instance
 
-        server_manager_instance.release_server(db_path)
+        if str(Path(db_path).absolute().resolve()) in getattr(server_manager_instance, "_servers", {}):
+            server_manager_instance.release_server(db_path)
 
 
 def drop_unimplemented(record: logging.LogRecord) -> bool:
