@@ -423,6 +423,12 @@ class MemSearch:
     def collection(self) -> str:
         return str(self._store_args["collection"])
 
+    def close_store(self) -> None:
+        """Close the connection to Milvus, keeping the model loaded (the next call reconnects)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

@@ -85,6 +85,18 @@ def search(
 
     cfg = settings(opts, reranker_model=reranker_model)
     lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
+    if not lazy:
+        # The database's running server answers it with pymilvus and the model
+        # already loaded; None: it cannot, and this process searches itself.
+        from memsearch_fast import search_service
+
+        tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
+        served = search_service.ask(
+            cfg, query, render=tiers, top_k=top_k or 5, source_prefix=source_prefix, explain=explain
+        )
+        if served is not None:
+            typer.echo(served)
+            return
     ms = memsearch(cfg)
 
     async def search_now() -> str:

@@ -425,6 +425,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         return 1
     import importlib.metadata
 
+    service = _search_service(db_path, engine, activity)
     write_state(
         db_path,
         {
@@ -438,6 +439,7 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             "started": time.time(),
             "idle_timeout": idle,
             "log_offset": log_offset,
+            **({"search": service.address} if service is not None else {}),
         },
     )
     if isinstance(engine, _Lite3Engine):  # 2.x tokenises in its C++ engine
@@ -475,10 +477,28 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
                 break
     finally:
         remove_state_if(db_path, pid)
+        if service is not None:
+            service.stop()
         engine.stop()
         if damaged:
             damage.mark(db_path, damaged)  # once the engine has let go of the file
     return 0
+
+
+def _search_service(db_path: str, engine: _Engine, activity: _Activity) -> Any:
+    """The search service beside a unix-socket engine (see :mod:`memsearch_fast.search_service`), or None."""
+    sock = socket_file(engine.address)
+    if sock is None:
+        return None  # a TCP server (--port) serves clients of any user: no searches on their behalf
+    from memsearch_fast import search_service
+
+    try:
+        return search_service.Service(
+            search_service.socket_for(sock), address_uri(engine.address), activity.touch
+        ).start()
+    except OSError as exc:
+        logger.warning("no search service for %s: %s", db_path, one_line(exc))
+        return None
 
 
 class _LogWatch:

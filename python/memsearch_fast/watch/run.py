@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
+from memsearch_fast.heap import give_back_memory
 
 if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch
@@ -84,20 +84,6 @@ def _relevant(
         return name.lower().endswith(exts) or "." not in name
 
     return accept
-
-
-def _give_back_memory() -> None:
-    """Return the heap a run freed to the system. glibc keeps freed pages of
-    its arenas for reuse, so without this a long-lived watcher's RSS is that
-    of its busiest run, not of what it holds."""
-    import gc
-
-    gc.collect()
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _roots_alive(roots: Sequence[str]) -> bool:
@@ -182,7 +168,7 @@ async def watch(
                     else:
                         delay = 0.0
                         indexed_once = True
-                        _give_back_memory()
+                        give_back_memory()
                         yield WatchEvent("indexed", report=report, changes=pending)
                         pending = 0
                 if gone():

@@ -1,0 +1,325 @@
+"""Searches answered by the database's running server, for a fast CLI ``search``.
+
+A ``memsearch search`` process spends most of its second importing pymilvus
+and loading the embedding model; the search itself takes milliseconds. The
+per-database Lite server (:mod:`memsearch_fast.lite.server`) already runs
+between commands, so it also answers searches on a second private socket:
+it loads pymilvus and the model on the first request and keeps them. The CLI
+then only reads its settings, sends one JSON line and prints the hits.
+
+:func:`ask` is the client: it returns None whenever the server cannot answer
+exactly as the CLI would (no server, another environment, an error, a
+missing collection), and the caller runs the search itself. Only the local
+ONNX model qualifies: no API key ever crosses the socket. :class:`Service`
+is the server side. Both ends check with ``SO_PEERCRED`` that the other one
+runs as this user; the socket lives in this user's 0700 socket directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Protocol version; a server of another version answers nothing we use.
+VERSION = 1
+#: The environment that decides which model a name means (see ``embeddings.models.resolve_model``).
+MODEL_ENV = (
+    "HOME",
+    "MEMSEARCH_MODELS_DIR",
+    "MEMSEARCH_OFFLINE",
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "XDG_CACHE_HOME",
+)
+#: Models loaded for searches are dropped after this long without one.
+UNLOAD_AFTER_S = float(os.environ.get("MEMSEARCH_SEARCH_UNLOAD_S", "300"))
+_LINE_LIMIT = 1 << 20
+_SUFFIX = "-search.sock"
+
+
+def socket_for(engine_socket: str) -> str:
+    """The search socket beside a server's engine socket (``…/<hash>-<pid>.sock``)."""
+    return engine_socket[: -len(".sock")] + _SUFFIX if engine_socket.endswith(".sock") else engine_socket + _SUFFIX
+
+
+def model_env() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in MODEL_ENV}
+
+
+def _peer(sock: socket.socket) -> tuple[int, int] | None:
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    return pid, uid
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        part = sock.recv(65536)
+        if not part:
+            break
+        buf += part
+        if len(buf) > _LINE_LIMIT * 64:
+            raise OSError("reply too long")
+    return bytes(buf)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (everything else is already JSON)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# -- client ------------------------------------------------------------------------------
+
+
+def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str, dict[str, Any]] | None:
+    """The database path and request for a search the server can answer as this
+    process would, or None (a remote Milvus, an embedded database, another
+    provider, a reranker, a model path that depends on the current directory)."""
+    from memsearch_fast.lite.paths import lite_mode
+    from memsearch_fast.store.compat import is_local_uri
+
+    emb, milvus = cfg["embedding"], cfg["milvus"]
+    reranker = (cfg.get("reranker") or {}).get("model") or ""
+    uri = str(milvus["uri"])
+    if emb["provider"] != "onnx" or reranker or milvus.get("token") or not is_local_uri(uri):
+        return None
+    if lite_mode() != "server":
+        return None
+    model = emb["model"] or None
+    if model is not None:
+        raw = os.fspath(model)
+        path = Path(raw).expanduser()
+        if raw.startswith((".", "/", "~")):
+            model = str(path.resolve())  # a directory: its identity is its absolute path
+        elif path.exists():
+            return None  # an owner/name that is also a folder here: resolution depends on this directory
+    db_path = str(Path(uri).expanduser().resolve())
+    prefix = options.get("source_prefix")
+    request = {
+        "v": VERSION,
+        "op": "search",
+        "collection": milvus["collection"],
+        "model": model,
+        "env": model_env(),
+        "query": query,
+        "top_k": int(options.get("top_k", 5)),
+        "source_prefix": str(Path(prefix).expanduser().resolve()) if prefix is not None else None,
+        "explain": bool(options.get("explain", False)),
+    }
+    return db_path, request
+
+
+def ask(
+    cfg: Mapping[str, Any],
+    query: str,
+    *,
+    render: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+    **options: Any,
+) -> str | None:
+    """This search's output from the database's running server, or None when it
+    cannot answer (the caller then searches itself). Options: ``top_k``,
+    ``source_prefix``, ``explain``; *render*: the output tiers of
+    :func:`memsearch_fast.recall.render_search` (``json_output``, ``digest``,
+    ``budget``, ``min_score``)."""
+    prepared = request_for(cfg, query, **options)
+    if prepared is None:
+        return None
+    db_path, request = prepared
+    request["render"] = dict(render or {})
+    from memsearch_fast.lite.paths import read_state, socket_path
+    from memsearch_fast.lite.process import pid_alive
+
+    st = read_state(db_path)
+    pid = st.get("pid") if st else None
+    if not st or st.get("status") != "ready" or not st.get("search") or not isinstance(pid, int) or not pid_alive(pid):
+        return None
+    try:
+        path = socket_for(socket_path(db_path, pid))
+        if st["search"] != "unix:" + path:
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            peer = _peer(s)
+            if peer is not None and (peer[1] != os.geteuid() or peer[0] != pid):
+                return None
+            s.sendall(json.dumps(request).encode("utf-8") + b"\n")
+            reply = json.loads(_read_line(s).decode("utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    text = reply.get("text") if isinstance(reply, dict) else None
+    return text if isinstance(text, str) else None
+
+
+# -- server ------------------------------------------------------------------------------
+
+
+def _render(ms: Any, hits: list[dict[str, Any]], render: dict[str, Any]) -> str:
+    """The search's output as ``memsearch search`` prints it (tiers applied,
+    ``--budget`` counted with the model's tokenizer)."""
+    from memsearch_fast import recall
+
+    budget = render.get("budget")
+    budget = int(budget) if budget is not None else None
+    min_score = render.get("min_score")
+    count, tokenizer = (
+        recall.token_counter(ms.provider)
+        if budget is not None and hits
+        else (recall.approx_tokens, recall.APPROX_TOKENIZER)
+    )
+    return recall.render_search(
+        hits,
+        json_output=bool(render.get("json_output")),
+        digest=bool(render.get("digest")),
+        budget=budget,
+        min_score=float(min_score) if min_score is not None else None,
+        count=count,
+        tokenizer=tokenizer,
+    )
+
+
+class Service:
+    """Answers search requests for one database on a unix socket, in a thread.
+
+    ``engine_uri`` is where the server's own engine listens; ``touch`` is
+    called per request so searches count as activity for the idle timeout.
+    Requests run one at a time; the client connection to the engine is
+    closed after each, so an idle service holds no connection, and the
+    models go after :data:`UNLOAD_AFTER_S` without a search.
+    """
+
+    def __init__(self, path: str, engine_uri: str, touch: Callable[[], None]) -> None:
+        self.path = path
+        self._engine_uri = engine_uri
+        self._touch = touch
+        self._instances: dict[tuple[str, str | None], Any] = {}
+        self._loop: Any = None
+        self._last = time.monotonic()
+        self._stopped = False
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self._listener.bind(path)
+        os.chmod(path, 0o600)
+        self._listener.listen(16)
+        self._thread = threading.Thread(target=self._serve, name="search-service", daemon=True)
+
+    @property
+    def address(self) -> str:
+        return "unix:" + self.path
+
+    def start(self) -> Service:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped = True
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    def _serve(self) -> None:
+        self._listener.settimeout(UNLOAD_AFTER_S / 4)
+        while not self._stopped:
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                if self._instances and time.monotonic() - self._last > UNLOAD_AFTER_S:
+                    self._unload()
+                continue
+            except OSError:
+                return
+            conn.settimeout(30)
+            self._last = time.monotonic()
+            with conn:
+                try:
+                    self._answer(conn)
+                except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
+                    logger.warning("search request failed: %s", exc)
+
+    def _unload(self) -> None:
+        """Drop the models after a quiet spell: a server kept up by a watcher
+        should not hold them for good."""
+        from memsearch_fast.heap import give_back_memory
+
+        for ms in self._instances.values():
+            with contextlib.suppress(Exception):
+                ms.close()
+        self._instances.clear()
+        give_back_memory()
+
+    def _answer(self, conn: socket.socket) -> None:
+        peer = _peer(conn)
+        if peer is not None and peer[1] != os.geteuid():
+            return
+        line = _read_line(conn)
+        if len(line) > _LINE_LIMIT:
+            return
+        reply = self.handle(json.loads(line.decode("utf-8")))
+        conn.sendall(json.dumps(reply, default=_plain).encode("utf-8") + b"\n")
+
+    def handle(self, req: Any) -> dict[str, Any]:
+        """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``."""
+        from memsearch_fast.errors import one_line
+
+        if not isinstance(req, dict) or req.get("v") != VERSION or req.get("op") != "search":
+            return {"unsupported": "request"}
+        if req.get("env") != model_env():
+            return {"unsupported": "environment"}
+        self._touch()
+        ms = self._instance(str(req["collection"]), req.get("model"))
+        try:
+            if not ms.collection_exists():
+                return {"missing": True}
+            hits = self._run(
+                ms.search(
+                    str(req["query"]),
+                    top_k=int(req["top_k"]),
+                    source_prefix=req.get("source_prefix"),
+                    explain=bool(req.get("explain")),
+                )
+            )
+            return {"text": _render(ms, hits, req.get("render") or {})}
+        except Exception as exc:  # noqa: BLE001 - the client searches itself and reports it
+            return {"error": one_line(exc)}
+        finally:
+            ms.close_store()
+            self._touch()
+
+    def _instance(self, collection: str, model: str | None) -> Any:
+        key = (collection, model)
+        if key not in self._instances:
+            from memsearch_fast.core import MemSearch
+
+            self._instances[key] = MemSearch(
+                embedding_provider="onnx", embedding_model=model, milvus_uri=self._engine_uri, collection=collection
+            )
+        return self._instances[key]
+
+    def _run(self, coro: Any) -> Any:
+        import asyncio
+
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)

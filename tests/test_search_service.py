@@ -1,0 +1,173 @@
+"""Searches answered by the database's server (:mod:`memsearch_fast.search_service`).
+
+Real `memsearch` subprocesses, a real detached Lite server, the real model.
+The fast path must print exactly what a search run in the CLI process prints,
+and step aside whenever it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memsearch_fast import search_service
+from memsearch_fast.lite import broker
+from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import process as lite_process
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
+    for k in ("MEMSEARCH_LITE_MODE", "HF_HOME", "MEMSEARCH_SEARCH_UNLOAD_S"):
+        e.pop(k, None)
+    return e
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    path = tmp_path / "m.db"
+    yield path
+    broker.stop_server(str(path))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "2026-01-02.md").write_text(
+        "# Jan 2\n\n## 09:10\n\nThe sierra staging gateway listens on port 20000.\n\n"
+        "## 11:30\n\nWe picked libvips for thumbnails after the benchmark.\n",
+        encoding="utf-8",
+    )
+    (root / "2026-01-03.md").write_text(
+        "# Jan 3\n\n## 14:00\n\nDatabase migrations take an advisory lock; the timeout is 30 s.\n",
+        encoding="utf-8",
+    )
+    return root
+
+
+def cli(env: dict[str, str], db: Path, model_dir: Path, *args: str, importtime: bool = False):
+    pre = ["-X", "importtime"] if importtime else []
+    return subprocess.run(
+        [sys.executable, *pre, "-m", "memsearch_fast.cli", *args, "--milvus-uri", str(db), "-m", str(model_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def imported(stderr: str, module: str) -> bool:
+    return any(line.rstrip().endswith(f"| {module}") for line in stderr.splitlines() if line.startswith("import time"))
+
+
+def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_dir, corpus):
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    st = lite_paths.read_state(str(db))
+    assert st and st["search"].endswith("-search.sock")
+    for flags in (
+        ["-j"],
+        ["-j", "-k", "2", "--explain"],
+        ["--digest"],
+        ["-j", "--source-prefix", str(corpus)],
+        ["--budget", "30", "-j"],  # counted with the model's tokenizer, in the server
+        ["--min-score", "0.9"],
+    ):
+        fast = cli(env, db, model_dir, "search", "which port does the gateway listen on", *flags, importtime=True)
+        assert fast.returncode == 0, fast.stderr[-2000:]
+        assert not imported(fast.stderr, "pymilvus") and not imported(fast.stderr, "onnxruntime")
+        # Another model environment: the server steps aside and this process searches.
+        own = cli(dict(env, HF_HOME=str(db.parent / "hf")), db, model_dir, "search",
+                  "which port does the gateway listen on", *flags, importtime=True)  # fmt: skip
+        assert own.returncode == 0, own.stderr[-2000:]
+        assert imported(own.stderr, "pymilvus")
+        assert fast.stdout == own.stdout
+        if flags == ["-j"]:
+            hits = json.loads(fast.stdout)
+            assert hits and "port 20000" in hits[0]["content"]
+
+
+def test_server_answers_after_the_index_changes(env, db, model_dir, corpus):
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    before = json.loads(cli(env, db, model_dir, "search", "quokka feeding schedule", "-j", "-k", "1").stdout)
+    assert "quokka" not in before[0]["content"]
+    (corpus / "2026-01-04.md").write_text("# Jan 4\n\n## 08:00\n\nThe quokka feeding schedule is 7am.\n")
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    after = json.loads(cli(env, db, model_dir, "search", "quokka feeding schedule", "-j", "-k", "1").stdout)
+    assert "quokka" in after[0]["content"]
+
+
+def test_missing_collection_and_bad_requests_leave_it_to_the_cli(env, db, model_dir, corpus):
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    out = cli(env, db, model_dir, "search", "x", "--collection", "ghost")
+    assert out.returncode == 1
+    assert (
+        out.stderr.strip()
+        == f"Error: collection 'ghost' does not exist at {db}; run 'memsearch index PATH' to build it"
+    )
+    path = lite_paths.read_state(str(db))["search"][len("unix:") :]
+    for junk in (b"not json\n", b'{"v": 99, "op": "search"}\n', b"[]\n"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(path)
+            s.sendall(junk)
+            reply = s.recv(65536)
+        assert b'"text"' not in reply
+    # still serving
+    good = cli(env, db, model_dir, "search", "thumbnails library", "-j", "-k", "1", importtime=True)
+    assert good.returncode == 0 and not imported(good.stderr, "pymilvus")
+    assert "libvips" in json.loads(good.stdout)[0]["content"]
+
+
+def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir, corpus):
+    env = dict(env, MEMSEARCH_LITE_IDLE_TIMEOUT="3", MEMSEARCH_SEARCH_UNLOAD_S="1")
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    pid = lite_paths.read_state(str(db))["pid"]
+    for _ in range(3):
+        out = cli(env, db, model_dir, "search", "advisory lock timeout", "-j", "-k", "1", importtime=True)
+        assert out.returncode == 0 and not imported(out.stderr, "pymilvus")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and lite_process.pid_alive(pid):
+        time.sleep(0.2)
+    assert not lite_process.pid_alive(pid)
+    assert lite_paths.read_state(str(db)) is None
+    assert not os.path.exists(search_service.socket_for(lite_paths.socket_path(str(db), pid)))
+
+
+def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch):
+    from memsearch_fast import config
+
+    monkeypatch.delenv("MEMSEARCH_LITE_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    uri = {"milvus.uri": str(tmp_path / "m.db")}
+    cfg = config.resolve(uri)
+    assert search_service.request_for(cfg, "q") is not None
+    for key, value in (
+        ("embedding.provider", "openai"),
+        ("milvus.uri", "http://localhost:19530"),
+        ("reranker.model", "some/cross-encoder"),
+    ):
+        assert search_service.request_for(config.resolve({**uri, key: value}, resolve_env=False), "q") is None
+    # a relative model path is sent as the absolute directory it names here
+    (tmp_path / "m").mkdir()
+    rel = config.resolve({**uri, "embedding.model": "./m"})
+    assert search_service.request_for(rel, "q")[1]["model"] == str(tmp_path / "m")
+    # an owner/name that is also a folder here depends on this directory: not sent
+    (tmp_path / "acme" / "model").mkdir(parents=True)
+    amb = config.resolve({**uri, "embedding.model": "acme/model"})
+    assert search_service.request_for(amb, "q") is None
+    monkeypatch.setenv("MEMSEARCH_LITE_MODE", "embedded")
+    assert search_service.request_for(cfg, "q") is None
