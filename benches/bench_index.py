@@ -489,7 +489,6 @@ with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
     rows = ms.stats()
 env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
 env.update(MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1")
-env.pop("HF_HOME", None)
 def cli_searches(n, env):
     out = []
     for i in range(n):  # the Lite server is running (the in-process searches started it)
@@ -499,8 +498,8 @@ def cli_searches(n, env):
         out.append(time.perf_counter() - t)
     return out
 served = sorted(cli_searches(13, env)[1:])  # the first loads pymilvus and the model in the server
-# Another HF_HOME: the server steps aside and each process loads pymilvus and the model itself.
-own = sorted(cli_searches(8, dict(env, HF_HOME=os.path.join(os.path.dirname(uri), "hf"))))
+# Switched off: each process loads pymilvus and the model itself.
+own = sorted(cli_searches(8, dict(env, MEMSEARCH_SEARCH_SERVICE="0")))
 server_pid = json.load(open(uri + ".server.json"))["pid"]
 server_rss_mb = int(open(f"/proc/{server_pid}/status").read().split("VmRSS:")[1].split()[0]) / 1024
 print(json.dumps({"chunks": report.chunks, "index_s": index_s, "stats": rows,

@@ -30,7 +30,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
-    for k in ("MEMSEARCH_LITE_MODE", "HF_HOME", "MEMSEARCH_SEARCH_UNLOAD_S"):
+    for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
         e.pop(k, None)
     return e
 
@@ -58,10 +58,11 @@ def corpus(tmp_path: Path) -> Path:
     return root
 
 
-def cli(env: dict[str, str], db: Path, model_dir: Path, *args: str, importtime: bool = False):
+def cli(env: dict[str, str], db: Path, model_dir: Path | None, *args: str, importtime: bool = False):
     pre = ["-X", "importtime"] if importtime else []
+    model = ["-m", str(model_dir)] if model_dir is not None else []
     return subprocess.run(
-        [sys.executable, *pre, "-m", "memsearch_fast.cli", *args, "--milvus-uri", str(db), "-m", str(model_dir)],
+        [sys.executable, *pre, "-m", "memsearch_fast.cli", *args, "--milvus-uri", str(db), *model],
         env=env,
         capture_output=True,
         text=True,
@@ -88,8 +89,8 @@ def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_d
         fast = cli(env, db, model_dir, "search", "which port does the gateway listen on", *flags, importtime=True)
         assert fast.returncode == 0, fast.stderr[-2000:]
         assert not imported(fast.stderr, "pymilvus") and not imported(fast.stderr, "onnxruntime")
-        # Another model environment: the server steps aside and this process searches.
-        own = cli(dict(env, HF_HOME=str(db.parent / "hf")), db, model_dir, "search",
+        # Switched off: this process searches by itself.
+        own = cli(dict(env, MEMSEARCH_SEARCH_SERVICE="0"), db, model_dir, "search",
                   "which port does the gateway listen on", *flags, importtime=True)  # fmt: skip
         assert own.returncode == 0, own.stderr[-2000:]
         assert imported(own.stderr, "pymilvus")
@@ -97,6 +98,22 @@ def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_d
         if flags == ["-j"]:
             hits = json.loads(fast.stdout)
             assert hits and "port 20000" in hits[0]["content"]
+    # A search from another environment than the server's (another HOME): the model
+    # is resolved by the searching process, so the server still answers it.
+    other = dict(env, HOME=str(db.parent / "other-home"))
+    os.mkdir(other["HOME"])
+    out = cli(other, db, model_dir, "search", "which port does the gateway listen on", "-j", importtime=True)
+    assert out.returncode == 0 and not imported(out.stderr, "pymilvus")
+    assert json.loads(out.stdout) == hits
+
+
+def test_the_default_model_is_answered_under_its_recorded_name(env, db, corpus):
+    env = dict(env, MEMSEARCH_OFFLINE="1")  # the default model from its packaged checkpoint
+    assert cli(env, db, None, "index", str(corpus), "-q").returncode == 0
+    fast = cli(env, db, None, "search", "advisory lock timeout", "-j", "--explain", importtime=True)
+    assert fast.returncode == 0 and not imported(fast.stderr, "pymilvus"), fast.stderr[-2000:]
+    own = cli(dict(env, MEMSEARCH_SEARCH_SERVICE="0"), db, None, "search", "advisory lock timeout", "-j", "--explain")
+    assert fast.stdout == own.stdout and "advisory lock" in json.loads(fast.stdout)[0]["content"]
 
 
 def test_server_answers_after_the_index_changes(env, db, model_dir, corpus):
@@ -146,28 +163,32 @@ def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir,
     assert not os.path.exists(search_service.socket_for(lite_paths.socket_path(str(db), pid)))
 
 
-def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch):
+def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch, model_dir):
     from memsearch_fast import config
 
     monkeypatch.delenv("MEMSEARCH_LITE_MODE", raising=False)
+    monkeypatch.delenv(search_service.ENV_SWITCH, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("MEMSEARCH_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
-    uri = {"milvus.uri": str(tmp_path / "m.db")}
-    cfg = config.resolve(uri)
-    assert search_service.request_for(cfg, "q") is not None
+    base = {"milvus.uri": str(tmp_path / "m.db"), "embedding.model": str(model_dir)}
+    cfg = config.resolve(base)
+    _, req = search_service.request_for(cfg, "q")
+    assert req["model_dir"] == str(model_dir.resolve()) and req["model_name"] == str(model_dir.resolve())
     for key, value in (
         ("embedding.provider", "openai"),
         ("milvus.uri", "http://localhost:19530"),
         ("reranker.model", "some/cross-encoder"),
+        ("embedding.model", "acme/not-on-this-machine"),  # this process downloads it, or says why not
     ):
-        assert search_service.request_for(config.resolve({**uri, key: value}, resolve_env=False), "q") is None
-    # a relative model path is sent as the absolute directory it names here
-    (tmp_path / "m").mkdir()
-    rel = config.resolve({**uri, "embedding.model": "./m"})
-    assert search_service.request_for(rel, "q")[1]["model"] == str(tmp_path / "m")
-    # an owner/name that is also a folder here depends on this directory: not sent
-    (tmp_path / "acme" / "model").mkdir(parents=True)
-    amb = config.resolve({**uri, "embedding.model": "acme/model"})
-    assert search_service.request_for(amb, "q") is None
+        assert search_service.request_for(config.resolve({**base, key: value}, resolve_env=False), "q") is None
+    # a model directory given relative to this directory is sent as the absolute path it names here
+    (tmp_path / "models").mkdir()
+    os.symlink(model_dir, tmp_path / "models" / "m")
+    _, rel = search_service.request_for(config.resolve({**base, "embedding.model": "./models/m"}), "q")
+    assert rel["model_name"] == str((tmp_path / "models" / "m").resolve())
+    monkeypatch.setenv(search_service.ENV_SWITCH, "off")
+    assert search_service.request_for(cfg, "q") is None
+    monkeypatch.setenv(search_service.ENV_SWITCH, "1")
     monkeypatch.setenv("MEMSEARCH_LITE_MODE", "embedded")
     assert search_service.request_for(cfg, "q") is None

@@ -48,6 +48,7 @@ class MemSearch:
         exclude: Sequence[str] | None = None,
         workers: int | None = None,
         reranker_model: str = "",
+        embedding_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not 1 <= max_chunk_size <= config.MAX_CHUNK_SIZE_LIMIT:
             raise ValueError(f"max_chunk_size must be between 1 and {config.MAX_CHUNK_SIZE_LIMIT}")
@@ -68,6 +69,7 @@ class MemSearch:
             "base_url": embedding_base_url or None,
             "api_key": embedding_api_key or None,
             "parallelism": self.parallelism,
+            **dict(embedding_options or {}),  # extra provider options (get_provider's **options)
         }
         self._store_args: dict[str, Any] = {
             "uri": milvus_uri,

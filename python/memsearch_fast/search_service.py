@@ -5,11 +5,12 @@ and loading the embedding model; the search itself takes milliseconds. The
 per-database Lite server (:mod:`memsearch_fast.lite.server`) already runs
 between commands, so it also answers searches on a second private socket:
 it loads pymilvus and the model on the first request and keeps them. The CLI
-then only reads its settings, sends one JSON line and prints the hits.
+then only reads its settings, resolves the model's directory, sends one JSON
+line and prints the output it gets back.
 
 :func:`ask` is the client: it returns None whenever the server cannot answer
-exactly as the CLI would (no server, another environment, an error, a
-missing collection), and the caller runs the search itself. Only the local
+exactly as the CLI would (no server, a model not on this machine, an error,
+a missing collection), and the caller runs the search itself. Only the local
 ONNX model qualifies: no API key ever crosses the socket. :class:`Service`
 is the server side. Both ends check with ``SO_PEERCRED`` that the other one
 runs as this user; the socket lives in this user's 0700 socket directory.
@@ -33,16 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: Protocol version; a server of another version answers nothing we use.
 VERSION = 1
-#: The environment that decides which model a name means (see ``embeddings.models.resolve_model``).
-MODEL_ENV = (
-    "HOME",
-    "MEMSEARCH_MODELS_DIR",
-    "MEMSEARCH_OFFLINE",
-    "HF_HUB_OFFLINE",
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "XDG_CACHE_HOME",
-)
+#: Set to 0 (or off/false/no) and ``memsearch search`` never asks the server.
+ENV_SWITCH = "MEMSEARCH_SEARCH_SERVICE"
 #: Models loaded for searches are dropped after this long without one.
 UNLOAD_AFTER_S = float(os.environ.get("MEMSEARCH_SEARCH_UNLOAD_S", "300"))
 _LINE_LIMIT = 1 << 20
@@ -52,10 +45,6 @@ _SUFFIX = "-search.sock"
 def socket_for(engine_socket: str) -> str:
     """The search socket beside a server's engine socket (``…/<hash>-<pid>.sock``)."""
     return engine_socket[: -len(".sock")] + _SUFFIX if engine_socket.endswith(".sock") else engine_socket + _SUFFIX
-
-
-def model_env() -> dict[str, str | None]:
-    return {k: os.environ.get(k) for k in MODEL_ENV}
 
 
 def _peer(sock: socket.socket) -> tuple[int, int] | None:
@@ -91,7 +80,7 @@ def _plain(value: Any) -> Any:
 def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str, dict[str, Any]] | None:
     """The database path and request for a search the server can answer as this
     process would, or None (a remote Milvus, an embedded database, another
-    provider, a reranker, a model path that depends on the current directory)."""
+    provider, a reranker, a model not on this machine, the switch off)."""
     from memsearch_fast.lite.paths import lite_mode
     from memsearch_fast.store.compat import is_local_uri
 
@@ -102,22 +91,32 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
         return None
     if lite_mode() != "server":
         return None
+    if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
+        return None
     model = emb["model"] or None
-    if model is not None:
-        raw = os.fspath(model)
-        path = Path(raw).expanduser()
-        if raw.startswith((".", "/", "~")):
-            model = str(path.resolve())  # a directory: its identity is its absolute path
-        elif path.exists():
-            return None  # an owner/name that is also a folder here: resolution depends on this directory
+    try:
+        # Resolved here, as this process would (its directory, its environment);
+        # never downloaded here: a missing model is this process's job.
+        from memsearch_fast.config import DEFAULT_MODELS
+        from memsearch_fast.embeddings.models import canonical_name, resolve_model
+
+        model_dir = str(resolve_model(model, offline=True).expanduser().resolve())
+    except Exception:  # noqa: BLE001 - any problem: this process searches and reports it
+        return None
+    if model is None:
+        name = DEFAULT_MODELS["onnx"]
+    else:
+        path = Path(os.fspath(model)).expanduser()
+        # The name the collection records: a directory by its absolute path (MemSearch._embedding_model).
+        name = str(path.resolve()) if path.exists() else canonical_name(os.fspath(model))
     db_path = str(Path(uri).expanduser().resolve())
     prefix = options.get("source_prefix")
     request = {
         "v": VERSION,
         "op": "search",
         "collection": milvus["collection"],
-        "model": model,
-        "env": model_env(),
+        "model_dir": model_dir,
+        "model_name": name,
         "query": query,
         "top_k": int(options.get("top_k", 5)),
         "source_prefix": str(Path(prefix).expanduser().resolve()) if prefix is not None else None,
@@ -210,7 +209,7 @@ class Service:
         self.path = path
         self._engine_uri = engine_uri
         self._touch = touch
-        self._instances: dict[tuple[str, str | None], Any] = {}
+        self._instances: dict[tuple[str, str, str], Any] = {}
         self._loop: Any = None
         self._last = time.monotonic()
         self._stopped = False
@@ -285,10 +284,8 @@ class Service:
 
         if not isinstance(req, dict) or req.get("v") != VERSION or req.get("op") != "search":
             return {"unsupported": "request"}
-        if req.get("env") != model_env():
-            return {"unsupported": "environment"}
         self._touch()
-        ms = self._instance(str(req["collection"]), req.get("model"))
+        ms = self._instance(str(req["collection"]), str(req["model_dir"]), str(req["model_name"]))
         try:
             if not ms.collection_exists():
                 return {"missing": True}
@@ -307,13 +304,17 @@ class Service:
             ms.close_store()
             self._touch()
 
-    def _instance(self, collection: str, model: str | None) -> Any:
-        key = (collection, model)
+    def _instance(self, collection: str, model_dir: str, model_name: str) -> Any:
+        key = (collection, model_dir, model_name)
         if key not in self._instances:
             from memsearch_fast.core import MemSearch
 
             self._instances[key] = MemSearch(
-                embedding_provider="onnx", embedding_model=model, milvus_uri=self._engine_uri, collection=collection
+                embedding_provider="onnx",
+                embedding_model=model_dir,
+                embedding_options={"model_name": model_name},
+                milvus_uri=self._engine_uri,
+                collection=collection,
             )
         return self._instances[key]
 

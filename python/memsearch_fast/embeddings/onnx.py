@@ -88,6 +88,7 @@ class OnnxEmbedding:
         max_seq_length: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         offline: bool | None = None,
+        model_name: str | None = None,
     ) -> None:
         import numpy  # noqa: F401  (fail early with a clear error if missing)
         import onnxruntime as ort
@@ -98,7 +99,9 @@ class OnnxEmbedding:
         self._workers, self._threads = pools.inference_workers, pools.intra_op_threads
 
         self._model_dir = resolve_model(model, cache_dir=cache_dir, offline=offline)
-        if model is None:
+        if model_name:  # *model* was resolved by another process under this name (search_service)
+            self._model_name = model_name
+        elif model is None:
             self._model_name = DEFAULT_MODELS["onnx"]
         elif Path(model).expanduser().exists():
             self._model_name = os.fspath(model)
