@@ -32,6 +32,28 @@ def sample_dir() -> Path:
     return SAMPLE_DIR
 
 
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """Environment for `memsearch` subprocesses: a HOME of their own, this
+    checkout's package, databases shared through their server."""
+    home = tmp_path / "home"
+    home.mkdir()
+    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT / "python"))
+    for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
+        e.pop(k, None)
+    return e
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    """A database path; its server is stopped after the test."""
+    path = tmp_path / "m.db"
+    yield path
+    from memsearch_fast.lite import broker
+
+    broker.stop_server(str(path))
+
+
 # Per-database Milvus Lite servers started by tests exit soon after their last
 # client, and any still running are stopped when the session ends.
 os.environ.setdefault("MEMSEARCH_LITE_IDLE_TIMEOUT", "30")

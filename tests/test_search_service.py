@@ -18,28 +18,10 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import search_service
-from memsearch_fast.lite import broker
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir()
-    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
-    for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
-        e.pop(k, None)
-    return e
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    path = tmp_path / "m.db"
-    yield path
-    broker.stop_server(str(path))
 
 
 @pytest.fixture

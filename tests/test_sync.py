@@ -20,24 +20,6 @@ from memsearch_fast.watch.lock import WatchLock, lock_base
 COLLECTION = "memsearch_chunks"
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir()
-    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
-    e.pop("MEMSEARCH_LITE_MODE", None)
-    return e
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    path = tmp_path / "m.db"
-    yield path
-    from memsearch_fast.lite import broker
-
-    broker.stop_server(str(path))
-
-
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import signal
@@ -13,8 +12,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from memsearch_fast.store import MilvusStore
 
@@ -65,24 +62,6 @@ class Watcher:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         return self.proc.wait(timeout=60)
-
-
-@pytest.fixture
-def env(tmp_path: Path, model_dir: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir()
-    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
-    e.pop("MEMSEARCH_LITE_MODE", None)
-    return e
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    path = tmp_path / "m.db"
-    yield path
-    from memsearch_fast.lite import broker
-
-    broker.stop_server(str(path))
 
 
 def common(db: Path, model_dir: Path) -> list[str]:
