@@ -130,6 +130,23 @@ def test_missing_collection_and_bad_requests_leave_it_to_the_cli(env, db, model_
     assert "libvips" in json.loads(good.stdout)[0]["content"]
 
 
+def test_a_server_from_before_an_upgrade_does_not_answer(env, db, model_dir, corpus):
+    import memsearch_fast
+
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    served = cli(env, db, model_dir, "search", "advisory lock timeout", "-j", "-k", "1", importtime=True)
+    assert not imported(served.stderr, "pymilvus")
+    init = memsearch_fast.__file__
+    st = os.stat(init)
+    try:
+        os.utime(init, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # reinstalled files: a new stamp
+        own = cli(env, db, model_dir, "search", "advisory lock timeout", "-j", "-k", "1", importtime=True)
+    finally:
+        os.utime(init, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert own.returncode == 0 and imported(own.stderr, "pymilvus")
+    assert own.stdout == served.stdout
+
+
 def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir, corpus):
     env = dict(env, MEMSEARCH_LITE_IDLE_TIMEOUT="3", MEMSEARCH_SEARCH_UNLOAD_S="1")
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0

@@ -74,6 +74,19 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def code_id() -> str:
+    """This installation of memsearch-fast: version, place and install time. A
+    server started before an upgrade must not answer for the new code."""
+    import memsearch_fast
+
+    init = os.path.realpath(memsearch_fast.__file__)
+    try:
+        stamp = os.stat(init).st_mtime_ns
+    except OSError:
+        stamp = 0
+    return f"{memsearch_fast.__version__}:{init}:{stamp}"
+
+
 # -- client ------------------------------------------------------------------------------
 
 
@@ -115,6 +128,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
         "v": VERSION,
         "op": "search",
         "collection": milvus["collection"],
+        "code": code_id(),
         "model_dir": model_dir,
         "model_name": name,
         "query": query,
@@ -212,6 +226,7 @@ class Service:
         self._instances: dict[tuple[str, str, str], Any] = {}
         self._loop: Any = None
         self._last = time.monotonic()
+        self._code = code_id()  # at start: files replaced later (an upgrade) no longer match
         self._stopped = False
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
@@ -284,6 +299,8 @@ class Service:
 
         if not isinstance(req, dict) or req.get("v") != VERSION or req.get("op") != "search":
             return {"unsupported": "request"}
+        if req.get("code") != self._code:
+            return {"unsupported": "another installation of memsearch-fast"}
         self._touch()
         ms = self._instance(str(req["collection"]), str(req["model_dir"]), str(req["model_name"]))
         try:
