@@ -152,7 +152,10 @@ def ask(
     ``source_prefix``, ``explain``; *render*: the output tiers of
     :func:`memsearch_fast.recall.render_search` (``json_output``, ``digest``,
     ``budget``, ``min_score``)."""
-    prepared = request_for(cfg, query, **options)
+    try:
+        prepared = request_for(cfg, query, **options)
+    except Exception:  # noqa: BLE001 - e.g. an unresolvable path: this process searches and says why
+        return None
     if prepared is None:
         return None
     db_path, request = prepared
@@ -176,7 +179,7 @@ def ask(
                 return None
             s.sendall(json.dumps(request).encode("utf-8") + b"\n")
             reply = json.loads(_read_line(s).decode("utf-8"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except Exception:  # noqa: BLE001 - no answer, whatever the reason: this process searches itself
         return None
     text = reply.get("text") if isinstance(reply, dict) else None
     return text if isinstance(text, str) else None
