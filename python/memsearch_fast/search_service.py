@@ -36,8 +36,11 @@ logger = logging.getLogger(__name__)
 VERSION = 1
 #: Set to 0 (or off/false/no) and ``memsearch search`` never asks the server.
 ENV_SWITCH = "MEMSEARCH_SEARCH_SERVICE"
-#: Models loaded for searches are dropped after this long without one.
-UNLOAD_AFTER_S = float(os.environ.get("MEMSEARCH_SEARCH_UNLOAD_S", "300"))
+#: Seconds without a search after which the server drops the models it loaded.
+ENV_UNLOAD = "MEMSEARCH_SEARCH_UNLOAD_S"
+DEFAULT_UNLOAD_S = 300.0
+#: Models (one per collection and model) a server keeps loaded at most.
+MAX_LOADED = 4
 _LINE_LIMIT = 1 << 20
 _SUFFIX = "-search.sock"
 
@@ -72,6 +75,18 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _fingerprint(model_dir: str) -> tuple[Any, ...]:
+    """Identity of a model directory's files: a re-imported model is another model."""
+    out: list[Any] = []
+    for rel in ("tokenizer.json", "onnx/model_quantized.onnx", "onnx/model.onnx"):
+        try:
+            st = os.stat(os.path.join(model_dir, rel))
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def code_id() -> str:
@@ -121,7 +136,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
     else:
         path = Path(os.fspath(model)).expanduser()
         # The name the collection records: a directory by its absolute path (MemSearch._embedding_model).
-        name = str(path.resolve()) if path.exists() else canonical_name(os.fspath(model))
+        name = os.path.abspath(path) if path.exists() else canonical_name(os.fspath(model))
     db_path = str(Path(uri).expanduser().resolve())
     prefix = options.get("source_prefix")
     request = {
@@ -219,14 +234,22 @@ class Service:
     called per request so searches count as activity for the idle timeout.
     Requests run one at a time; the client connection to the engine is
     closed after each, so an idle service holds no connection, and the
-    models go after :data:`UNLOAD_AFTER_S` without a search.
+    models go after ``MEMSEARCH_SEARCH_UNLOAD_S`` (300) seconds without a
+    search. A database known to be damaged is left to the searching process,
+    which reports it.
     """
 
-    def __init__(self, path: str, engine_uri: str, touch: Callable[[], None]) -> None:
+    def __init__(self, path: str, engine_uri: str, touch: Callable[[], None], db_path: str | None = None) -> None:
+        from collections import OrderedDict
+
+        from memsearch_fast.lite.paths import env_seconds
+
         self.path = path
         self._engine_uri = engine_uri
+        self._db_path = db_path
         self._touch = touch
-        self._instances: dict[tuple[str, str, str], Any] = {}
+        self._unload_after = env_seconds(ENV_UNLOAD, DEFAULT_UNLOAD_S)
+        self._instances: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._loop: Any = None
         self._last = time.monotonic()
         self._code = code_id()  # at start: files replaced later (an upgrade) no longer match
@@ -257,17 +280,23 @@ class Service:
             os.unlink(self.path)
 
     def _serve(self) -> None:
-        self._listener.settimeout(UNLOAD_AFTER_S / 4)
+        try:
+            self._listener.settimeout(max(0.05, min(60.0, self._unload_after / 4)))
+            self._accept_loop()
+        finally:  # a dead service must not leave a socket that clients wait on
+            self.stop()
+
+    def _accept_loop(self) -> None:
         while not self._stopped:
             try:
                 conn, _ = self._listener.accept()
             except TimeoutError:
-                if self._instances and time.monotonic() - self._last > UNLOAD_AFTER_S:
+                if self._instances and time.monotonic() - self._last > self._unload_after:
                     self._unload()
                 continue
             except OSError:
                 return
-            conn.settimeout(30)
+            conn.settimeout(10)
             self._last = time.monotonic()
             with conn:
                 try:
@@ -281,8 +310,7 @@ class Service:
         from memsearch_fast.heap import give_back_memory
 
         for ms in self._instances.values():
-            with contextlib.suppress(Exception):
-                ms.close()
+            self._close(ms)
         self._instances.clear()
         give_back_memory()
 
@@ -305,6 +333,8 @@ class Service:
         if req.get("code") != self._code:
             return {"unsupported": "another installation of memsearch-fast"}
         self._touch()
+        if self._damaged():
+            return {"unsupported": "damaged"}
         ms = self._instance(str(req["collection"]), str(req["model_dir"]), str(req["model_name"]))
         try:
             if not ms.collection_exists():
@@ -317,6 +347,8 @@ class Service:
                     explain=bool(req.get("explain")),
                 )
             )
+            if self._damaged():  # the engine found damage while loading: the process reports it
+                return {"unsupported": "damaged"}
             return {"text": _render(ms, hits, req.get("render") or {})}
         except Exception as exc:  # noqa: BLE001 - the client searches itself and reports it
             return {"error": one_line(exc)}
@@ -324,19 +356,40 @@ class Service:
             ms.close_store()
             self._touch()
 
-    def _instance(self, collection: str, model_dir: str, model_name: str) -> Any:
-        key = (collection, model_dir, model_name)
-        if key not in self._instances:
-            from memsearch_fast.core import MemSearch
+    def _damaged(self) -> bool:
+        """Whether the database is known damaged, or its engine has said so since it started."""
+        if self._db_path is None:
+            return False
+        from memsearch_fast.lite import damage
 
-            self._instances[key] = MemSearch(
-                embedding_provider="onnx",
-                embedding_model=model_dir,
-                embedding_options={"model_name": model_name},
-                milvus_uri=self._engine_uri,
-                collection=collection,
-            )
+        return os.path.lexists(damage.marker_path(self._db_path)) or bool(damage.stated_since_start(self._db_path))
+
+    def _instance(self, collection: str, model_dir: str, model_name: str) -> Any:
+        """The MemSearch for this collection and model, loaded once; a model whose
+        files changed (re-imported) is loaded again, and at most :data:`MAX_LOADED` stay."""
+        key = (collection, model_dir, model_name, _fingerprint(model_dir))
+        if key in self._instances:
+            self._instances.move_to_end(key)
+            return self._instances[key]
+        from memsearch_fast.core import MemSearch
+
+        for old in [k for k in self._instances if k[:3] == key[:3]]:
+            self._close(self._instances.pop(old))
+        while len(self._instances) >= MAX_LOADED:
+            self._close(self._instances.popitem(last=False)[1])
+        self._instances[key] = MemSearch(
+            embedding_provider="onnx",
+            embedding_model=model_dir,
+            embedding_options={"model_name": model_name},
+            milvus_uri=self._engine_uri,
+            collection=collection,
+        )
         return self._instances[key]
+
+    @staticmethod
+    def _close(ms: Any) -> None:
+        with contextlib.suppress(Exception):
+            ms.close()
 
     def _run(self, coro: Any) -> Any:
         import asyncio

@@ -40,13 +40,12 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     _quiet_grpc_server()
     _quiet_lite_embedded()
     new = not os.path.lexists(db_path)
+    started = False
     try:
-        _start_engine(db_path)
+        started = _start_engine(db_path)
         client = make_client(db_path)
     except Exception as exc:  # noqa: BLE001 - any failure to open means the database is unavailable here
-        with _LOCK:
-            unused = db_path not in _REFS
-        if unused:  # an engine started for this attempt must not hold the database
+        if started:  # the engine this attempt started must not hold the database
             _stop_engine(db_path)
         parent = os.path.dirname(db_path)
         why = (
@@ -63,8 +62,9 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
     return client
 
 
-def _start_engine(db_path: str, timeout: float = 60.0) -> None:
-    """Start milvus-lite 2.x's engine for ``db_path`` and wait until it listens.
+def _start_engine(db_path: str, timeout: float = 60.0) -> bool:
+    """Start milvus-lite 2.x's engine for ``db_path`` and wait until it listens;
+    True when this call started it (False: already running in this process).
 
     pymilvus starts the engine itself but connects 0.5 s later, and its
     first RPC fails at once when the socket is not there yet: on a busy
@@ -75,19 +75,44 @@ def _start_engine(db_path: str, timeout: float = 60.0) -> None:
     try:
         from milvus_lite.server_manager import server_manager_instance
     except ImportError:  # milvus-lite 3.x: no separate engine process
-        return
-    uri = server_manager_instance.start_and_get_uri(db_path)
+        return False
+    key = str(Path(db_path).absolute().resolve())
+    with _LOCK:
+        if key in getattr(server_manager_instance, "_servers", {}):
+            return False  # this process's engine: probing its lock here would release it (POSIX locks)
+        _probe_lock(db_path)
+        uri = server_manager_instance.start_and_get_uri(db_path)
     if not uri:
         # Not a second try through pymilvus: a failed start unlinks the lock
         # file its holder still holds, so a second start would succeed.
         raise StoreUnavailableError("Open local milvus failed")
-    server = getattr(server_manager_instance, "_servers", {}).get(str(Path(db_path).absolute().resolve()))
+    server = getattr(server_manager_instance, "_servers", {}).get(key)
     proc = getattr(server, "_p", None)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         if endpoint_open(uri, timeout=0.2):
-            return
+            break
         time.sleep(0.02)
+    return True
+
+
+def _probe_lock(db_path: str) -> None:
+    """Refuse a database another process's engine holds, before milvus-lite tries:
+    its failed start deletes the holder's lock file, and the next opener would
+    then take a fresh one and open the database a second time."""
+    import fcntl
+
+    path = os.path.join(os.path.dirname(db_path), f".{os.path.basename(db_path)}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # none yet (nobody holds it), or not ours to open: the start says why
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise StoreUnavailableError(f"{db_path} is open in another process") from None
+    finally:
+        os.close(fd)  # also drops the probe's lock
 
 
 def _make_private(db_path: str) -> None:

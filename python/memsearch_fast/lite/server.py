@@ -494,7 +494,7 @@ def _search_service(db_path: str, engine: _Engine, activity: _Activity) -> Any:
 
     try:
         return search_service.Service(
-            search_service.socket_for(sock), address_uri(engine.address), activity.touch
+            search_service.socket_for(sock), address_uri(engine.address), activity.touch, db_path
         ).start()
     except OSError as exc:
         logger.warning("no search service for %s: %s", db_path, one_line(exc))
