@@ -247,10 +247,28 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
             env={lite_paths.ENV_MODE: "embedded"},
         )
         out, err = p.communicate(timeout=120)
+        # The refused opener left the holder's lock file alone (milvus-lite's own
+        # failed start deletes it), so a third opener is refused as well.
+        lock = Path(db).parent / f".{Path(db).name}.lock"
+        assert lock.exists()
+        third = run_py(
+            """
+            import sys
+            from memsearch_fast.store import MilvusStore, StoreError
+            try:
+                MilvusStore(sys.argv[1])
+            except StoreError as e:
+                print("ERR", type(e).__name__, e)
+            """,
+            db,
+            env={lite_paths.ENV_MODE: "embedded"},
+        )
+        out3, err3 = third.communicate(timeout=120)
     finally:
         holder.close()
     assert p.returncode == 0, err[-2000:]
     assert out.startswith("ERR StoreUnavailableError") and "Traceback" not in err
+    assert out3.startswith("ERR StoreUnavailableError"), (out3, err3[-2000:])
 
 
 @pytest.mark.skipif(LITE_MAJOR != 2, reason="Milvus Lite 2.x runs its engine as a separate binary")
