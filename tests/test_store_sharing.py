@@ -232,8 +232,8 @@ def test_database_held_elsewhere_is_a_clear_error(db, monkeypatch, capfd):
 
 def test_embedded_second_process_fails_cleanly(db, monkeypatch):
     monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
-    holder = MilvusStore(db, dimension=DIM)
-    try:
+
+    def open_elsewhere() -> tuple[int, str, str]:
         p = run_py(
             """
             import sys
@@ -247,28 +247,20 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
             env={lite_paths.ENV_MODE: "embedded"},
         )
         out, err = p.communicate(timeout=120)
+        return p.returncode, out, err
+
+    holder = MilvusStore(db, dimension=DIM)
+    try:
+        second = open_elsewhere()
         # The refused opener left the holder's lock file alone (milvus-lite's own
         # failed start deletes it), so a third opener is refused as well.
-        lock = Path(db).parent / f".{Path(db).name}.lock"
-        assert lock.exists()
-        third = run_py(
-            """
-            import sys
-            from memsearch_fast.store import MilvusStore, StoreError
-            try:
-                MilvusStore(sys.argv[1])
-            except StoreError as e:
-                print("ERR", type(e).__name__, e)
-            """,
-            db,
-            env={lite_paths.ENV_MODE: "embedded"},
-        )
-        out3, err3 = third.communicate(timeout=120)
+        assert (Path(db).parent / f".{Path(db).name}.lock").exists()
+        third = open_elsewhere()
     finally:
         holder.close()
-    assert p.returncode == 0, err[-2000:]
-    assert out.startswith("ERR StoreUnavailableError") and "Traceback" not in err
-    assert out3.startswith("ERR StoreUnavailableError"), (out3, err3[-2000:])
+    for rc, out, err in (second, third):
+        assert rc == 0, err[-2000:]
+        assert out.startswith("ERR StoreUnavailableError") and "Traceback" not in err
 
 
 @pytest.mark.skipif(LITE_MAJOR != 2, reason="Milvus Lite 2.x runs its engine as a separate binary")
