@@ -192,3 +192,26 @@ def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monke
     monkeypatch.setenv(search_service.ENV_SWITCH, "1")
     monkeypatch.setenv("MEMSEARCH_LITE_MODE", "embedded")
     assert search_service.request_for(cfg, "q") is None
+
+
+def test_a_reimported_model_is_loaded_again_and_few_stay_loaded(tmp_path):
+    """The loaded models are keyed by their files' identities; nothing here loads
+    a model or connects (a MemSearch opens both on first use)."""
+    model = tmp_path / "model"
+    (model / "onnx").mkdir(parents=True)
+    (model / "tokenizer.json").write_text("{}")
+    (model / "onnx" / "model_quantized.onnx").write_bytes(b"x")
+    service = search_service.Service(str(tmp_path / "s.sock"), "unix:/nonexistent.sock", lambda: None)
+    try:
+        first = service._instance("c", str(model), "m")
+        assert service._instance("c", str(model), "m") is first
+        (model / "onnx" / "model_quantized.onnx").write_bytes(b"another model")  # `model import` again
+        second = service._instance("c", str(model), "m")
+        assert second is not first and list(service._instances.values()) == [second]
+        for i in range(search_service.MAX_LOADED + 2):
+            service._instance(f"c{i}", str(model), "m")
+        assert len(service._instances) == search_service.MAX_LOADED
+        assert second not in service._instances.values()  # the least recently used went first
+    finally:
+        service.stop()
+    assert not (tmp_path / "s.sock").exists()
