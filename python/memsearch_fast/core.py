@@ -432,9 +432,7 @@ class MemSearch:
             self._store = None
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        self.close_store()
         if self._provider is not None:
             self._provider.close()
             self._provider = None
