@@ -49,6 +49,8 @@ class MemSearch:
         workers: int | None = None,
         reranker_model: str = "",
         embedding_options: Mapping[str, Any] | None = None,
+        dense_index: bool = False,
+        manifest_uri: str | None = None,
     ) -> None:
         if not 1 <= max_chunk_size <= config.MAX_CHUNK_SIZE_LIMIT:
             raise ValueError(f"max_chunk_size must be between 1 and {config.MAX_CHUNK_SIZE_LIMIT}")
@@ -83,6 +85,12 @@ class MemSearch:
         self._provider: Any = None
         self._store: Any = None
         self._query_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        #: Hold the collection's vectors in memory for dense ranking (:mod:`memsearch_fast.store.dense_index`):
+        #: for processes that search many times. ``manifest_uri``: the local database whose manifest
+        #: says when rows change, when ``milvus_uri`` is that database's server.
+        self._dense_wanted = dense_index
+        self._manifest_uri = manifest_uri or milvus_uri
+        self._dense: Any = None
 
     @classmethod
     def from_config(
@@ -94,6 +102,7 @@ class MemSearch:
         ignore_files: Sequence[str] = (),
         exclude: Sequence[str] = (),
         workers: int | None = None,
+        dense_index: bool = False,
     ) -> MemSearch:
         """The instance a resolved configuration (``config.resolve()``) describes;
         *ignore_files* and *exclude* add to the configured lists."""
@@ -116,6 +125,7 @@ class MemSearch:
             exclude=list(dict.fromkeys([*indexing["exclude"], *exclude])),
             workers=workers,
             reranker_model=reranker.get("model") or "",
+            dense_index=dense_index,
         )
 
     # -- lazily opened parts ---------------------------------------------------------
@@ -316,7 +326,14 @@ class MemSearch:
             from memsearch_fast.rerank import candidate_count
 
             fetch = candidate_count(top_k)
-        hits = await asyncio.to_thread(store.search, vector, query, top_k=fetch, source_prefix=prefix, explain=explain)
+        hits: list[dict[str, Any]] | None = None
+        if self._dense_wanted and not explain:
+            dense = self._dense_index(store)
+            hits = await asyncio.to_thread(dense.search, store, vector, query, top_k=fetch, source_prefix=prefix)
+        if hits is None:
+            hits = list(
+                await asyncio.to_thread(store.search, vector, query, top_k=fetch, source_prefix=prefix, explain=explain)
+            )
         if reranker is None or not hits:
             return list(hits)
         return list(await asyncio.to_thread(reranker.rerank, query, hits, top_k=top_k))
@@ -343,6 +360,20 @@ class MemSearch:
             return []
         pages = store.iter_rows_for_sources([source], list(fields)) if source else store.iter_rows(list(fields))
         return [row for page in pages for row in page]
+
+    def _dense_index(self, store: Any) -> Any:
+        if self._dense is None:
+            from memsearch_fast.pipeline.manifest import manifest_path
+            from memsearch_fast.store import MilvusStore
+            from memsearch_fast.store.dense_index import DenseIndex
+
+            args = dict(self._store_args)
+            self._dense = DenseIndex(
+                lambda: MilvusStore(**args),
+                manifest_path(self._manifest_uri, self.collection),
+                store.dimension,
+            )
+        return self._dense
 
     def _search_store(self) -> Any:
         """The store for search, or None when nothing is indexed yet."""
@@ -433,6 +464,9 @@ class MemSearch:
 
     def close(self) -> None:
         self.close_store()
+        if self._dense is not None:
+            self._dense.close()
+            self._dense = None
         if self._provider is not None:
             self._provider.close()
             self._provider = None

@@ -383,6 +383,9 @@ class Service:
             embedding_options={"model_name": model_name},
             milvus_uri=self._engine_uri,
             collection=collection,
+            # Vectors in memory for large collections; the database's manifest says when rows change.
+            dense_index=self._db_path is not None,
+            manifest_uri=self._db_path,
         )
         return self._instances[key]
 

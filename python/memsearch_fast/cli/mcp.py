@@ -40,4 +40,4 @@ def mcp_command(
 
         opts = {**opts, "collection": locate().collection}
     cfg = settings(opts)
-    run(mcp_server.serve(lambda: memsearch(cfg), missing=missing_collection(cfg)))
+    run(mcp_server.serve(lambda: memsearch(cfg, dense_index=True), missing=missing_collection(cfg)))

@@ -828,6 +828,34 @@ class MilvusStore:
             self._explain(hits, reqs)
         return hits
 
+    def sparse_search(self, query_text: str, *, top_k: int, source_prefix: str | None = None) -> list[dict[str, Any]]:
+        """The BM25 side of :meth:`search` alone, best first, each row with its
+        ``distance`` (used beside :mod:`.dense_index`)."""
+        if not self._exists or top_k <= 0 or not query_text.strip():
+            return []
+        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                collection_name=self.collection,
+                data=[query_text],
+                anns_field="sparse_vector",
+                search_params={"metric_type": "BM25"},
+                limit=top_k,
+                filter=expr,
+                output_fields=QUERY_FIELDS,
+            ),
+        )
+        hits = []
+        for hit in res[0] if res else []:
+            entity = hit.get("entity", hit)
+            row = {f: entity.get(f) for f in QUERY_FIELDS}
+            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
+                continue
+            row["distance"] = float(hit["distance"])
+            hits.append(row)
+        return hits
+
     def _explain(self, hits: list[dict[str, Any]], reqs: list[Any]) -> None:
         """Each retriever's own list, searched again alone, to say where each hit stood in it."""
         for name, req in zip(("dense", "sparse"), reqs, strict=False):

@@ -1,0 +1,329 @@
+"""An in-memory copy of a collection's vectors, for processes that search often.
+
+Milvus Lite 2.5.1 answers a dense search by scanning every vector (about
+0.3 µs each: 17 ms of a 28 ms hybrid search at 61,000 chunks, and it builds
+no IVF index). A process that stays up — the per-database server answering
+``memsearch search``, the MCP server, a library user — can hold the vectors
+as one float32 matrix and rank them in a few milliseconds; BM25 and the rows
+BM25 still comes from Milvus, and the two lists are fused by the same RRF
+(k=60) that Milvus applies. The display fields of every row are kept too:
+Lite finds a row by id with another full scan (about 10 ms at that size).
+At 61,000 chunks the copy holds about 94 MB of vectors and the text.
+
+The copy is only used while it can be shown current, and Milvus answers
+whenever it cannot:
+
+- It is loaded in a background thread; searches go to Milvus meanwhile.
+- Every index or watch run of memsearch-fast removes the collection's
+  manifest before its first write and writes a new one after its flush. A
+  manifest that differs from the one seen at load (or is missing) sends the
+  search to Milvus and starts a refresh: files whose recorded chunks changed
+  are read again from the store, the rest are kept, and the result must hold
+  the manifest's row count or the whole copy is loaded again.
+- Writers that keep no manifest (memsearch 0.4.23 itself) are caught by two
+  checks: a BM25 hit the copy does not hold, and the row count, compared
+  with the store's every :data:`RECHECK_S` seconds.
+
+Ties between equal RRF sums are ordered dense-first then by rank; Milvus
+orders them arbitrarily, so a tie at the cut may keep another of the tied
+chunks than Milvus would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memsearch_fast.store.milvus import QUERY_FIELDS, RRF_K
+
+logger = logging.getLogger(__name__)
+
+#: Collections with fewer rows are searched by Milvus alone (its scan costs < 6 ms there).
+DEFAULT_MIN_ROWS = 20_000
+ENV_MIN_ROWS = "MEMSEARCH_DENSE_INDEX_MIN_ROWS"
+#: ``0`` turns the in-memory copy off everywhere.
+ENV_SWITCH = "MEMSEARCH_DENSE_INDEX"
+#: Seconds between row-count checks against the store (writers without a manifest).
+RECHECK_S = 30.0
+
+_FIELDS = list(dict.fromkeys([*QUERY_FIELDS, "embedding"]))
+_KEPT = [f for f in QUERY_FIELDS if f not in ("chunk_hash", "source")]
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def min_rows() -> int:
+    try:
+        return max(0, int(os.environ.get(ENV_MIN_ROWS, DEFAULT_MIN_ROWS)))
+    except ValueError:
+        return DEFAULT_MIN_ROWS
+
+
+def _token(path: Path) -> tuple[int, int, int] | None:
+    """The manifest file's identity: a new file (new inode or mtime) after every write run."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
+    """(rows, {source: packed chunk records}) from the manifest, or None."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+        rows, files = data["rows"], data["files"]
+        return int(rows), {str(k): str(v[3]) for k, v in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+@dataclass(slots=True)
+class _Copy:
+    ids: list[str]
+    sources: list[str]
+    fields: dict[str, list[Any]]  # the other display fields, by row (a pk lookup in Lite is a 10 ms scan)
+    matrix: np.ndarray  # rows normalised: a dot product is the cosine Milvus reports
+    token: tuple[int, int, int] | None
+    entries: dict[str, str] | None
+    checked: float
+
+    def positions(self) -> dict[str, int]:
+        return {cid: i for i, cid in enumerate(self.ids)}
+
+    def row(self, i: int) -> dict[str, Any]:
+        """The display fields of row ``i``, in the order :meth:`MilvusStore.search` gives them."""
+        own = {"chunk_hash": self.ids[i], "source": self.sources[i]}
+        return {f: own[f] if f in own else self.fields[f][i] for f in QUERY_FIELDS}
+
+
+class _Rows:
+    """Columns gathered page by page."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.ids: list[str] = []
+        self.sources: list[str] = []
+        self.fields: dict[str, list[Any]] = {f: [] for f in _KEPT}
+        self.parts: list[np.ndarray] = []
+
+    def add(self, page: list[dict[str, Any]]) -> None:
+        self.ids.extend(r["chunk_hash"] for r in page)
+        self.sources.extend(r["source"] for r in page)
+        for f, col in self.fields.items():
+            col.extend(r.get(f) for r in page)
+        self.parts.append(_normalised([r["embedding"] for r in page], self.dim))
+
+    def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> _Copy:
+        matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
+        return _Copy(self.ids, self.sources, self.fields, matrix, token, entries, time.monotonic())
+
+
+def _normalised(vectors: list[Any], dim: int) -> np.ndarray:
+    m = np.asarray(vectors, dtype=np.float32).reshape(-1, dim)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: np.ndarray = m / norms
+    return out
+
+
+class DenseIndex:
+    """The vectors of one collection in memory; see the module docstring.
+
+    ``open_store`` returns a fresh store connection (used by the loading
+    thread, which closes it); ``manifest`` is the collection's manifest path.
+    """
+
+    def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
+        self._open_store = open_store
+        self._manifest = Path(manifest)
+        self._dim = dimension
+        self._copy: _Copy | None = None
+        self._pos: dict[str, int] = {}
+        self._by_source: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._loader: threading.Thread | None = None
+        self._retry_after = 0.0
+        self._closed = False
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._copy is not None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a load or refresh in progress; True when a copy is held."""
+        loader = self._loader
+        if loader is not None:
+            loader.join(timeout)
+        return self._copy is not None
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            self._install(None)
+
+    def _install(self, copy: _Copy | None) -> None:
+        self._copy = copy
+        self._pos = copy.positions() if copy else {}
+        by: dict[str, list[int]] = {}
+        for i, src in enumerate(copy.sources if copy else ()):
+            by.setdefault(src, []).append(i)
+        self._by_source = {s: np.asarray(ix, dtype=np.int64) for s, ix in by.items()}
+
+    def _start(self, *, full: bool) -> None:
+        """Load (or refresh) in the background unless that is already under way."""
+        if self._closed or (self._loader is not None and self._loader.is_alive()):
+            return
+        if time.monotonic() < self._retry_after:
+            return
+        self._loader = threading.Thread(target=self._load, args=(full,), name="dense-index", daemon=True)
+        self._loader.start()
+
+    def _stale(self) -> None:
+        self._start(full=True)
+
+    # -- loading ----------------------------------------------------------------------
+
+    def _load(self, full: bool) -> None:
+        try:
+            store = self._open_store()
+        except Exception as exc:  # noqa: BLE001 - Milvus keeps answering
+            logger.info("dense index: store not opened (%s)", exc)
+            return
+        try:
+            copy = self._copy
+            incremental = not full and copy is not None and copy.entries is not None
+            new = self._refresh(store, copy) if incremental and copy is not None else self._load_all(store)
+            if new is not None and not self._closed:
+                with self._lock:
+                    self._install(new)
+        except Exception as exc:  # noqa: BLE001 - Milvus keeps answering
+            logger.info("dense index: load failed (%s)", exc)
+            self._retry_after = time.monotonic() + RECHECK_S
+            with self._lock:
+                self._install(None)
+        finally:
+            with contextlib.suppress(Exception):
+                store.close()
+
+    def _load_all(self, store: Any) -> _Copy | None:
+        if not store.exists or store.count() < min_rows():
+            self._retry_after = time.monotonic() + RECHECK_S  # look again later: it may grow
+            with self._lock:
+                self._install(None)
+            return None
+        token = _token(self._manifest)
+        manifest = _read_manifest(self._manifest) if token else None
+        rows = _Rows(self._dim)
+        for page in store.iter_rows(_FIELDS):
+            rows.add(page)
+        entries = manifest[1] if manifest is not None and manifest[0] == len(rows.ids) else None
+        if _token(self._manifest) != token:
+            token, entries = None, None  # a run wrote while the rows were read: load again after it
+        # entries None: the manifest does not describe these rows (a writer that keeps none),
+        # so the next change of it means a full load; until then the row count is checked.
+        return rows.copy(token, entries)
+
+    def _refresh(self, store: Any, copy: _Copy) -> _Copy | None:
+        """Re-read only the sources whose recorded chunks changed since ``copy``."""
+        token = _token(self._manifest)
+        manifest = _read_manifest(self._manifest) if token else None
+        if manifest is None or copy.entries is None:
+            return self._load_all(store) if token else None  # a run is writing: wait for its manifest
+        rows, entries = manifest
+        changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
+        keep = [i for i, s in enumerate(copy.sources) if s not in changed]
+        new = _Rows(self._dim)
+        new.ids = [copy.ids[i] for i in keep]
+        new.sources = [copy.sources[i] for i in keep]
+        new.fields = {f: [col[i] for i in keep] for f, col in copy.fields.items()}
+        new.parts = [copy.matrix[np.asarray(keep, dtype=np.int64)]]
+        for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), _FIELDS):
+            new.add(page)
+        if _token(self._manifest) != token or rows != len(new.ids):
+            return self._load_all(store)
+        return new.copy(token, entries)
+
+    # -- searching --------------------------------------------------------------------
+
+    def search(
+        self, store: Any, vector: Any, query_text: str, *, top_k: int, source_prefix: str | None
+    ) -> list[dict[str, Any]] | None:
+        """The hybrid hits :meth:`MilvusStore.search` would give, or None when
+        the copy cannot answer (not loaded, maybe stale): then ask Milvus."""
+        if self._closed or not enabled() or top_k <= 0:
+            return None
+        with self._lock:
+            copy, pos, by_source = self._copy, self._pos, self._by_source
+        if copy is None:
+            self._start(full=True)
+            return None
+        token = _token(self._manifest)
+        if token != copy.token:
+            if token is not None:
+                self._start(full=False)
+            return None  # changed, or a run is writing (it removed the manifest): Milvus answers
+        now = time.monotonic()
+        if now - copy.checked > RECHECK_S:
+            if store.count() != len(copy.ids):
+                self._stale()
+                return None
+            copy.checked = now
+        dense = self._dense(copy, by_source, vector, top_k, source_prefix)
+        sparse = store.sparse_search(query_text, top_k=top_k, source_prefix=source_prefix) if query_text.strip() else []
+        if any(h["chunk_hash"] not in pos for h in sparse):
+            self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
+            return None
+        fused: dict[str, np.float32] = {}
+        for ranked in (dense, [h["chunk_hash"] for h in sparse]):
+            for rank, cid in enumerate(ranked, start=1):
+                fused[cid] = np.float32(fused.get(cid, np.float32(0.0)) + np.float32(1.0 / (RRF_K + rank)))
+        order = sorted(fused, key=lambda c: -fused[c])[:top_k]  # stable: dense first, then rank
+        rows = {h["chunk_hash"]: h for h in sparse}
+        scale = (2 if query_text.strip() else 1) / (RRF_K + 1)
+        hits = []
+        for cid in order:
+            row = {f: rows[cid].get(f) for f in QUERY_FIELDS} if cid in rows else copy.row(pos[cid])
+            row["score"] = min(1.0, max(0.0, float(fused[cid]) / scale))
+            hits.append(row)
+        return hits
+
+    def _dense(
+        self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
+    ) -> list[str]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        if norm:
+            q = q / norm
+        if prefix:
+            picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
+            if not picked:
+                return []
+            rows = np.concatenate(picked)
+            scores = copy.matrix[rows] @ q
+        else:
+            rows = None
+            scores = copy.matrix @ q
+        k = min(top_k, scores.shape[0])
+        if k <= 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+        top = top[np.lexsort((top, -scores[top]))]  # by score, then by position (a stable order for ties)
+        if rows is not None:
+            top = rows[top]
+        return [copy.ids[i] for i in top]

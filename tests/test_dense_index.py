@@ -1,0 +1,165 @@
+"""The in-memory copy of a collection's vectors (:mod:`memsearch_fast.store.dense_index`).
+
+Real Milvus Lite, the real model, real index runs. The copy must rank as
+Milvus does, see every index run, and step aside whenever rows may have
+changed behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from memsearch_fast import MemSearch
+from memsearch_fast.store import dense_index
+
+QUERIES = [
+    "which port does the staging gateway listen on",
+    "database migration advisory lock timeout",
+    "thumbnail library benchmark",
+    "retry backoff jitter",
+    "搜索页面改版",
+    "deploy",
+]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    from benches.corpus import write_corpus
+
+    root = tmp_path / "notes"
+    write_corpus(root, total_bytes=60_000, seed=5)
+    return root
+
+
+@pytest.fixture
+def small_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
+    monkeypatch.delenv(dense_index.ENV_SWITCH, raising=False)
+
+
+def open_ms(root: Path, db: Path, model_dir: Path, **kw) -> MemSearch:
+    return MemSearch([str(root)], embedding_model=str(model_dir), milvus_uri=str(db), **kw)
+
+
+def loaded(ms: MemSearch) -> dense_index.DenseIndex:
+    """The instance's copy, after a first search started its load and it finished."""
+    asyncio.run(ms.search(QUERIES[0]))
+    dense = ms._dense
+    assert dense is not None and dense.wait(120), "the copy did not load"
+    return dense
+
+
+def vector(ms: MemSearch, text: str):
+    return asyncio.run(ms._query_vector(text))
+
+
+def assert_same_ranking(ours: list[dict], milvus: list[dict]) -> None:
+    """Same fused scores in the same order, and the same chunks above the last score
+    (Milvus orders equal RRF sums arbitrarily, so a tie at the cut may differ)."""
+    assert [h["score"] for h in ours] == [h["score"] for h in milvus]
+    if not ours:
+        return
+    cut = ours[-1]["score"]
+    above = {h["chunk_hash"]: h for h in ours if h["score"] > cut}
+    assert above == {h["chunk_hash"]: h for h in milvus if h["score"] > cut}
+    assert {h["chunk_hash"] for h in ours if h["score"] == cut} <= {h["chunk_hash"] for h in ours}
+
+
+def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
+    with open_ms(corpus, db, model_dir) as ms:
+        asyncio.run(ms.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        store = ms._search_store()
+        some = sorted(p for p in corpus.rglob("*.md"))[3]
+        compared = 0
+        for text in [*QUERIES, ""]:
+            vec = vector(ms, text or "lock")
+            for k in (1, 3, 5, 10):
+                for prefix in (None, str(some.parent), str(some)):
+                    ours = dense.search(store, vec, text, top_k=k, source_prefix=prefix)
+                    assert ours is not None, "the copy did not answer"
+                    assert_same_ranking(ours, store.search(vec, text, top_k=k, source_prefix=prefix))
+                    if prefix:
+                        assert all(h["source"].startswith(prefix) for h in ours)
+                    compared += bool(ours)
+        assert compared > 40
+        # Through MemSearch.search too, and --explain is left to Milvus (it asks each retriever alone).
+        assert_same_ranking(
+            asyncio.run(ms.search(QUERIES[1], top_k=5)), store.search(vector(ms, QUERIES[1]), QUERIES[1], top_k=5)
+        )
+        assert "explain" in asyncio.run(ms.search(QUERIES[1], top_k=3, explain=True))[0]
+
+
+def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, model_dir, small_ok):
+    with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(writer.index())
+        dense = loaded(ms)
+        store = ms._search_store()
+        before = len(dense._copy.ids)
+
+        files = sorted(corpus.rglob("*.md"))
+        gone, edited = files[0], files[1]
+        gone_rows = [r for r in store.rows_for_sources([str(gone)], ["content"])]
+        assert gone_rows
+        gone.unlink()
+        edited.write_text(edited.read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+        asyncio.run(writer.index())
+
+        # The refresh must read only the changed files: a full read is refused from here on.
+        opened = dense._open_store
+
+        def no_full_read():
+            s = opened()
+            s.iter_rows = lambda *a, **k: pytest.fail("a full load where a refresh would do")
+            return s
+
+        dense._open_store = no_full_read
+        text = "quokka relay port 47113"
+        vec = vector(ms, text)
+        assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None, "a stale copy answered"
+        assert dense.wait(60)
+        hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert hits is not None
+        assert "quokka relay" in hits[0]["content"]
+        assert len(dense._copy.ids) == store.count() != before
+        assert not {r["chunk_hash"] for r in gone_rows} & set(dense._copy.ids)
+        assert_same_ranking(hits, store.search(vec, text, top_k=5))
+
+
+def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, model_dir, small_ok):
+    with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(writer.index())
+        dense = loaded(ms)
+        store = ms._search_store()
+        # A foreign writer (memsearch 0.4.23 keeps no manifest): a row straight into the store.
+        row = dict(store.rows_for_sources([str(sorted(corpus.rglob("*.md"))[0])], ["content", "embedding"])[0])
+        row.pop("distance", None)
+        row.update(chunk_hash="f" * 64, content="The wombat ledger closes at 23:59 UTC.", start_line=900, end_line=901)
+        writer.store.upsert([row])
+        writer.store.flush()
+
+        text = "wombat ledger"
+        vec = vector(ms, text)
+        assert dense.search(store, vec, text, top_k=3, source_prefix=None) is None
+        assert dense.wait(60)
+        hits = dense.search(store, vec, text, top_k=3, source_prefix=None)
+        assert hits is not None and "f" * 64 in [h["chunk_hash"] for h in hits]
+        assert len(dense._copy.ids) == store.count()
+
+
+def test_small_collections_and_the_switch_leave_it_to_milvus(corpus, db, model_dir, monkeypatch):
+    monkeypatch.delenv(dense_index.ENV_MIN_ROWS, raising=False)
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(ms.index())
+        assert asyncio.run(ms.search(QUERIES[0]))
+        ms._dense.wait(60)
+        assert not ms._dense.loaded  # ~100 rows: far below the default threshold
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
+    monkeypatch.setenv(dense_index.ENV_SWITCH, "0")
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert asyncio.run(ms.search(QUERIES[0]))
+        assert ms._dense._loader is None
