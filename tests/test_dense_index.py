@@ -151,13 +151,20 @@ def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, m
         assert len(dense._copy.ids) == store.count()
 
 
-def test_small_collections_and_the_switch_leave_it_to_milvus(corpus, db, model_dir, monkeypatch):
+def test_small_and_large_collections_and_the_switch_leave_it_to_milvus(corpus, db, model_dir, monkeypatch):
     monkeypatch.delenv(dense_index.ENV_MIN_ROWS, raising=False)
+    monkeypatch.delenv(dense_index.ENV_MAX_ROWS, raising=False)
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         asyncio.run(ms.index())
         assert asyncio.run(ms.search(QUERIES[0]))
         ms._dense.wait(60)
         assert not ms._dense.loaded  # ~100 rows: far below the default threshold
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
+    monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert asyncio.run(ms.search(QUERIES[0]))
+        ms._dense.wait(60)
+        assert not ms._dense.loaded  # above the largest size that gets a copy
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
     monkeypatch.setenv(dense_index.ENV_SWITCH, "0")
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
