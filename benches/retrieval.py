@@ -7,7 +7,9 @@ all. Kinds: ``port`` (an exact number, asked by the service's name),
 ``owner`` (a person's name), ``decision`` (a decision with its date),
 ``paraphrase`` (asked in words the fact does not use) and ``cjk`` (a Chinese
 fact asked in Chinese). A hit is a result whose content holds the fact's
-unique key.
+unique key. ``--hard N`` adds ``paraphrase_hard``: questions that share no
+word with their fact but the project's name ("who gets woken up when X
+breaks at night" for "Pager rota for X moves to ...").
 
 ``--tool reference`` indexes the same corpus with memsearch 0.4.23 and the
 same model: its ``openai`` provider is pointed at a local server that speaks
@@ -118,6 +120,52 @@ def make_facts(count: int, seed: int = 7, names: list[str] = _NAMES) -> list[Fac
     return facts
 
 
+_GIBS = ["6", "12", "24", "48", "96"]
+
+
+def make_hard_facts(count: int, seed: int = 13, names: list[str] = _NAMES) -> list[Fact]:
+    """Paraphrases that share no word with their question but the project's name:
+    the question says what a user would ask, the fact what a log would say."""
+    rng = random.Random(seed)
+    facts: list[Fact] = []
+    for _attempt in range(count * 100):
+        if len(facts) >= count:
+            break
+        name, n = rng.choice(names), rng.randint(100, 999)
+        template = len(facts) % 5
+        if template == 0:
+            key = f"#{name}-oncall-{n}"
+            text = f"- Pager rota for {name} moves to {rng.choice(_PEOPLE)}; alerts go to {key}."
+            question = f"who gets woken up when {name} breaks at night"
+        elif template == 1:
+            key = f"day {rng.randint(2, 27)} of each month"
+            text = f"- {name} invoices are generated on {key} by the ledger job (ref {n})."
+            question = f"when do {name} customers receive their bill"
+        elif template == 2:
+            key = f"{rng.choice(_GIBS)} GiB, ticket {n}"
+            text = f"- Raised worker memory for {name} to {key} after repeated OOM kills."
+            question = f"how much RAM did the {name} machines get once they kept crashing"
+        elif template == 3:
+            key = f"older than Android {rng.randint(8, 12)}.{n % 10}"
+            text = f"- The {name} mobile client drops devices {key} next release."
+            question = f"which old phones will the {name} app stop running on"
+        else:
+            key = f"{rng.randint(2, 9)} reviewers, rule {n}"
+            text = f"- Merges into {name} main now need {key} before the bot lands them."
+            question = f"how many approvals does a {name} pull request require"
+        fact = Fact("paraphrase_hard", text, question, key)
+        if fact.key not in {f.key for f in facts} and fact.question not in {f.question for f in facts}:
+            facts.append(fact)
+    return facts
+
+
+def _same_kind(kind: str, count: int, seed: int, names: list[str]) -> list[Fact]:
+    """Facts of ``kind``'s generator about ``names`` (decoys and twins)."""
+    if kind == "paraphrase_hard":
+        return make_hard_facts(count, seed, names)
+    return make_facts(count, seed, names)
+
+
 def plant(root: Path, facts: list[Fact], seed: int = 7) -> None:
     """Append each fact as its own ``### HH:MM`` entry to a daily log of the corpus,
     with decoys: the same kind of sentence about other names, and about the same
@@ -125,13 +173,19 @@ def plant(root: Path, facts: list[Fact], seed: int = 7) -> None:
     rng = random.Random(seed)
     logs = sorted((root / "memory").glob("*.md"))
     keys = {f.key for f in facts}
-    decoys = [d for d in make_facts(len(facts) * 4, seed + 1, _DECOY_NAMES) if d.key not in keys][: len(facts) * 2]
+    plain = [f for f in facts if f.kind != "paraphrase_hard"]
+    hard = [f for f in facts if f.kind == "paraphrase_hard"]
+    decoys = [d for d in make_facts(len(plain) * 4, seed + 1, _DECOY_NAMES) if d.key not in keys][: len(plain) * 2]
+    if hard:
+        decoys += [d for d in make_hard_facts(len(hard) * 4, seed + 2, _DECOY_NAMES) if d.key not in keys][
+            : len(hard) * 2
+        ]
     questions = {f.question for f in facts}
     for i, fact in enumerate(facts):
         name = next((n for n in _NAMES if f" {n} " in f" {fact.question} "), None)
         if name is None:
             continue
-        same = make_facts(10, seed + 100 + i, [name])
+        same = _same_kind(fact.kind, 10, seed + 100 + i, [name])
         twins = [d for d in same if d.kind == fact.kind and d.key not in keys and d.question not in questions]
         decoys += twins[:2]
     for fact in [*facts, *decoys]:
@@ -141,9 +195,13 @@ def plant(root: Path, facts: list[Fact], seed: int = 7) -> None:
             f.write(f"\n### {stamp}\n{fact.text}\n- The rest of the session was routine.\n")
 
 
-def build(root: Path, megabytes: float, facts: int, seed: int = 3) -> list[Fact]:
+def planted_facts(facts: int, hard: int = 0) -> list[Fact]:
+    return make_facts(facts) + make_hard_facts(hard)
+
+
+def build(root: Path, megabytes: float, facts: int, seed: int = 3, hard: int = 0) -> list[Fact]:
     write_corpus(root, total_bytes=int(megabytes * 1_000_000), seed=seed)
-    planted = make_facts(facts)
+    planted = planted_facts(facts, hard)
     plant(root, planted)
     return planted
 
@@ -304,7 +362,7 @@ class _BM25OnExtraText:
 
 
 def run(
-    megabytes: float, facts: int, workdir: Path, *, tool: str = "ours", sparse_extra: bool = False
+    megabytes: float, facts: int, workdir: Path, *, tool: str = "ours", sparse_extra: bool = False, hard: int = 0
 ) -> dict[str, Any]:
     """Build (unless *workdir* holds a corpus already), index, evaluate.
 
@@ -312,7 +370,7 @@ def run(
     ``reference.db``), so one corpus serves all of them.
     """
     corpus = workdir / "corpus"
-    planted = make_facts(facts) if corpus.exists() else build(corpus, megabytes, facts)
+    planted = planted_facts(facts, hard) if corpus.exists() else build(corpus, megabytes, facts, hard=hard)
     if tool == "reference":
         index_s, report = _run_reference(corpus, workdir / "reference.db", planted)
     else:
@@ -370,6 +428,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=5.0, help="corpus size in MB (default 5)")
     parser.add_argument("--facts", type=int, default=40, help="planted facts (default 40)")
+    parser.add_argument(
+        "--hard",
+        type=int,
+        default=0,
+        help="also plant this many paraphrases that share only the project's name with their question (default 0)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep the corpus and database here (reused when present)")
     parser.add_argument(
         "--analyzer", help='BM25 analyzer of a new collection as JSON, e.g. \'{"tokenizer": "jieba"}\' (default: ours)'
@@ -394,10 +458,10 @@ def main() -> None:
         milvus.CJK_ANALYZER = json.loads(args.analyzer)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(args.mb, args.facts, args.workdir, tool=args.tool, sparse_extra=args.sparse_extra)
+        report = run(args.mb, args.facts, args.workdir, tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            report = run(args.mb, args.facts, Path(tmp), tool=args.tool, sparse_extra=args.sparse_extra)
+            report = run(args.mb, args.facts, Path(tmp), tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard)
     json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
     print()
 
