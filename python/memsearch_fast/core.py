@@ -327,8 +327,8 @@ class MemSearch:
 
             fetch = candidate_count(top_k)
         hits: list[dict[str, Any]] | None = None
-        if self._dense_wanted and not explain:
-            dense = self._dense_index(store)
+        dense = self._dense_index(store) if self._dense_wanted and not explain else None
+        if dense is not None:
             hits = await asyncio.to_thread(dense.search, store, vector, query, top_k=fetch, source_prefix=prefix)
         if hits is None:
             hits = list(
@@ -362,10 +362,17 @@ class MemSearch:
         return [row for page in pages for row in page]
 
     def _dense_index(self, store: Any) -> Any:
+        """The in-memory copy of the vectors; None for a server URI, whose writers
+        elsewhere would never touch the manifest on this machine."""
         if self._dense is None:
             from memsearch_fast.pipeline.manifest import manifest_path
             from memsearch_fast.store import MilvusStore
+            from memsearch_fast.store.compat import is_local_uri
             from memsearch_fast.store.dense_index import DenseIndex
+
+            if not is_local_uri(self._manifest_uri):
+                self._dense_wanted = False
+                return None
 
             args = dict(self._store_args)
             self._dense = DenseIndex(

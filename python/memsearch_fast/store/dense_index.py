@@ -4,27 +4,30 @@ Milvus Lite 2.5.1 answers a dense search by scanning every vector (about
 0.3 µs each: 17 ms of a 28 ms hybrid search at 61,000 chunks, and it builds
 no IVF index). A process that stays up — the per-database server answering
 ``memsearch search``, the MCP server, a library user — can hold the vectors
-as one float32 matrix and rank them in a few milliseconds; BM25 and the rows
-BM25 still comes from Milvus, and the two lists are fused by the same RRF
-(k=60) that Milvus applies. The display fields of every row are kept too:
-Lite finds a row by id with another full scan (about 10 ms at that size).
-At 61,000 chunks (a 50 MB corpus) the process grows by about 250 MB: 94 MB
-of vectors, the text, and heap kept from the load. Only collections of
-:data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one.
+as one float32 matrix and rank them in a few milliseconds. BM25 still comes
+from Milvus, and the two lists are fused by the same RRF (k=60) that Milvus
+applies. The display fields of every row are kept too: Lite finds a row by
+id with another full scan (about 10 ms at that size). At 61,000 chunks (a
+50 MB corpus) the process grows by about 250 MB: 94 MB of vectors, the
+text, and heap kept from the load. Only local databases whose collection
+holds :data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one.
 
-The copy is only used while it can be shown current, and Milvus answers
+The copy answers only while it can be shown current; Milvus answers
 whenever it cannot:
 
 - It is loaded in a background thread; searches go to Milvus meanwhile.
-- Every index or watch run of memsearch-fast removes the collection's
-  manifest before its first write and writes a new one after its flush. A
-  manifest that differs from the one seen at load (or is missing) sends the
-  search to Milvus and starts a refresh: files whose recorded chunks changed
-  are read again from the store, the rest are kept, and the result must hold
-  the manifest's row count or the whole copy is loaded again.
-- Writers that keep no manifest (memsearch 0.4.23 itself) are caught by two
-  checks: a BM25 hit the copy does not hold, and the row count, compared
-  with the store's every :data:`RECHECK_S` seconds.
+- Every index or watch run of memsearch-fast holds the collection's writer
+  lock, removes the manifest before its first write and writes a new one
+  after its flush. The copy is kept only when the manifest stayed the same
+  while the rows were read, no run held the lock, and the manifest's row
+  count is the copy's; it answers only while that is still so. After a run,
+  the files whose recorded chunks changed are read again and the rest kept
+  (with the same checks), else the whole copy is loaded again.
+- Writers that keep no manifest (memsearch 0.4.23 itself) leave a row count
+  the manifest does not describe, so no copy is made; rows they write later
+  are caught by a BM25 hit the copy lacks, or by the row count, compared
+  with the store's every :data:`RECHECK_S` seconds. One that replaces rows
+  one for one is not seen until the next run of memsearch-fast.
 
 Ties between equal RRF sums are ordered dense-first then by rank; Milvus
 orders them arbitrarily, so a tie at the cut may keep another of the tied
@@ -46,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from memsearch_fast.store.milvus import QUERY_FIELDS, RRF_K
+from memsearch_fast.store.milvus import MAX_TOP_K, QUERY_FIELDS, RRF_K
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,8 @@ ENV_MAX_ROWS = "MEMSEARCH_DENSE_INDEX_MAX_ROWS"
 ENV_SWITCH = "MEMSEARCH_DENSE_INDEX"
 #: Seconds between row-count checks against the store (writers without a manifest).
 RECHECK_S = 30.0
+#: Seconds before a load that a writing run spoilt is tried again.
+RETRY_S = 2.0
 
 _FIELDS = list(dict.fromkeys([*QUERY_FIELDS, "embedding"]))
 _KEPT = [f for f in QUERY_FIELDS if f not in ("chunk_hash", "source")]
@@ -91,6 +96,29 @@ def _token(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _writer_active(lock: Path) -> bool:
+    """Whether an index or watch run holds the collection's writer lock
+    (``Manifest.acquire``'s exclusive ``flock``). The probe is a shared lock
+    taken and dropped at once; a run starting in that instant just waits for it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock: the manifest's identity is the only sign
+        return False
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: Milvus answers
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
@@ -140,6 +168,20 @@ class _Rows:
             col.extend(r.get(f) for r in page)
         self.parts.append(_normalised([r["embedding"] for r in page], self.dim))
 
+    def dedupe(self) -> None:
+        """Keep the first row of an id read twice (a row written while the pages were read)."""
+        if len(set(self.ids)) == len(self.ids):
+            return
+        first: dict[str, int] = {}
+        for i, cid in enumerate(self.ids):
+            first.setdefault(cid, i)
+        keep = sorted(first.values())
+        matrix = np.concatenate(self.parts)[np.asarray(keep, dtype=np.int64)]
+        self.ids = [self.ids[i] for i in keep]
+        self.sources = [self.sources[i] for i in keep]
+        self.fields = {f: [col[i] for i in keep] for f, col in self.fields.items()}
+        self.parts = [matrix]
+
     def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> _Copy:
         matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
         return _Copy(self.ids, self.sources, self.fields, matrix, token, entries, time.monotonic())
@@ -163,6 +205,7 @@ class DenseIndex:
     def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
         self._open_store = open_store
         self._manifest = Path(manifest)
+        self._writer_lock = self._manifest.with_name(self._manifest.name + ".lock")
         self._dim = dimension
         self._copy: _Copy | None = None
         self._pos: dict[str, int] = {}
@@ -186,11 +229,16 @@ class DenseIndex:
         return self._copy is not None
 
     def close(self) -> None:
-        self._closed = True
+        """Drop the copy; a load under way stops at its next page."""
         with self._lock:
+            self._closed = True
             self._install(None)
+            loader = self._loader
+        if loader is not None and loader is not threading.current_thread():
+            loader.join(5.0)
 
     def _install(self, copy: _Copy | None) -> None:
+        """Make ``copy`` the one searches use (called with ``_lock`` held)."""
         self._copy = copy
         self._pos = copy.positions() if copy else {}
         by: dict[str, list[int]] = {}
@@ -199,16 +247,28 @@ class DenseIndex:
         self._by_source = {s: np.asarray(ix, dtype=np.int64) for s, ix in by.items()}
 
     def _start(self, *, full: bool) -> None:
-        """Load (or refresh) in the background unless that is already under way."""
-        if self._closed or (self._loader is not None and self._loader.is_alive()):
-            return
-        if time.monotonic() < self._retry_after:
-            return
-        self._loader = threading.Thread(target=self._load, args=(full,), name="dense-index", daemon=True)
-        self._loader.start()
+        """Load (or refresh) in the background unless one is under way or retried too soon."""
+        with self._lock:
+            if self._closed or (self._loader is not None and self._loader.is_alive()):
+                return
+            if time.monotonic() < self._retry_after:
+                return
+            self._loader = threading.Thread(target=self._load, args=(full,), name="dense-index", daemon=True)
+            self._loader.start()
 
     def _stale(self) -> None:
+        """Rows changed behind the copy: drop it (Milvus answers) and load it again."""
+        with self._lock:
+            self._install(None)
         self._start(full=True)
+
+    def _later(self, seconds: float) -> None:
+        self._retry_after = time.monotonic() + seconds
+
+    def _quiet(self) -> tuple[int, int, int] | None:
+        """The manifest's identity when it exists and no run is writing, else None."""
+        token = _token(self._manifest)
+        return token if token is not None and not _writer_active(self._writer_lock) else None
 
     # -- loading ----------------------------------------------------------------------
 
@@ -217,51 +277,63 @@ class DenseIndex:
             store = self._open_store()
         except Exception as exc:  # noqa: BLE001 - Milvus keeps answering
             logger.info("dense index: store not opened (%s)", exc)
+            self._later(RECHECK_S)
             return
         try:
             copy = self._copy
-            incremental = not full and copy is not None and copy.entries is not None
-            new = self._refresh(store, copy) if incremental and copy is not None else self._load_all(store)
-            if new is not None and not self._closed:
-                with self._lock:
+            new = self._refresh(store, copy) if not full and copy is not None else self._load_all(store)
+            with self._lock:
+                if new is not None and not self._closed:
                     self._install(new)
+                elif new is None and not full:
+                    self._install(None)  # the refresh could not be shown right: Milvus answers
             from memsearch_fast.heap import give_back_memory
 
             give_back_memory()  # the pages the rows came in, and a replaced copy
         except Exception as exc:  # noqa: BLE001 - Milvus keeps answering
             logger.info("dense index: load failed (%s)", exc)
-            self._retry_after = time.monotonic() + RECHECK_S
+            self._later(RECHECK_S)
             with self._lock:
                 self._install(None)
         finally:
             with contextlib.suppress(Exception):
                 store.close()
 
-    def _load_all(self, store: Any) -> _Copy | None:
-        if not store.exists or not min_rows() <= store.count() <= max_rows():
-            self._retry_after = time.monotonic() + RECHECK_S  # look again later: its size may change
-            with self._lock:
-                self._install(None)
+    def _described(self, token: tuple[int, int, int] | None, rows: _Rows) -> dict[str, str] | None:
+        """The manifest's entries when it still is ``token``, no run is writing,
+        and its row count is that of ``rows``; None when the rows cannot be trusted."""
+        if token is None or self._quiet() != token:
             return None
-        token = _token(self._manifest)
-        manifest = _read_manifest(self._manifest) if token else None
+        manifest = _read_manifest(self._manifest)
+        if manifest is None or manifest[0] != len(rows.ids) or self._quiet() != token:
+            return None
+        return manifest[1]
+
+    def _load_all(self, store: Any) -> _Copy | None:
+        """Every row, kept only when no run wrote meanwhile and the manifest describes them."""
+        token = self._quiet()
+        if token is None or not store.exists or not min_rows() <= store.count() <= max_rows():
+            self._later(RECHECK_S if token is not None else RETRY_S)
+            return None
         rows = _Rows(self._dim)
         for page in store.iter_rows(_FIELDS):
+            if self._closed:
+                return None
             rows.add(page)
-        entries = manifest[1] if manifest is not None and manifest[0] == len(rows.ids) else None
-        if _token(self._manifest) != token:
-            token, entries = None, None  # a run wrote while the rows were read: load again after it
-        # entries None: the manifest does not describe these rows (a writer that keeps none),
-        # so the next change of it means a full load; until then the row count is checked.
+        rows.dedupe()
+        entries = self._described(token, rows)
+        if entries is None:
+            self._later(RETRY_S)  # a run wrote while the rows were read, or a writer keeps no manifest
+            return None
         return rows.copy(token, entries)
 
     def _refresh(self, store: Any, copy: _Copy) -> _Copy | None:
         """Re-read only the sources whose recorded chunks changed since ``copy``."""
-        token = _token(self._manifest)
-        manifest = _read_manifest(self._manifest) if token else None
+        token = self._quiet()
+        manifest = _read_manifest(self._manifest) if token is not None else None
         if manifest is None or copy.entries is None:
-            return self._load_all(store) if token else None  # a run is writing: wait for its manifest
-        rows, entries = manifest
+            return None
+        entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         keep = [i for i, s in enumerate(copy.sources) if s not in changed]
         new = _Rows(self._dim)
@@ -270,10 +342,14 @@ class DenseIndex:
         new.fields = {f: [col[i] for i in keep] for f, col in copy.fields.items()}
         new.parts = [copy.matrix[np.asarray(keep, dtype=np.int64)]]
         for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), _FIELDS):
+            if self._closed:
+                return None
             new.add(page)
-        if _token(self._manifest) != token or rows != len(new.ids):
+        new.dedupe()
+        described = self._described(token, new)
+        if described is None or len(new.ids) > max_rows():
             return self._load_all(store)
-        return new.copy(token, entries)
+        return new.copy(token, described)
 
     # -- searching --------------------------------------------------------------------
 
@@ -281,20 +357,35 @@ class DenseIndex:
         self, store: Any, vector: Any, query_text: str, *, top_k: int, source_prefix: str | None
     ) -> list[dict[str, Any]] | None:
         """The hybrid hits :meth:`MilvusStore.search` would give, or None when
-        the copy cannot answer (not loaded, maybe stale): then ask Milvus."""
-        if self._closed or not enabled() or top_k <= 0:
+        the copy cannot answer (not loaded, maybe stale, an error): then ask Milvus."""
+        if self._closed or not enabled() or not 0 < top_k <= MAX_TOP_K:
             return None
+        from memsearch_fast.errors import StoreError
+
+        try:
+            return self._search(store, vector, query_text, top_k, source_prefix)
+        except StoreError as exc:  # Milvus is asked again and reports it
+            logger.info("dense index: search left to Milvus (%s)", exc)
+            return None
+
+    def _search(
+        self, store: Any, vector: Any, query_text: str, top_k: int, source_prefix: str | None
+    ) -> list[dict[str, Any]] | None:
         with self._lock:
             copy, pos, by_source = self._copy, self._pos, self._by_source
+        now = time.monotonic()
         if copy is None:
-            self._start(full=True)
+            if now >= self._retry_after and not (self._loader and self._loader.is_alive()):
+                if min_rows() <= store.count() <= max_rows():  # the search's own connection: no thread
+                    self._start(full=True)
+                else:
+                    self._later(RECHECK_S)
             return None
-        token = _token(self._manifest)
+        token = self._quiet()
         if token != copy.token:
             if token is not None:
-                self._start(full=False)
-            return None  # changed, or a run is writing (it removed the manifest): Milvus answers
-        now = time.monotonic()
+                self._start(full=False)  # a run finished: read the files it changed
+            return None  # or a run is writing now: Milvus answers
         if now - copy.checked > RECHECK_S:
             if store.count() != len(copy.ids):
                 self._stale()
