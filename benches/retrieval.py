@@ -195,14 +195,17 @@ def plant(root: Path, facts: list[Fact], seed: int = 7) -> None:
             f.write(f"\n### {stamp}\n{fact.text}\n- The rest of the session was routine.\n")
 
 
-def planted_facts(facts: int, hard: int = 0) -> list[Fact]:
-    return make_facts(facts) + make_hard_facts(hard)
+def planted_facts(facts: int, hard: int = 0, seed: int = 0, by_key: bool = False) -> list[Fact]:
+    """The facts of a run; ``seed`` 0 is the default set, another draws other facts;
+    ``by_key``: each asked by its exact key instead (the lookup BM25 is for)."""
+    planted = make_facts(facts, seed=7 + seed) + make_hard_facts(hard, seed=13 + seed)
+    return [Fact(f.kind, f.text, f.key, f.key) for f in planted] if by_key else planted
 
 
-def build(root: Path, megabytes: float, facts: int, seed: int = 3, hard: int = 0) -> list[Fact]:
-    write_corpus(root, total_bytes=int(megabytes * 1_000_000), seed=seed)
-    planted = planted_facts(facts, hard)
-    plant(root, planted)
+def build(root: Path, megabytes: float, facts: int, hard: int = 0, seed: int = 0) -> list[Fact]:
+    write_corpus(root, total_bytes=int(megabytes * 1_000_000), seed=3 + seed)
+    planted = planted_facts(facts, hard, seed)
+    plant(root, planted, seed=7 + seed)
     return planted
 
 
@@ -362,7 +365,15 @@ class _BM25OnExtraText:
 
 
 def run(
-    megabytes: float, facts: int, workdir: Path, *, tool: str = "ours", sparse_extra: bool = False, hard: int = 0
+    megabytes: float,
+    facts: int,
+    workdir: Path,
+    *,
+    tool: str = "ours",
+    sparse_extra: bool = False,
+    hard: int = 0,
+    seed: int = 0,
+    by_key: bool = False,
 ) -> dict[str, Any]:
     """Build (unless *workdir* holds a corpus already), index, evaluate.
 
@@ -370,7 +381,9 @@ def run(
     ``reference.db``), so one corpus serves all of them.
     """
     corpus = workdir / "corpus"
-    planted = planted_facts(facts, hard) if corpus.exists() else build(corpus, megabytes, facts, hard=hard)
+    if not corpus.exists():
+        build(corpus, megabytes, facts, hard, seed)
+    planted = planted_facts(facts, hard, seed, by_key)
     if tool == "reference":
         index_s, report = _run_reference(corpus, workdir / "reference.db", planted)
     else:
@@ -380,6 +393,7 @@ def run(
     if sparse_extra:
         report["sparse_extra"] = True
     report["corpus_mb"] = megabytes
+    report.update(seed=seed, by_key=by_key)
     report["index_s"] = round(index_s, 1)
     return report
 
@@ -434,6 +448,8 @@ def main() -> None:
         default=0,
         help="also plant this many paraphrases that share only the project's name with their question (default 0)",
     )
+    parser.add_argument("--seed", type=int, default=0, help="another corpus and other facts (default 0)")
+    parser.add_argument("--by-key", action="store_true", help="ask each fact by its exact key instead")
     parser.add_argument("--workdir", type=Path, help="keep the corpus and database here (reused when present)")
     parser.add_argument(
         "--analyzer", help='BM25 analyzer of a new collection as JSON, e.g. \'{"tokenizer": "jieba"}\' (default: ours)'
@@ -456,12 +472,15 @@ def main() -> None:
         from memsearch_fast.store import milvus
 
         milvus.CJK_ANALYZER = json.loads(args.analyzer)
+    options: dict[str, Any] = dict(
+        tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard, seed=args.seed, by_key=args.by_key
+    )
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(args.mb, args.facts, args.workdir, tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard)
+        report = run(args.mb, args.facts, args.workdir, **options)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            report = run(args.mb, args.facts, Path(tmp), tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard)
+            report = run(args.mb, args.facts, Path(tmp), **options)
     json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
     print()
 

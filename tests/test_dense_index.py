@@ -57,14 +57,19 @@ def vector(ms: MemSearch, text: str):
 
 
 def assert_same_ranking(ours: list[dict], milvus: list[dict]) -> None:
-    """Same fused scores in the same order, and the same chunks above the last score
-    (Milvus orders equal RRF sums arbitrarily, so a tie at the cut may differ)."""
-    assert [h["score"] for h in ours] == [h["score"] for h in milvus]
+    """The same fused scores, and the same chunks wherever the scores are apart:
+    cosines from numpy and from Milvus may differ in the last bits, so chunks
+    of nearly equal scores may swap."""
+    assert [h["score"] for h in ours] == pytest.approx([h["score"] for h in milvus], abs=1e-5)
     if not ours:
         return
-    cut = ours[-1]["score"]
-    above = {h["chunk_hash"]: h for h in ours if h["score"] > cut}
-    assert above == {h["chunk_hash"]: h for h in milvus if h["score"] > cut}
+    cut = ours[-1]["score"] + 1e-5
+    strip = ("score",)
+
+    def above(hits: list[dict]) -> dict:
+        return {h["chunk_hash"]: {k: v for k, v in h.items() if k not in strip} for h in hits if h["score"] > cut}
+
+    assert above(ours) == above(milvus)
 
 
 def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
@@ -86,7 +91,7 @@ def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
                         assert all(h["source"].startswith(prefix) for h in ours)
                     compared += bool(ours)
         assert compared > 40
-        # Through MemSearch.search too, and --explain is left to Milvus (it asks each retriever alone).
+        # Through MemSearch.search too, --explain included.
         assert_same_ranking(
             asyncio.run(ms.search(QUERIES[1], top_k=5)), store.search(vector(ms, QUERIES[1]), QUERIES[1], top_k=5)
         )

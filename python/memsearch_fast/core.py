@@ -327,9 +327,11 @@ class MemSearch:
 
             fetch = candidate_count(top_k)
         hits: list[dict[str, Any]] | None = None
-        dense = self._dense_index(store) if self._dense_wanted and not explain else None
+        dense = self._dense_index(store) if self._dense_wanted else None
         if dense is not None:
-            hits = await asyncio.to_thread(dense.search, store, vector, query, top_k=fetch, source_prefix=prefix)
+            hits = await asyncio.to_thread(
+                dense.search, store, vector, query, top_k=fetch, source_prefix=prefix, explain=explain
+            )
         if hits is None:
             hits = list(
                 await asyncio.to_thread(store.search, vector, query, top_k=fetch, source_prefix=prefix, explain=explain)

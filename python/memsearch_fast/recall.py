@@ -66,16 +66,14 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
 
 
 def explain_line(e: dict[str, Any]) -> str:
-    """``--explain``: where a hit stood in each retriever's list, and the fused sum
+    """``--explain``: where a hit stood in each retriever's list, and the fused score
     (and, when reranked, the cross-encoder's log-odds and the hit's fused rank)."""
 
     def part(name: str, key: str) -> str:
         rank, score = e.get(f"{key}_rank"), e.get(f"{key}_score")
         return f"{name} #{rank} ({score:.4f})" if rank is not None else f"{name} -"
 
-    line = (
-        f"Why: {part('dense', 'dense')} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f} (RRF k=60)"
-    )
+    line = f"Why: {part('dense', 'dense')} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f}"
     if e.get("rerank_score") is not None:
         line += f" · rerank {float(e['rerank_score']):.4f} (logit; fused #{e.get('fused_rank')})"
     return line

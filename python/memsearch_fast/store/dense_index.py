@@ -5,8 +5,8 @@ Milvus Lite 2.5.1 answers a dense search by scanning every vector (about
 no IVF index). A process that stays up — the per-database server answering
 ``memsearch search``, the MCP server, a library user — can hold the vectors
 as one float32 matrix and rank them in a few milliseconds. BM25 still comes
-from Milvus, and the two lists are fused by the same RRF (k=60) that Milvus
-applies. The display fields of every row are kept too: Lite finds a row by
+from Milvus, and the two lists are fused by :mod:`.fusion` as
+:meth:`MilvusStore.search` fuses them. The display fields of every row are kept too: Lite finds a row by
 id with another full scan (about 10 ms at that size). At 61,000 chunks (a
 50 MB corpus) the process grows by about 250 MB: 94 MB of vectors, the
 text, and heap kept from the load. Only local databases whose collection
@@ -29,9 +29,9 @@ whenever it cannot:
   with the store's every :data:`RECHECK_S` seconds. One that replaces rows
   one for one is not seen until the next run of memsearch-fast.
 
-Ties between equal RRF sums are ordered dense-first then by rank; Milvus
-orders them arbitrarily, so a tie at the cut may keep another of the tied
-chunks than Milvus would.
+Cosines are computed in float32 here and in Milvus alike, but not by the
+same code: they may differ in the last bits, so chunks of nearly equal
+scores may swap places.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from memsearch_fast.store.milvus import MAX_TOP_K, QUERY_FIELDS, RRF_K
+from memsearch_fast.store.milvus import MAX_TOP_K, QUERY_FIELDS
 
 logger = logging.getLogger(__name__)
 
@@ -354,7 +354,14 @@ class DenseIndex:
     # -- searching --------------------------------------------------------------------
 
     def search(
-        self, store: Any, vector: Any, query_text: str, *, top_k: int, source_prefix: str | None
+        self,
+        store: Any,
+        vector: Any,
+        query_text: str,
+        *,
+        top_k: int,
+        source_prefix: str | None,
+        explain: bool = False,
     ) -> list[dict[str, Any]] | None:
         """The hybrid hits :meth:`MilvusStore.search` would give, or None when
         the copy cannot answer (not loaded, maybe stale, an error): then ask Milvus."""
@@ -363,13 +370,13 @@ class DenseIndex:
         from memsearch_fast.errors import StoreError
 
         try:
-            return self._search(store, vector, query_text, top_k, source_prefix)
+            return self._search(store, vector, query_text, top_k, source_prefix, explain)
         except StoreError as exc:  # Milvus is asked again and reports it
             logger.info("dense index: search left to Milvus (%s)", exc)
             return None
 
     def _search(
-        self, store: Any, vector: Any, query_text: str, top_k: int, source_prefix: str | None
+        self, store: Any, vector: Any, query_text: str, top_k: int, source_prefix: str | None, explain: bool
     ) -> list[dict[str, Any]] | None:
         with self._lock:
             copy, pos, by_source = self._copy, self._pos, self._by_source
@@ -391,28 +398,23 @@ class DenseIndex:
                 self._stale()
                 return None
             copy.checked = now
-        dense = self._dense(copy, by_source, vector, top_k, source_prefix)
-        sparse = store.sparse_search(query_text, top_k=top_k, source_prefix=source_prefix) if query_text.strip() else []
+        from memsearch_fast.store import fusion
+        from memsearch_fast.store.milvus import fused_row
+
+        deep = fusion.depth(top_k, MAX_TOP_K)
+        dense = self._dense(copy, by_source, vector, deep, source_prefix)
+        sparse = store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
         if any(h["chunk_hash"] not in pos for h in sparse):
             self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
             return None
-        fused: dict[str, np.float32] = {}
-        for ranked in (dense, [h["chunk_hash"] for h in sparse]):
-            for rank, cid in enumerate(ranked, start=1):
-                fused[cid] = np.float32(fused.get(cid, np.float32(0.0)) + np.float32(1.0 / (RRF_K + rank)))
-        order = sorted(fused, key=lambda c: -fused[c])[:top_k]  # stable: dense first, then rank
         rows = {h["chunk_hash"]: h for h in sparse}
-        scale = (2 if query_text.strip() else 1) / (RRF_K + 1)
-        hits = []
-        for cid in order:
-            row = {f: rows[cid].get(f) for f in QUERY_FIELDS} if cid in rows else copy.row(pos[cid])
-            row["score"] = min(1.0, max(0.0, float(fused[cid]) / scale))
-            hits.append(row)
-        return hits
+        fused = fusion.fuse(dense, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
+        return [fused_row(f, rows[f.id] if f.id in rows else copy.row(pos[f.id]), explain) for f in fused]
 
     def _dense(
         self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
-    ) -> list[str]:
+    ) -> list[tuple[str, float]]:
+        """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it."""
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(q))
         if norm:
@@ -431,6 +433,5 @@ class DenseIndex:
             return []
         top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
         top = top[np.lexsort((top, -scores[top]))]  # by score, then by position (a stable order for ties)
-        if rows is not None:
-            top = rows[top]
-        return [copy.ids[i] for i in top]
+        ids = rows[top] if rows is not None else top
+        return [(copy.ids[i], float(scores[j])) for i, j in zip(ids, top, strict=True)]

@@ -56,9 +56,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-RRF_K = 60
-
-
 #: BM25 analyzer for new collections. jieba segments Chinese (and passes Latin
 #: words through whole); the lowercase filter makes English case-insensitive on
 #: Milvus server, where jieba alone keeps case (Milvus Lite 3.x lowercases
@@ -754,15 +751,13 @@ class MilvusStore:
         source_prefix: str | None = None,
         explain: bool = False,
     ) -> list[dict[str, Any]]:
-        """Hybrid search: dense (COSINE) + BM25, fused by RRF (k=60).
+        """Hybrid search: dense (COSINE) and BM25 lists fused by :mod:`.fusion`.
 
-        With *explain*, each hit also carries ``explain``: its rank and score in
-        the dense list and in the BM25 list that were fused (rank None: not in
-        that top ``top_k``) and the fused RRF sum before scaling.
-
-        Scores are RRF sums divided by their maximum (retrievers / (k + 1)),
-        as memsearch 0.4.23 does, so a hit ranked first by both scores 1.0.
-        An empty query text searches by the dense vector alone.
+        ``score`` is the fused score, 0..1 (1.0: first in both lists). With
+        *explain*, each hit also carries ``explain``: its rank and score in
+        the dense and the BM25 list (rank None: not in that list, which is
+        :func:`.fusion.depth` deep) and the fused score. An empty query text
+        searches by the dense vector alone.
         """
         if top_k > MAX_TOP_K:
             raise StoreError(
@@ -771,38 +766,14 @@ class MilvusStore:
             )
         if not self._exists or top_k <= 0:
             return []
-        from pymilvus import AnnSearchRequest, RRFRanker
+        from memsearch_fast.store import fusion
 
+        deep = fusion.depth(top_k, MAX_TOP_K)
         if hasattr(dense, "tolist"):
             dense = dense.tolist()
-        expr = prefix_filter("source", source_prefix) if source_prefix else ""
-        kw: dict[str, Any] = {"expr": expr} if expr else {}
-        reqs = [
-            AnnSearchRequest(
-                data=[list(dense)],
-                anns_field="embedding",
-                param={"metric_type": "COSINE", "params": {}},
-                limit=top_k,
-                **kw,
-            )
-        ]
-        if query_text and query_text.strip():
-            reqs.append(
-                AnnSearchRequest(
-                    data=[query_text], anns_field="sparse_vector", param={"metric_type": "BM25"}, limit=top_k, **kw
-                )
-            )
         try:
-            res = self._call(
-                "search",
-                lambda c: c.hybrid_search(
-                    collection_name=self.collection,
-                    reqs=reqs,
-                    ranker=RRFRanker(k=RRF_K),
-                    limit=top_k,
-                    output_fields=QUERY_FIELDS,
-                ),
-            )
+            dense_hits = self._list_search([list(dense)], "embedding", "COSINE", deep, source_prefix)
+            sparse_hits = self.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
         except StoreUnavailableError:
             raise
         except StoreError:
@@ -811,37 +782,34 @@ class MilvusStore:
             if self._exists and self.count() == 0:
                 return []
             raise
-        if not res or not res[0]:
-            return []
-        scale = len(reqs) / (RRF_K + 1)
-        hits = []
-        for hit in res[0]:
-            entity = hit.get("entity", hit)
-            row = {f: entity.get(f) for f in QUERY_FIELDS}
-            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
-                continue
-            row["score"] = min(1.0, max(0.0, float(hit["distance"]) / scale))
-            if explain:
-                row["explain"] = {"fused": round(float(hit["distance"]), 6)}
-            hits.append(row)
-        if explain and hits:
-            self._explain(hits, reqs)
-        return hits
+        rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
+        fused = fusion.fuse(
+            [(h["chunk_hash"], h["distance"]) for h in dense_hits],
+            [(h["chunk_hash"], h["distance"]) for h in sparse_hits],
+            top_k,
+        )
+        return [fused_row(f, rows[f.id], explain) for f in fused]
 
     def sparse_search(self, query_text: str, *, top_k: int, source_prefix: str | None = None) -> list[dict[str, Any]]:
-        """The BM25 side of :meth:`search` alone, best first, each row with its
-        ``distance`` (used beside :mod:`.dense_index`)."""
-        if not self._exists or top_k <= 0 or not query_text.strip():
+        """The BM25 list of :meth:`search`, best first, each row with its ``distance``."""
+        if not query_text.strip():
+            return []
+        return self._list_search([query_text], "sparse_vector", "BM25", top_k, source_prefix)
+
+    def _list_search(
+        self, data: list[Any], field: str, metric: str, limit: int, source_prefix: str | None
+    ) -> list[dict[str, Any]]:
+        if not self._exists or limit <= 0:
             return []
         expr = prefix_filter("source", source_prefix) if source_prefix else ""
         res = self._call(
             "search",
             lambda c: c.search(
                 collection_name=self.collection,
-                data=[query_text],
-                anns_field="sparse_vector",
-                search_params={"metric_type": "BM25"},
-                limit=top_k,
+                data=data,
+                anns_field=field,
+                search_params={"metric_type": metric, "params": {}},
+                limit=limit,
                 filter=expr,
                 output_fields=QUERY_FIELDS,
             ),
@@ -855,34 +823,6 @@ class MilvusStore:
             row["distance"] = float(hit["distance"])
             hits.append(row)
         return hits
-
-    def _explain(self, hits: list[dict[str, Any]], reqs: list[Any]) -> None:
-        """Each retriever's own list, searched again alone, to say where each hit stood in it."""
-        for name, req in zip(("dense", "sparse"), reqs, strict=False):
-
-            def alone(c: Any, r: Any = req) -> Any:
-                return c.search(
-                    collection_name=self.collection,
-                    data=r.data,
-                    anns_field=r.anns_field,
-                    search_params=r.param,
-                    limit=r.limit,
-                    filter=r.expr or "",
-                    output_fields=["chunk_hash"],
-                )
-
-            res = self._call("search", alone)
-            ranked = {
-                (h.get("entity", h).get("chunk_hash") or h.get("id")): (i, float(h["distance"]))
-                for i, h in enumerate(res[0] if res else [], start=1)
-            }
-            for row in hits:
-                rank, score = ranked.get(row["chunk_hash"], (None, None))
-                row["explain"][f"{name}_rank"] = rank
-                row["explain"][f"{name}_score"] = None if score is None else round(score, 6)
-        for row in hits:
-            row["explain"].setdefault("sparse_rank", None)
-            row["explain"].setdefault("sparse_score", None)
 
     def collection_id(self) -> str:
         """The engine's id of the collection, "" where it reports none (Milvus
@@ -922,6 +862,21 @@ class MilvusStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fused_row(f: Any, row: dict[str, Any], explain: bool) -> dict[str, Any]:
+    """A search hit: the display fields, the fused ``score`` and, with *explain*, ``explain``."""
+    out = {k: row.get(k) for k in QUERY_FIELDS}
+    out["score"] = min(1.0, max(0.0, f.score))
+    if explain:
+        out["explain"] = {
+            "dense_rank": f.dense_rank,
+            "dense_score": None if f.dense_score is None else round(f.dense_score, 6),
+            "sparse_rank": f.sparse_rank,
+            "sparse_score": None if f.sparse_score is None else round(f.sparse_score, 6),
+            "fused": round(f.score, 6),
+        }
+    return out
 
 
 def _is_damage(err: StoreError, op: str) -> bool:
