@@ -479,33 +479,26 @@ queries = ["thumbnail benchmark with libvips", "database migration lock timeout"
 with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
     ms._provider = HashVectors()
     t = time.perf_counter(); report = asyncio.run(ms.index_with_report()); index_s = time.perf_counter() - t
-with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
-    async def warm():
-        await ms.search(queries[0])
-        times = []
-        for i in range(70):
-            t = time.perf_counter()
-            await ms.search(queries[i % len(queries)], top_k=5)
-            times.append(time.perf_counter() - t)
-        return times
-    times = sorted(asyncio.run(warm()))
-    rows = ms.stats()
-# The same searches with the vectors held in memory (what the search service and `mcp` do).
+async def warm(ms):
+    times = []
+    for i in range(70):
+        t = time.perf_counter()
+        await ms.search(queries[i % len(queries)], top_k=5)
+        times.append(time.perf_counter() - t)
+    return sorted(times)
 def rss_kb(pid="self"):
     return int(open(f"/proc/{pid}/status").read().split("VmRSS:")[1].split()[0])
+with MemSearch([root], embedding_model=model_dir, milvus_uri=uri) as ms:
+    asyncio.run(ms.search(queries[0]))
+    times = asyncio.run(warm(ms))
+    rows = ms.stats()
+# The same searches with the vectors held in memory (what the search service and `mcp` do).
 rss_before_kb = rss_kb()
 with MemSearch([root], embedding_model=model_dir, milvus_uri=uri, dense_index=True) as ms:
     asyncio.run(ms.search(queries[0]))
     t = time.perf_counter(); ms._dense.wait(); dense_load_s = time.perf_counter() - t
     assert ms._dense.loaded
-    async def warm_dense():
-        times = []
-        for i in range(70):
-            t = time.perf_counter()
-            await ms.search(queries[i % len(queries)], top_k=5)
-            times.append(time.perf_counter() - t)
-        return times
-    dense_times = sorted(asyncio.run(warm_dense()))
+    dense_times = asyncio.run(warm(ms))
     dense_rss_mb = (rss_kb() - rss_before_kb) / 1024
 env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
 env.update(MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1")
@@ -523,7 +516,7 @@ served_dense = sorted(cli_searches(12, env))
 # Switched off: each process loads pymilvus and the model itself.
 own = sorted(cli_searches(8, dict(env, MEMSEARCH_SEARCH_SERVICE="0")))
 server_pid = json.load(open(uri + ".server.json"))["pid"]
-server_rss_mb = int(open(f"/proc/{server_pid}/status").read().split("VmRSS:")[1].split()[0]) / 1024
+server_rss_mb = rss_kb(server_pid) / 1024
 print(json.dumps({"chunks": report.chunks, "index_s": index_s, "stats": rows,
                   "warm_p50_ms": statistics.median(times) * 1e3, "warm_p90_ms": times[int(len(times) * 0.9)] * 1e3,
                   "warm_dense_p50_ms": statistics.median(dense_times) * 1e3,
