@@ -337,7 +337,7 @@ class MemSearch:
                 await asyncio.to_thread(store.search, vector, query, top_k=fetch, source_prefix=prefix, explain=explain)
             )
         if reranker is None or not hits:
-            return list(hits)
+            return hits
         return list(await asyncio.to_thread(reranker.rerank, query, hits, top_k=top_k))
 
     async def _query_vector(self, query: str) -> Any:

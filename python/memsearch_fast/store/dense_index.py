@@ -399,7 +399,6 @@ class DenseIndex:
                 return None
             copy.checked = now
         from memsearch_fast.store import fusion
-        from memsearch_fast.store.milvus import fused_row
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         dense = self._dense(copy, by_source, vector, deep, source_prefix)
@@ -409,7 +408,7 @@ class DenseIndex:
             return None
         rows = {h["chunk_hash"]: h for h in sparse}
         fused = fusion.fuse(dense, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
-        return [fused_row(f, rows[f.id] if f.id in rows else copy.row(pos[f.id]), explain) for f in fused]
+        return [fusion.hit(f, rows.get(f.id) or copy.row(pos[f.id]), QUERY_FIELDS, explain) for f in fused]
 
     def _dense(
         self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: How deep each list is searched before fusion (a larger ``top_k`` searches deeper).
 DEPTH = 30
@@ -75,3 +76,19 @@ def fuse(dense: Sequence[tuple[str, float]], sparse: Sequence[tuple[str, float]]
     # Insertion order is dense rank, then BM25 rank: a stable sort keeps it for ties.
     ranked = sorted(out.values(), key=lambda h: -h.score)
     return ranked[:top_k]
+
+
+def hit(f: Fused, row: dict[str, Any], fields: Sequence[str], explain: bool) -> dict[str, Any]:
+    """A search result: the row's display ``fields``, the fused ``score`` and,
+    with *explain*, ``explain`` (each list's rank and raw score, the fused score)."""
+    out = {k: row.get(k) for k in fields}
+    out["score"] = min(1.0, max(0.0, f.score))
+    if explain:
+        out["explain"] = {
+            "dense_rank": f.dense_rank,
+            "dense_score": None if f.dense_score is None else round(f.dense_score, 6),
+            "sparse_rank": f.sparse_rank,
+            "sparse_score": None if f.sparse_score is None else round(f.sparse_score, 6),
+            "fused": round(f.score, 6),
+        }
+    return out

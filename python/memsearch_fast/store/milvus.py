@@ -788,7 +788,7 @@ class MilvusStore:
             [(h["chunk_hash"], h["distance"]) for h in sparse_hits],
             top_k,
         )
-        return [fused_row(f, rows[f.id], explain) for f in fused]
+        return [fusion.hit(f, rows[f.id], QUERY_FIELDS, explain) for f in fused]
 
     def sparse_search(self, query_text: str, *, top_k: int, source_prefix: str | None = None) -> list[dict[str, Any]]:
         """The BM25 list of :meth:`search`, best first, each row with its ``distance``."""
@@ -862,21 +862,6 @@ class MilvusStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def fused_row(f: Any, row: dict[str, Any], explain: bool) -> dict[str, Any]:
-    """A search hit: the display fields, the fused ``score`` and, with *explain*, ``explain``."""
-    out = {k: row.get(k) for k in QUERY_FIELDS}
-    out["score"] = min(1.0, max(0.0, f.score))
-    if explain:
-        out["explain"] = {
-            "dense_rank": f.dense_rank,
-            "dense_score": None if f.dense_score is None else round(f.dense_score, 6),
-            "sparse_rank": f.sparse_rank,
-            "sparse_score": None if f.sparse_score is None else round(f.sparse_score, 6),
-            "fused": round(f.score, 6),
-        }
-    return out
 
 
 def _is_damage(err: StoreError, op: str) -> bool:
