@@ -215,6 +215,28 @@ class Manifest:
         else:
             logger.warning("%s", line)
 
+    def writer_running(self) -> bool:
+        """Whether an index or watch run holds the writer lock now (for readers
+        that must not trust the store mid-run). The probe is a shared lock taken
+        and dropped at once; a run starting in that instant just waits for it."""
+        try:
+            import fcntl
+        except ImportError:  # no flock: the manifest's presence is the only sign
+            return False
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: assume a run
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:

@@ -98,29 +98,6 @@ def _token(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _writer_active(lock: Path) -> bool:
-    """Whether an index or watch run holds the collection's writer lock
-    (``Manifest.acquire``'s exclusive ``flock``). The probe is a shared lock
-    taken and dropped at once; a run starting in that instant just waits for it."""
-    try:
-        import fcntl
-    except ImportError:  # no flock: the manifest's identity is the only sign
-        return False
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: Milvus answers
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
     """(rows, {source: packed chunk records}) from the manifest, or None."""
     try:
@@ -168,19 +145,24 @@ class _Rows:
             col.extend(r.get(f) for r in page)
         self.parts.append(_normalised([r["embedding"] for r in page], self.dim))
 
-    def dedupe(self) -> None:
-        """Keep the first row of an id read twice (a row written while the pages were read)."""
+    @classmethod
+    def kept(cls, rows: _Copy | _Rows, matrix: np.ndarray, keep: list[int], dim: int) -> _Rows:
+        """The rows at positions ``keep`` of ``rows`` (whose vectors are ``matrix``)."""
+        out = cls(dim)
+        out.ids = [rows.ids[i] for i in keep]
+        out.sources = [rows.sources[i] for i in keep]
+        out.fields = {f: [col[i] for i in keep] for f, col in rows.fields.items()}
+        out.parts = [matrix[np.asarray(keep, dtype=np.int64)]]
+        return out
+
+    def dedupe(self) -> _Rows:
+        """These rows, keeping the first of an id read twice (a row written while the pages were read)."""
         if len(set(self.ids)) == len(self.ids):
-            return
+            return self
         first: dict[str, int] = {}
         for i, cid in enumerate(self.ids):
             first.setdefault(cid, i)
-        keep = sorted(first.values())
-        matrix = np.concatenate(self.parts)[np.asarray(keep, dtype=np.int64)]
-        self.ids = [self.ids[i] for i in keep]
-        self.sources = [self.sources[i] for i in keep]
-        self.fields = {f: [col[i] for i in keep] for f, col in self.fields.items()}
-        self.parts = [matrix]
+        return _Rows.kept(self, np.concatenate(self.parts), sorted(first.values()), self.dim)
 
     def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> _Copy:
         matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
@@ -204,8 +186,10 @@ class DenseIndex:
 
     def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
         self._open_store = open_store
+        from memsearch_fast.pipeline.manifest import Manifest
+
         self._manifest = Path(manifest)
-        self._writer_lock = self._manifest.with_name(self._manifest.name + ".lock")
+        self._writer = Manifest(self._manifest)  # only probed: its writer lock is never taken here
         self._dim = dimension
         self._copy: _Copy | None = None
         self._pos: dict[str, int] = {}
@@ -268,7 +252,7 @@ class DenseIndex:
     def _quiet(self) -> tuple[int, int, int] | None:
         """The manifest's identity when it exists and no run is writing, else None."""
         token = _token(self._manifest)
-        return token if token is not None and not _writer_active(self._writer_lock) else None
+        return token if token is not None and not self._writer.writer_running() else None
 
     # -- loading ----------------------------------------------------------------------
 
@@ -320,7 +304,7 @@ class DenseIndex:
             if self._closed:
                 return None
             rows.add(page)
-        rows.dedupe()
+        rows = rows.dedupe()
         entries = self._described(token, rows)
         if entries is None:
             self._later(RETRY_S)  # a run wrote while the rows were read, or a writer keeps no manifest
@@ -336,16 +320,12 @@ class DenseIndex:
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         keep = [i for i, s in enumerate(copy.sources) if s not in changed]
-        new = _Rows(self._dim)
-        new.ids = [copy.ids[i] for i in keep]
-        new.sources = [copy.sources[i] for i in keep]
-        new.fields = {f: [col[i] for i in keep] for f, col in copy.fields.items()}
-        new.parts = [copy.matrix[np.asarray(keep, dtype=np.int64)]]
+        new = _Rows.kept(copy, copy.matrix, keep, self._dim)
         for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), _FIELDS):
             if self._closed:
                 return None
             new.add(page)
-        new.dedupe()
+        new = new.dedupe()
         described = self._described(token, new)
         if described is None or len(new.ids) > max_rows():
             return self._load_all(store)
