@@ -340,6 +340,80 @@ def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
         assert store.count() == 10 * (failing.calls - 1) and failing.calls >= 3
 
 
+class WriteSpy:
+    """The real store, counting its insert and upsert calls; ``lose_ack`` makes
+    that insert call land and then fail, as when the reply is lost."""
+
+    def __init__(self, inner: MilvusStore, lose_ack: int = 0) -> None:
+        self.inner, self.lose_ack = inner, lose_ack
+        self.inserts = self.upserts = 0
+
+    def insert(self, rows):
+        from memsearch_fast.store import StoreError
+
+        self.inserts += 1
+        n = self.inner.insert(rows)
+        if self.inserts == self.lose_ack:
+            raise StoreError("Milvus insert failed: connection reset")
+        return n
+
+    def upsert(self, rows):
+        self.upserts += 1
+        return self.inner.upsert(rows)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_fresh_rows_are_inserted_and_a_lost_reply_is_settled_by_upsert(tmp_path: Path) -> None:
+    from memsearch_fast.pipeline.upsert import UpsertStage
+
+    items = _pending(50)
+    with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
+        spy = WriteSpy(store, lose_ack=2)
+
+        async def run() -> UpsertStage:
+            stage = UpsertStage(spy, batch_size=10, in_flight=1, fresh=True)
+            await stage.add(items)
+            await stage.finish()
+            await stage.flush()
+            return stage
+
+        stage = asyncio.run(run())
+        assert (spy.inserts, spy.upserts) == (5, 1) and stage.upserted == 50
+        # The batch that landed before its error is stored once, not twice.
+        assert store.count() == 50
+        assert sorted(h for h, _ in store.iter_ids_by_source()) == sorted(p.chunk_id for p in items)
+
+
+def test_runs_under_the_writer_lock_insert_new_rows(tmp_path: Path, provider) -> None:
+    from memsearch_fast.pipeline.manifest import Manifest
+
+    root = tmp_path / "notes"
+    write(root / "a.md", LONG)
+    write(root / "b.md", "# B\nshort note about the cache.\n")
+    uri = str(tmp_path / "m.db")
+    with MilvusStore(uri, dimension=provider.dimension) as inner:
+        spy = WriteSpy(inner)
+        manifest = Manifest.for_store(uri, inner.collection)
+        first, _ = index(spy, provider, root, manifest=manifest)
+        assert spy.inserts > 0 and spy.upserts == 0 and inner.count() == first.chunks
+        write(root / "b.md", "# B\nshort note about the cache, now with a TTL.\n")
+        index(spy, provider, root, manifest=manifest)
+        assert spy.upserts == 0
+        # --force writes ids that are stored already: those are upserted.
+        inserts = spy.inserts
+        forced, _ = index(spy, provider, root, manifest=manifest, force=True)
+        assert spy.inserts == inserts and spy.upserts > 0
+        assert inner.count() == forced.chunks
+        # Without the lock (no manifest) nothing is known about other writers: upsert.
+        write(root / "c.md", "# C\nthird note.\n")
+        index(spy, provider, root)
+        assert spy.inserts == inserts
+        ids = [h for h, _ in inner.iter_ids_by_source()]
+        assert len(ids) == len(set(ids)) == inner.count()
+
+
 def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     """Stored ids are held packed; ids another tool wrote (not SHA-256 hex) still diff exactly."""
     from memsearch_fast.pipeline.dedup import Dedup

@@ -128,6 +128,7 @@ async def run_index(
     whose size and mtime match it are not read; ``force`` ignores it (and
     re-embeds everything), and the run writes a fresh one.
     """
+    files = list({os.fspath(f): f for f in files}.values())  # a path given twice is one file
     if manifest is not None:
         await asyncio.to_thread(manifest.acquire)
         if manifest.waited:
@@ -234,6 +235,8 @@ class _Run:
             store,
             before_write=self.manifest.invalidate if self.manifest is not None else None,
             on_written=self._written,
+            # Under the writer lock every id dedup reads as new is absent.
+            fresh=self.manifest is not None and not self.force,
         )
         self.embed = EmbedStage(
             self.provider.embed,

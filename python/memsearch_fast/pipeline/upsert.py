@@ -5,6 +5,10 @@ keeps embedding the next batches. A few upserts stay in flight at once
 (Milvus Lite serves overlapping calls about twice as fast as serial ones);
 deletes and the flush wait until every write before them has landed, so
 the order the pipeline asks for is the order Milvus sees.
+
+Rows whose ids the run read as absent are inserted, not upserted, when the
+run holds the collection's writer lock: Milvus Lite's upsert cost grows with
+the collection (docs/store.md), which made a 1 GB index quadratic.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ class UpsertStage:
 
     ``before_write`` runs once, before the first call that changes the store
     (the manifest is withdrawn there); ``on_written`` receives the (content
-    hash, chunk id) pairs of every batch Milvus acknowledged.
+    hash, chunk id) pairs of every batch Milvus acknowledged. With ``fresh``
+    every row added is one the caller knows is not stored (read as absent,
+    no other writer): it is inserted, and a batch whose insert fails is
+    upserted instead, which also replaces whatever part of it landed.
     """
 
     def __init__(
@@ -50,8 +57,10 @@ class UpsertStage:
         in_flight: int = IN_FLIGHT,
         before_write: Callable[[], None] | None = None,
         on_written: Callable[[list[tuple[str, str]]], None] | None = None,
+        fresh: bool = False,
     ) -> None:
         self.store = store
+        self.fresh = fresh and callable(getattr(store, "insert", None))
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
         self._keys: list[tuple[str, str]] = []  # (content hash, chunk id) of each buffered row
@@ -94,7 +103,7 @@ class UpsertStage:
 
     async def _write(self, batch: list[dict[str, Any]], keys: list[tuple[str, str]]) -> None:
         try:
-            written = await asyncio.to_thread(self.store.upsert, batch)
+            written = await asyncio.to_thread(self._store_rows, batch)
         except Exception as exc:  # noqa: BLE001 - re-raised by the next add/finish
             if self._error is None:
                 self._error = exc
@@ -104,6 +113,14 @@ class UpsertStage:
                 self._on_written(keys)
         finally:
             self._slots.release()
+
+    def _store_rows(self, batch: list[dict[str, Any]]) -> int:
+        if self.fresh:
+            try:
+                return int(self.store.insert(batch))
+            except Exception:  # noqa: BLE001 - it may have landed in part: the upsert below settles it
+                pass
+        return int(self.store.upsert(batch))
 
     def _raise_failure(self) -> None:
         if self._error is not None:

@@ -541,7 +541,11 @@ class MilvusStore:
         it = self._call(
             "query_iterator",
             lambda c: c.query_iterator(
-                collection_name=self.collection, batch_size=batch_size, filter=expr, output_fields=fields
+                collection_name=self.collection,
+                batch_size=batch_size,
+                filter=expr,
+                output_fields=fields,
+                consistency_level="Strong",  # the ids a run diffs against include every acknowledged write
             ),
         )
         try:
@@ -564,6 +568,23 @@ class MilvusStore:
         Several threads may upsert at once: Milvus Lite serves overlapping
         calls about twice as fast as one after another (docs/store.md).
         """
+        return self._write("upsert", rows)
+
+    def insert(self, rows: list[dict[str, Any]]) -> int:
+        """Add rows whose ids the caller has just read as absent; returns rows written.
+
+        Milvus Lite 2.5's upsert looks each id up among all stored rows, so its
+        cost grows with the collection (a 1,000-row call: 0.33 s empty, 0.84 s
+        at 150,000 rows); insert's does not. An id that is in fact stored
+        would then be stored twice, so a failed call is not retried here: the
+        caller upserts the batch again, which also replaces any part of it
+        that landed. Rows that must be split go through :meth:`upsert`.
+        """
+        if len(split_long_rows(rows, self.content_max_bytes)) != len(rows):  # a split row: ids of another form
+            return self._write("upsert", rows)
+        return self._write("insert", rows, retry=False)
+
+    def _write(self, op: str, rows: list[dict[str, Any]], *, retry: bool = True) -> int:
         if not rows:
             return 0
         self._require_writable()
@@ -572,10 +593,10 @@ class MilvusStore:
         for batch in self._batches(prepared):
 
             def send(c: Any, b: list[dict[str, Any]] = batch) -> Any:
-                return c.upsert(collection_name=self.collection, data=b)
+                return getattr(c, op)(collection_name=self.collection, data=b)
 
-            res = self._call("upsert", send)
-            n = res.get("upsert_count") if isinstance(res, dict) else None
+            res = self._call(op, send, retry=retry)
+            n = res.get(f"{op}_count") if isinstance(res, dict) else None
             written += int(n) if isinstance(n, int) else len(batch)
         return written
 
