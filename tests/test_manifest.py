@@ -491,8 +491,9 @@ def hook(cls, method, name):
         return out
     setattr(cls, method, wrapped)
 
-for method, name in [("upsert", "upsert"), ("delete_ids", "delete"), ("delete_sources", "delete sources"),
-                     ("flush", "flush")]:
+# "upsert": a write of rows, by insert (ids read as absent) or upsert.
+for method, name in [("upsert", "upsert"), ("insert", "upsert"), ("delete_ids", "delete"),
+                     ("delete_sources", "delete sources"), ("flush", "flush")]:
     hook(MilvusStore, method, name)
 real_replace = os.replace
 def replace(src, dst):

@@ -414,6 +414,54 @@ def test_runs_under_the_writer_lock_insert_new_rows(tmp_path: Path, provider) ->
         assert len(ids) == len(set(ids)) == inner.count()
 
 
+def test_a_new_database_opens_while_the_first_batches_embed(tmp_path: Path, model_dir: Path, monkeypatch) -> None:
+    """Under the writer lock, a database the run creates has nothing to read:
+    the first batches embed while the store opens (here an engine that takes
+    2 s to start); a database that exists is opened first, as before."""
+    import milvus_lite.server
+
+    from memsearch_fast.lite import paths as lite_paths
+
+    real = Path(milvus_lite.server.BIN_PATH)
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    engine = f'LD_LIBRARY_PATH="{real}:$LD_LIBRARY_PATH" exec "{real}/milvus" "$@"'
+    (slow / "milvus").write_text(f"#!/bin/sh\nsleep 2\n{engine}\n")
+    (slow / "milvus").chmod(0o755)
+    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv("BIN_PATH", str(slow))
+    root = tmp_path / "notes"
+    write(root / "a.md", LONG)
+    write(root / "b.md", "# B\nshort note about the cache.\n")
+    uri = str(tmp_path / "db" / "m.db")
+    with MemSearch([root], embedding_model=str(model_dir), milvus_uri=uri) as ms:
+        store_open: list[bool] = []
+        inner = ms.provider.embed
+
+        async def embed(texts: list[str]) -> list[list[float]]:
+            store_open.append(ms._store is not None)
+            return await inner(texts)
+
+        ms.provider.embed = embed
+        with ms._manifest().writer():
+            report = asyncio.run(ms.index_with_report())
+        assert store_open[0] is False and report.failed == []
+        expected = sum(len(fc.chunks) for batch in chunk_files(scan_paths([root])) for fc in batch)
+        assert report.chunks == expected == ms.store.count() == report.embedded + report.reused
+        assert [h["source"] for h in asyncio.run(ms.search("cache note", top_k=1))] == [str((root / "b.md").resolve())]
+        # The manifest it wrote is trusted by the next run (files written within
+        # the last 2 s are read again, but nothing changed).
+        again = asyncio.run(ms.index_with_report())
+        assert again.manifest and again.changed == 0 and again.embedded == again.reused == 0
+
+        store_open.clear()
+        ms.close_store()
+        write(root / "c.md", "# C\nthird note about the queue.\n")
+        with ms._manifest().writer():
+            third = asyncio.run(ms.index_with_report())
+        assert store_open == [True] and third.embedded == 1 and ms.store.count() == expected + 1
+
+
 def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     """Stored ids are held packed; ids another tool wrote (not SHA-256 hex) still diff exactly."""
     from memsearch_fast.pipeline.dedup import Dedup

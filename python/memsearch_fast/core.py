@@ -241,24 +241,48 @@ class MemSearch:
 
         found = await asyncio.to_thread(scan, paths, ignore_files=ignore_files, exclude=exclude)
         roots = [str(Path(p).expanduser().resolve()) for p in paths if Path(p).expanduser().is_dir()]
-        store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
-        report = await run_index(
-            store,
-            provider,
-            found.files,
-            cleanup_roots=roots,
-            unlisted=found.incomplete,
-            # Explicit files only: consult just their rows, prune nothing else.
-            only_sources=None if roots else [f.path for f in found.files],
-            force=force,
-            max_chunk_size=max_chunk_size,
-            overlap_lines=overlap_lines,
-            parallelism=self.parallelism,
-            progress=progress,
-            manifest=manifest,
-        )
+        opening = None
+        if self._creates_database(manifest):
+            from memsearch_fast.store.opening import OpeningStore
+
+            provider = await asyncio.to_thread(lambda: self.provider)
+            store = opening = OpeningStore(lambda: self.store)
+        else:
+            store, provider = await asyncio.to_thread(lambda: (self.store, self.provider))
+        try:
+            report = await run_index(
+                store,
+                provider,
+                found.files,
+                cleanup_roots=roots,
+                unlisted=found.incomplete,
+                # Explicit files only: consult just their rows, prune nothing else.
+                only_sources=None if roots else [f.path for f in found.files],
+                force=force,
+                max_chunk_size=max_chunk_size,
+                overlap_lines=overlap_lines,
+                parallelism=self.parallelism,
+                progress=progress,
+                manifest=manifest,
+                new_store=opening is not None,
+            )
+        finally:
+            if opening is not None:  # whatever opened is then closed by close()
+                await asyncio.to_thread(opening.wait)
         report.failed[:0] = [(e.path, e.reason) for e in found.errors]
         return report
+
+    def _creates_database(self, manifest: Any) -> bool:
+        """Whether this run creates its local database: the file is missing while
+        this context holds the writer lock, so no other run can add rows to it
+        before this one's first write (the store may then open beside the
+        first embeddings)."""
+        from memsearch_fast.store.compat import is_local_uri
+
+        uri = str(self._store_args["uri"])
+        if self._store is not None or manifest is None or not manifest.held() or not is_local_uri(uri):
+            return False
+        return not os.path.lexists(Path(uri).expanduser())
 
     async def sync(self) -> SyncReport:
         """Bring the index up to date for the paths recorded by earlier index

@@ -171,7 +171,7 @@ class Manifest:
         import fcntl
 
         self.waited = False
-        if str(self.lock_path) in _HELD.get():
+        if self.held():
             return
         self._make_dir()
         if self.database is not None:
@@ -214,6 +214,10 @@ class Manifest:
             self.on_wait(line)
         else:
             logger.warning("%s", line)
+
+    def held(self) -> bool:
+        """Whether the caller's context holds this writer lock (inside :meth:`writer`)."""
+        return str(self.lock_path) in _HELD.get()
 
     def writer_running(self) -> bool:
         """Whether an index or watch run holds the writer lock now (for readers

@@ -115,6 +115,7 @@ async def run_index(
     parallelism: par.Parallelism | None = None,
     progress: Progress | None = None,
     manifest: Manifest | None = None,
+    new_store: bool = False,
 ) -> IndexReport:
     """Index *files* into *store* with *provider*.
 
@@ -126,7 +127,9 @@ async def run_index(
     ``workers`` when not given. ``manifest`` is the collection's manifest
     (``Manifest.for_store(uri, collection)``): files given as ``ScannedFile``
     whose size and mtime match it are not read; ``force`` ignores it (and
-    re-embeds everything), and the run writes a fresh one.
+    re-embeds everything), and the run writes a fresh one. ``new_store``
+    says the store is a database this run creates, still opening (see
+    :mod:`memsearch_fast.store.opening`): nothing stored, nothing read.
     """
     files = list({os.fspath(f): f for f in files}.values())  # a path given twice is one file
     if manifest is not None:
@@ -149,6 +152,7 @@ async def run_index(
             pools=parallelism or par.plan(workers),
             progress=progress or NullProgress(),
             manifest=manifest,
+            new_store=new_store,
         ).execute()
     finally:
         if manifest is not None:
@@ -173,6 +177,7 @@ class _Run:
         pools: par.Parallelism,
         progress: Progress,
         manifest: Manifest | None,
+        new_store: bool = False,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -186,6 +191,7 @@ class _Run:
         self.pools = pools
         self.progress = progress
         self.manifest = manifest
+        self.new_store = new_store
         self.model: str = provider.model_name
         self.report = IndexReport(files=len(files))
         self.racy_after = 0.0
@@ -213,12 +219,14 @@ class _Run:
         self.racy_after = time.time() - MANIFEST_RACY_SECONDS
         report, store, progress = self.report, self.store, self.progress
         progress.start(len(self.files))
-        if self.manifest is not None:
+        if self.manifest is not None and not self.new_store:
             await asyncio.to_thread(self._load_manifest)
         if self.loaded is not None:
             report.manifest = True
             self.old = self.loaded.entries
             paths, self.gone = self._plan_with_manifest()
+        elif self.new_store:
+            paths = [os.fspath(f) for f in self.files]
         else:
             self.dedup = await asyncio.to_thread(
                 Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
@@ -299,21 +307,24 @@ class _Run:
 
     # -- manifest ------------------------------------------------------------------------
 
-    def _load_manifest(self) -> None:
-        assert self.manifest is not None
+    def _header(self) -> Header:
         store = self.store
-        self.header = Header(
+        return Header(
             model=self.model,
             max_chunk_size=self.max_chunk_size,
             overlap_lines=self.overlap_lines,
             collection=str(getattr(store, "collection", "")),
             identity=store.collection_id() if hasattr(store, "collection_id") else "",
         )
+
+    def _load_manifest(self) -> None:
+        assert self.manifest is not None
+        self.header = self._header()
         if self.force:
             return
         loaded = self.manifest.load(self.header)
         # Rows added or removed behind the manifest's back: the store is the truth.
-        if loaded is not None and loaded.rows == store.count():
+        if loaded is not None and loaded.rows == self.store.count():
             self.loaded = loaded
 
     def _plan_with_manifest(self) -> tuple[list[str], list[str]]:
@@ -349,7 +360,9 @@ class _Run:
 
     def _save_manifest(self) -> None:
         """Record what this run established, after its flush."""
-        assert self.manifest is not None and self.header is not None
+        assert self.manifest is not None
+        if self.header is None:  # a new store: known once it is open
+            self.header = self._header()
         if self.loaded is not None:
             if not self.upsert.wrote and not self.new and not self.gone:
                 return  # nothing changed: the manifest on disk is still exact
