@@ -15,6 +15,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,21 +40,32 @@ def rows(rnd: random.Random, start: int, n: int) -> list[dict]:
 
 
 def main(n: int, ops: list[str]) -> None:
+    from memsearch_fast.lite import broker
     from memsearch_fast.store import MilvusStore
 
     for op in ops:
-        with tempfile.TemporaryDirectory() as d, MilvusStore(str(Path(d) / "m.db"), dimension=384) as store:
-            write = getattr(store, op)
-            rnd = random.Random(1)
-            times, last = [], time.perf_counter()
-            with ThreadPoolExecutor(4) as pool:
-                for start in range(0, n, STEP):
-                    list(pool.map(write, [rows(rnd, s, 1000) for s in range(start, min(n, start + STEP), 1000)]))
-                    now = time.perf_counter()
-                    times.append(round(now - last, 1))
-                    last = now
-            store.flush()
-            print(f"{op}: {store.count()} rows; seconds per {STEP:,} rows as the collection grows: {times}", flush=True)
+        with tempfile.TemporaryDirectory() as d:
+            db = str(Path(d) / "m.db")
+            try:
+                with MilvusStore(db, dimension=384) as store:
+                    times = measure(getattr(store, op), n)
+                    store.flush()
+                    rows_stored = store.count()
+            finally:
+                broker.stop_server(db)  # before its directory goes
+        print(f"{op}: {rows_stored} rows; seconds per {STEP:,} rows as the collection grows: {times}", flush=True)
+
+
+def measure(write: Callable[[list[dict]], int], n: int) -> list[float]:
+    rnd = random.Random(1)
+    times, last = [], time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        for start in range(0, n, STEP):
+            list(pool.map(write, [rows(rnd, s, 1000) for s in range(start, min(n, start + STEP), 1000)]))
+            now = time.perf_counter()
+            times.append(round(now - last, 1))
+            last = now
+    return times
 
 
 if __name__ == "__main__":
