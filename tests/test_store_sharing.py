@@ -400,3 +400,32 @@ def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
     s2 = MilvusStore(db)  # a new server owns the database and serves its rows
     assert s2.count() == 4 and lite_paths.read_state(db)["pid"] != old["pid"]
     s2.close()
+
+
+def test_a_removed_database_is_never_served_in_place_of_the_new_one(db, monkeypatch):
+    """`rm` of the database to rebuild the index: the next open gets a new database
+    at the path, not the deleted file the old server still holds (whose writes
+    nobody could read again); the old server exits."""
+    monkeypatch.setenv(lite_paths.ENV_IDLE, "600")
+    s = MilvusStore(db, dimension=DIM)
+    s.upsert(rows(0, 4))
+    s.flush()
+    s.close()
+    old = lite_paths.read_state(db)
+    assert old["db_id"] == lite_paths.database_id(db)
+    os.unlink(db)
+    s2 = MilvusStore(db, dimension=DIM)  # at once, before the old server notices
+    try:
+        assert s2.count() == 0
+        s2.upsert(rows(100, 3))
+        s2.flush()
+        assert lite_paths.read_state(db)["pid"] != old["pid"]
+    finally:
+        s2.close()
+    assert wait_until(lambda: not lite_process.pid_alive(old["pid"]), 30)
+    lite_broker.stop_server(db)
+    s3 = MilvusStore(db)  # a fresh server reads what was written: it reached the file at the path
+    try:
+        assert s3.count() == 3
+    finally:
+        s3.close()

@@ -388,6 +388,26 @@ def flock(path: str, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
+def database_id(db_path: str) -> list[int] | None:
+    """The identity of the file (or 3.x directory) at ``db_path``: a server
+    records the one it opened, so that a database removed or replaced under
+    it (``rm`` to rebuild the index) is never served in its place."""
+    try:
+        st = os.stat(db_path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def serves_current_database(db_path: str, st: dict[str, Any]) -> bool:
+    """Whether the database a server record names is still the one at ``db_path``
+    (a record without an identity, from an older server, is taken at its word)."""
+    recorded = st.get("db_id")
+    if not isinstance(recorded, list):
+        return True
+    return database_id(db_path) == recorded
+
+
 def read_state(db_path: str, *, beside: bool = False) -> dict[str, Any] | None:
     """The recorded server for ``db_path`` (may be stale or forged: see
     ``process.verify_server``), or None; ``beside``: the record beside the

@@ -18,6 +18,7 @@ from memsearch_fast.lite.paths import (
     SERVER_MARK,
     open_sidecar,
     record_address,
+    serves_current_database,
     sidecar_paths,
     socket_file,
     socket_path,
@@ -159,12 +160,15 @@ def verify_server(db_path: str, st: dict[str, Any], timeout: float = 1.0) -> tup
     directory only this user may write, and ``SO_PEERCRED`` must show that the
     process accepting on it runs as this user and is that pid (or its Milvus
     Lite 2.x engine child). A TCP server (``--port``) must own the listening
-    port (``/proc/net/tcp``).
+    port (``/proc/net/tcp``). The database it opened must still be the one at
+    ``db_path``.
     """
     pid = st.get("pid")
     served = served_database(cmdline_args(pid)) if pid_alive(pid) else None
     if served is None or served[0] != db_path:
         return None, f"pid {pid} is not a server of {db_path}"
+    if not serves_current_database(db_path, st):
+        return None, "the database it opened was removed or replaced"
     assert isinstance(pid, int)
     port = served[1]
     if port is None:

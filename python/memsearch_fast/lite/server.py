@@ -26,6 +26,7 @@ from memsearch_fast.lite.paths import (
     HOST,
     address_uri,
     check_layout,
+    database_id,
     idle_timeout,
     open_lock,
     open_sidecar,
@@ -426,12 +427,14 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     import importlib.metadata
 
     service = _search_service(db_path, engine, activity)
+    db_id = database_id(db_path)  # the engine has opened (or created) it
     write_state(
         db_path,
         {
             "pid": pid,
             "status": "ready",
             "db": db_path,
+            **({"db_id": db_id} if db_id is not None else {}),
             "address": engine.address,
             "uri": address_uri(engine.address),
             "engine": f"milvus-lite {importlib.metadata.version('milvus-lite')}",
@@ -464,6 +467,11 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
             if sock and _inode(sock) != sock_id:
                 # Removed (a temp cleaner): no new client could reach us, so make way for a new server.
                 logger.warning("socket %s of %s was removed; exiting", sock, db_path)
+                break
+            if db_id is not None and database_id(db_path) != db_id:
+                # Removed or replaced (rm to rebuild the index): what we hold is gone for
+                # everyone else, and writes here would be lost. Clients re-attach to a new server.
+                logger.warning("database %s was removed or replaced; exiting", db_path)
                 break
             now = time.monotonic()
             conns = count_connections(engine.address)
