@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memsearch_fast import search_service
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
@@ -154,12 +155,16 @@ def test_kill_9_server_then_next_open_recovers(db):
     s.flush()
     s.upsert(rows(1000, 10))  # acknowledged but not flushed
     old = lite_paths.read_state(db)["pid"]
+    sockets = [lite_paths.socket_path(db, old)]
+    sockets.append(search_service.socket_for(sockets[0]))
+    assert all(os.path.exists(p) for p in sockets)
     os.kill(old, signal.SIGKILL)
     assert wait_until(lambda: not lite_process.pid_alive(old), 10)
     # the open store re-attaches on its own: a new server recovers the database
     assert s.count() == 50
     new = lite_paths.read_state(db)["pid"]
     assert new != old and lite_process.pid_alive(new)
+    assert not any(os.path.exists(p) for p in sockets)  # the dead server's sockets are cleaned up
     hits = s.search(rows(1000, 10)[3]["embedding"], "", top_k=3)
     assert hits and hits[0]["chunk_hash"] == f"{1003:064x}"
     s.close()

@@ -139,7 +139,7 @@ def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     """Stop what is left of a dead or hung server and forget it.
 
     Only processes that serve exactly ``db_path`` are stopped, and only the
-    socket named after ``db_path`` and the recorded pid is removed: a forged
+    sockets named after ``db_path`` and the recorded pid are removed: a forged
     or stale record naming another database's server costs that server nothing.
     """
     pid = st.get("pid")
@@ -149,10 +149,13 @@ def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     if isinstance(engine_pid, int) and is_engine_of(engine_pid, db_path):
         terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
     if isinstance(pid, int) and pid > 0 and not pid_alive(pid):
+        from memsearch_fast.search_service import socket_for
+
         sock = socket_path(db_path, pid)
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.lstat(sock).st_mode):
-                os.unlink(sock)
+        for path in (sock, socket_for(sock)):  # the engine's socket and the search service's
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
     with contextlib.suppress(OSError):
         os.unlink(sidecar_paths(db_path)["state"])
 
