@@ -444,3 +444,38 @@ def test_unknown_uri_schemes_and_piped_reset_answers(
 
     one_line_error(reset("n\n"), "without confirmation")
     assert "Dropped collection" in ok(reset("y\n")).stdout  # as `echo y | memsearch reset` in 0.4.23
+
+
+def test_sigterm_ends_an_index_started_with_sigint_ignored(
+    env: dict[str, str], db: Path, tmp_path: Path, model_dir: Path
+) -> None:
+    """A shell script's background job (`memsearch index … &`) starts with SIGINT
+    ignored; SIGTERM must still end the run as Ctrl-C does: written rows kept,
+    exit 130, and the next run finishes the index."""
+    import signal
+
+    from benches.corpus import write_corpus
+
+    root = tmp_path / "corpus"
+    write_corpus(root, total_bytes=600_000, seed=3)
+    cli = [sys.executable, "-m", "memsearch_fast", "index", str(root), "--milvus-uri", str(db), "-m", str(model_dir)]
+    proc = subprocess.Popen(
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *cli, "-j"],  # SIGINT ignored, as in a script's `&`
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # progress lines: wait until rows are being written
+        if line.startswith("{") and json.loads(line).get("embedded", 0) > 0:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err and "Traceback" not in err
+    again = json.loads(ok(run(["index", str(root), "--milvus-uri", str(db), "-m", str(model_dir), "-j"], env)).stdout)
+    assert 0 < again["embedded"] < again["chunks"] and again["failed"] == []
+    stats = ok(run(["stats", "--milvus-uri", str(db)], env)).stdout
+    assert f"Total indexed chunks: {again['chunks']}" in stats

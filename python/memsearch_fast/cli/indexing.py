@@ -152,11 +152,18 @@ def _sigterm_as_sigint() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # A shell script's background job (`memsearch index … &`) starts with SIGINT
+    # ignored: SIGTERM, turned into SIGINT, would then be ignored too.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Events:
