@@ -160,7 +160,7 @@ def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir,
         time.sleep(0.2)
     assert not lite_process.pid_alive(pid)
     assert lite_paths.read_state(str(db)) is None
-    assert not os.path.exists(search_service.socket_for(lite_paths.socket_path(str(db), pid)))
+    assert not os.path.exists(lite_paths.search_socket(lite_paths.socket_path(str(db), pid)))
 
 
 def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch, model_dir):

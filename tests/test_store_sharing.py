@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast import search_service
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
@@ -156,7 +155,7 @@ def test_kill_9_server_then_next_open_recovers(db):
     s.upsert(rows(1000, 10))  # acknowledged but not flushed
     old = lite_paths.read_state(db)["pid"]
     sockets = [lite_paths.socket_path(db, old)]
-    sockets.append(search_service.socket_for(sockets[0]))
+    sockets.append(lite_paths.search_socket(sockets[0]))
     assert all(os.path.exists(p) for p in sockets)
     os.kill(old, signal.SIGKILL)
     assert wait_until(lambda: not lite_process.pid_alive(old), 10)

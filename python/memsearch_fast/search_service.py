@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.lite.paths import search_socket
+
 logger = logging.getLogger(__name__)
 
 #: Protocol version; a server of another version answers nothing we use.
@@ -42,12 +44,6 @@ DEFAULT_UNLOAD_S = 300.0
 #: Models (one per collection and model) a server keeps loaded at most.
 MAX_LOADED = 4
 _LINE_LIMIT = 1 << 20
-_SUFFIX = "-search.sock"
-
-
-def socket_for(engine_socket: str) -> str:
-    """The search socket beside a server's engine socket (``…/<hash>-<pid>.sock``)."""
-    return engine_socket[: -len(".sock")] + _SUFFIX if engine_socket.endswith(".sock") else engine_socket + _SUFFIX
 
 
 def _peer(sock: socket.socket) -> tuple[int, int] | None:
@@ -183,7 +179,7 @@ def ask(
     if not st or st.get("status") != "ready" or not st.get("search") or not isinstance(pid, int) or not pid_alive(pid):
         return None
     try:
-        path = socket_for(socket_path(db_path, pid))
+        path = search_socket(socket_path(db_path, pid))
         if st["search"] != "unix:" + path:
             return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

@@ -27,6 +27,7 @@ from memsearch_fast.lite.paths import (
     open_sidecar,
     read_state,
     relocated,
+    search_socket,
     sidecar_paths,
     socket_path,
 )
@@ -149,10 +150,8 @@ def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     if isinstance(engine_pid, int) and is_engine_of(engine_pid, db_path):
         terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
     if isinstance(pid, int) and pid > 0 and not pid_alive(pid):
-        from memsearch_fast.search_service import socket_for
-
         sock = socket_path(db_path, pid)
-        for path in (sock, socket_for(sock)):  # the engine's socket and the search service's
+        for path in (sock, search_socket(sock)):  # the engine's socket and the search service's
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(os.lstat(path).st_mode):
                     os.unlink(path)

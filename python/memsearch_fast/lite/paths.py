@@ -115,6 +115,12 @@ def socket_path(db_path: str, pid: int) -> str:
     raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
 
 
+def search_socket(engine_socket: str) -> str:
+    """The search service's socket beside a server's engine socket (``…/<hash>-<pid>.sock``)."""
+    stem = engine_socket[: -len(".sock")] if engine_socket.endswith(".sock") else engine_socket
+    return stem + "-search.sock"
+
+
 def socket_file(address: str | None) -> str | None:
     """The socket path of a ``unix:/path`` address; None for ``host:port``."""
     return address[len("unix:") :] if address and address.startswith("unix:") else None

@@ -31,6 +31,7 @@ from memsearch_fast.lite.paths import (
     open_lock,
     open_sidecar,
     remove_state_if,
+    search_socket,
     sidecar_paths,
     socket_file,
     socket_path,
@@ -501,9 +502,7 @@ def _search_service(db_path: str, engine: _Engine, activity: _Activity) -> Any:
     from memsearch_fast import search_service
 
     try:
-        return search_service.Service(
-            search_service.socket_for(sock), address_uri(engine.address), activity.touch, db_path
-        ).start()
+        return search_service.Service(search_socket(sock), address_uri(engine.address), activity.touch, db_path).start()
     except OSError as exc:
         logger.warning("no search service for %s: %s", db_path, one_line(exc))
         return None
