@@ -815,7 +815,17 @@ class MilvusStore:
         """The BM25 list of :meth:`search`, best first, each row with its ``distance``."""
         if not query_text.strip():
             return []
-        return self._list_search([query_text], "sparse_vector", "BM25", top_k, source_prefix)
+        try:
+            return self._list_search([query_text], "sparse_vector", "BM25", top_k, source_prefix)
+        except StoreUnavailableError:
+            raise
+        except StoreError as exc:
+            # Milvus Lite 2.5 scores BM25 against a snapshot with no documents (an
+            # empty collection, or one whose first rows are still being written
+            # while another process searches) as NaN and fails: no BM25 hits.
+            if "NaN or Inf" in str(exc):
+                return []
+            raise
 
     def _list_search(
         self, data: list[Any], field: str, metric: str, limit: int, source_prefix: str | None
