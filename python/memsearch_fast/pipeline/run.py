@@ -225,14 +225,13 @@ class _Run:
             report.manifest = True
             self.old = self.loaded.entries
             paths, self.gone = self._plan_with_manifest()
-        elif self.new_store:
-            paths = [os.fspath(f) for f in self.files]
         else:
-            self.dedup = await asyncio.to_thread(
-                Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
-            )
             paths = [os.fspath(f) for f in self.files]
-            self.gone = self.dedup.orphans(self.roots, unlisted=self.unlisted, seen=set(paths))
+            if not self.new_store:  # a store this run creates holds nothing to diff against
+                self.dedup = await asyncio.to_thread(
+                    Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
+                )
+                self.gone = self.dedup.orphans(self.roots, unlisted=self.unlisted, seen=set(paths))
             if self.gone and not self.force:
                 gone = self.gone
                 self.donors.defer(
