@@ -303,7 +303,7 @@ class Service:
     def _unload(self) -> None:
         """Drop the models after a quiet spell: a server kept up by a watcher
         should not hold them for good."""
-        from memsearch_fast.heap import give_back_memory
+        from memsearch_fast._os import give_back_memory
 
         for ms in self._instances.values():
             self._close(ms)

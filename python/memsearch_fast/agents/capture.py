@@ -22,6 +22,7 @@ from typing import Any
 
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error, log_info
+from memsearch_fast.agents.project import check_folder
 
 #: The summarizer's own deadline (seconds), under the agents' 120 s hook timeout.
 DEFAULT_TIMEOUT_S = 100.0
@@ -134,6 +135,7 @@ def run(job_file: Path) -> int:
         notes = [MARKER]
     log = Path(job.memory_dir) / f"{job.date}.md"
     try:
+        check_folder(job.memsearch_dir)  # as SessionStart found it: no link has appeared since
         journal.append(log, job.now, journal.Anchor(job.session, job.turn, job.transcript), notes)
     except OSError as exc:
         log_error(where, f"capture: cannot append to {log}: {exc}")

@@ -26,7 +26,7 @@ from typing import Any
 
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
-from memsearch_fast.agents.project import Project, is_absolute, locate
+from memsearch_fast.agents.project import Project, guard, is_absolute, locate
 
 PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
@@ -354,7 +354,7 @@ def run(platform: str, event: str) -> Output | None:
     signal.signal(signal.SIGALRM, _on_deadline)
     signal.setitimer(signal.ITIMER_REAL, _deadline(event))
     try:
-        project = project_of(payload)
+        project = guard(project_of(payload))  # a clone's .memsearch may not lead elsewhere
         return answer(platform, event, HANDLERS[event](platform, payload, project))
     except Exception as exc:  # noqa: BLE001 - a hook never fails the agent's session
         from memsearch_fast.errors import describe

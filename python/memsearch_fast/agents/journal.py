@@ -6,6 +6,11 @@ first entry of a session in a log also writes ``## Session HH:MM`` (never
 alone: a session that captured nothing leaves no trace). Appends hold an
 exclusive lock on the log and go out in one write, so two sessions writing
 the same day interleave whole entries, never lines.
+
+Logs live in the project's folder, which a clone brings along: they are
+opened without following links, only as regular files of the user's,
+created 0600, and read boundedly (a log linked to ``/dev/zero`` is refused,
+a huge one is read from its end).
 """
 
 from __future__ import annotations
@@ -17,11 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from memsearch_fast._os import open_private, read_regular, write_all
+
 DAILY_LOG = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 #: Characters per token, for bounding what a session starts with (a rough,
 #: tokenizer-free estimate: hooks must not load a model).
 CHARS_PER_TOKEN = 4
 DEFAULT_CONTEXT_TOKENS = 1500
+#: How much of a log's end SessionStart and PreCompact read (its newest entries).
+TAIL_BYTES = 4 << 20
 
 
 class Anchor(NamedTuple):
@@ -57,7 +66,7 @@ def _locked(log: Path) -> int:
 
     log.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        fd = open_private(log, os.O_RDWR | os.O_CREAT | os.O_APPEND, single_link=False)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             now = os.stat(log, follow_symlinks=False)
@@ -73,12 +82,6 @@ def _locked(log: Path) -> int:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
     """Append one entry to *log* under an exclusive lock, in one write."""
     fd = _locked(log)
@@ -86,7 +89,7 @@ def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
         marker = f"session:{_field(anchor.session)} ".encode()
         with open(fd, "rb", closefd=False) as f:
             seen = bool(anchor.session) and any(marker in line for line in f)
-        _write_all(fd, entry_text(now, anchor, bullets, heading=not seen).encode("utf-8"))
+        write_all(fd, entry_text(now, anchor, bullets, heading=not seen).encode("utf-8"))
     finally:
         os.close(fd)  # releases the lock
 
@@ -101,9 +104,10 @@ def rewrite(log: Path, change: Callable[[str], str]) -> None:
             old = f.read().decode("utf-8", "replace")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        out = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=0o600)
         try:
-            _write_all(out, change(old).encode("utf-8"))
+            os.fchmod(out, os.fstat(fd).st_mode & 0o777)  # the log keeps its mode
+            write_all(out, change(old).encode("utf-8"))
             os.fsync(out)
         finally:
             os.close(out)
@@ -122,8 +126,16 @@ def anchored_turns(memory_dir: Path, session: str, logs: int = 2) -> set[str]:
     found: set[str] = set()
     for log in newest_logs(memory_dir, logs):
         with contextlib.suppress(OSError):
-            found.update(m.group(1) for m in pattern.finditer(log.read_text("utf-8", "replace")))
+            found.update(m.group(1) for m in pattern.finditer(_tail(log)))
     return found
+
+
+def _tail(log: Path) -> str:
+    """The last :data:`TAIL_BYTES` of *log* from a line start (OSError when it is not a regular file)."""
+    data = read_regular(log, TAIL_BYTES, tail=True)
+    if len(data) == TAIL_BYTES:
+        data = data[data.find(b"\n") + 1 :]
+    return data.decode("utf-8", "replace")
 
 
 def newest_logs(memory_dir: Path, count: int) -> list[Path]:
@@ -153,7 +165,7 @@ def recent_context(memory_dir: Path, max_tokens: int = DEFAULT_CONTEXT_TOKENS) -
     picked: list[tuple[str, list[str]]] = []  # (log name, rendered entries), newest log first
     for log in newest_logs(memory_dir, 2):
         try:
-            entries = list(_entries(log.read_text("utf-8", "replace")))
+            entries = list(_entries(_tail(log)))
         except OSError:
             continue
         kept: list[str] = []

@@ -7,6 +7,12 @@ Each session leaves a marker under ``.memsearch/sessions/``; SessionEnd
 removes its own and stops the watcher only when no other live session
 remains. A marker not touched for :data:`STALE_SECONDS` belongs to a session
 that died without SessionEnd and does not count.
+
+The markers live in the project, so they are reached from a verified
+directory fd: only regular files in a real ``sessions`` folder are counted or
+removed, never anything a link leads to. The pid of a watcher just started is
+kept beside its lock (outside the project): a SessionEnd that comes before
+the watcher takes its lock still stops it, once its command line is checked.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ import contextlib
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memsearch_fast._os import open_dir, open_private, write_all
 from memsearch_fast.agents.project import Project
 
 if TYPE_CHECKING:
@@ -32,7 +40,8 @@ STALE_SECONDS = 24 * 3600
 def _lock(uri: str, project: Project) -> WatchLock:
     from memsearch_fast.watch.lock import WatchLock, lock_base
 
-    return WatchLock(lock_base(uri, project.collection, [project.memory_dir]))
+    # `watch` keys its lock by its resolved roots: so must we, or SessionEnd misses it.
+    return WatchLock(lock_base(uri, project.collection, [os.path.realpath(project.memory_dir)]))
 
 
 def running(uri: str, project: Project) -> int | None:
@@ -47,10 +56,14 @@ def start(uri: str, project: Project, log: Path) -> int | None:
     """Start the project's watcher unless one runs; the new pid (None if one ran)."""
     if running(uri, project) is not None:
         return None
-    log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "memsearch_fast.cli", "watch", project.memory_dir, "--collection", project.collection]
     argv += ["--milvus-uri", uri, "-q"]
-    with open(log, "ab") as out:
+    folder = open_dir(log.parent, create=True)
+    try:
+        fd = open_private(log.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=folder, shown=str(log))
+    finally:
+        os.close(folder)
+    with open(fd, "ab") as out:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -60,12 +73,56 @@ def start(uri: str, project: Project, log: Path) -> int | None:
             start_new_session=True,  # outlives the hook; the agent does not wait on its pipes
             close_fds=True,
         )
+    _remember_spawn(uri, project, proc.pid)
     return proc.pid
 
 
+def _spawn_record(uri: str, project: Project) -> Path:
+    lock = _lock(uri, project).lock_path
+    return lock.with_name(lock.name.removesuffix(".lock") + ".spawned")
+
+
+def _remember_spawn(uri: str, project: Project, pid: int) -> None:
+    path = _spawn_record(uri, project)
+    with contextlib.suppress(OSError):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            write_all(fd, f"{pid}\n".encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+
+def _spawned(uri: str, project: Project) -> int | None:
+    """The pid of a watcher this project started that has not taken its lock
+    yet: the recorded pid, when that process is still our watcher of the project."""
+    try:
+        fd = open_private(_spawn_record(uri, project), os.O_RDONLY)
+        with open(fd, "rb") as f:
+            pid = int(f.read(32).strip() or b"0")
+    except (OSError, ValueError):
+        return None
+    if pid <= 1 or pid == os.getpid():
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return None
+    memory = os.fsencode(project.memory_dir)
+    ours = b"memsearch_fast.cli" in args and b"watch" in args and memory in args
+    return pid if ours else None
+
+
 def stop(uri: str, project: Project) -> bool:
-    """Ask the project's watcher to finish its run and exit (SIGTERM)."""
+    """Ask the project's watcher to finish its run and exit (SIGTERM); also the
+    one just started that has not taken its lock yet."""
     pid = running(uri, project)
+    if pid is None:
+        pid = _spawned(uri, project)
     if pid is None or pid <= 1 or pid == os.getpid():
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -82,22 +139,42 @@ def _marker(project: Project, session: str) -> Path:
 def join(project: Project, session: str) -> None:
     """Record (or refresh) *session* as a user of the project's watcher."""
     marker = _marker(project, session)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
+    folder = open_dir(marker.parent, create=True)
+    try:
+        fd = open_private(marker.name, os.O_WRONLY | os.O_CREAT, dir_fd=folder, shown=str(marker))
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(folder)
 
 
 def leave(project: Project, session: str) -> int:
-    """Forget *session*; the number of other live sessions left on the project."""
-    with contextlib.suppress(FileNotFoundError):
-        _marker(project, session).unlink()
-    folder = Path(project.memsearch_dir) / "sessions"
+    """Forget *session*; the number of other live sessions left on the project.
+
+    Only regular files of the real ``sessions`` folder are read or removed
+    (through its fd): a ``sessions`` link raises instead of leading elsewhere.
+    """
+    marker = _marker(project, session)
+    try:
+        folder = open_dir(marker.parent)
+    except FileNotFoundError:
+        return 0
     live = 0
     now = time.time()
-    with contextlib.suppress(FileNotFoundError):
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker.name, dir_fd=folder)
         for entry in os.scandir(folder):
             with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat().st_mtime < STALE_SECONDS:
+                st = os.stat(entry.name, dir_fd=folder, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                if now - st.st_mtime < STALE_SECONDS:
                     live += 1
                 else:
-                    os.unlink(entry.path)
+                    os.unlink(entry.name, dir_fd=folder)
+    finally:
+        os.close(folder)
     return live

@@ -271,7 +271,7 @@ class DenseIndex:
                     self._install(new)
                 elif new is None and not full:
                     self._install(None)  # the refresh could not be shown right: Milvus answers
-            from memsearch_fast.heap import give_back_memory
+            from memsearch_fast._os import give_back_memory
 
             give_back_memory()  # the pages the rows came in, and a replaced copy
         except Exception as exc:  # noqa: BLE001 - Milvus keeps answering

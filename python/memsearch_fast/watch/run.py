@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast._os import give_back_memory
 from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
-from memsearch_fast.heap import give_back_memory
 
 if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch

@@ -1,0 +1,213 @@
+"""Operating-system plumbing: files opened without following links, bounded
+reads, private appends, and giving heap back.
+
+A project's ``.memsearch/`` folder arrives with the repository that holds it,
+and git stores symbolic links: a clone can carry ``.memsearch/sessions``
+pointing at ``~/.ssh`` or ``hooks.log`` pointing at ``~/.bashrc``. Everything
+the hooks and the watcher open, write or delete there goes through these
+helpers: the last component is never followed (``O_NOFOLLOW``, ``lstat``),
+directory entries are reached from a verified directory fd (``openat``), the
+file must be a regular file owned by the user, and reads are bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class UnsafePathError(OSError):
+    """A path that must be a plain file or directory of the user's is a link,
+    a device, a FIFO, or owned by someone else (one-line message)."""
+
+
+def _check(st: os.stat_result, path: str | os.PathLike[str], want: int, single_link: bool = False) -> None:
+    kind = stat.S_IFMT(st.st_mode)
+    if kind != want:
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory" if want == stat.S_IFDIR else None
+        raise UnsafePathError(f"{os.fspath(path)} is {what or 'not a regular file'}; refusing to use it")
+    if st.st_uid != os.geteuid():
+        raise UnsafePathError(f"{os.fspath(path)} is owned by another user (uid {st.st_uid}); refusing to use it")
+    if single_link and st.st_nlink > 1:
+        raise UnsafePathError(f"{os.fspath(path)} has {st.st_nlink} hard links; refusing to use it")
+
+
+def _open(path: str | os.PathLike[str], flags: int, mode: int = 0o600, dir_fd: int | None = None) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link at the end, or a file on the way
+            shown = os.fspath(path)
+            raise UnsafePathError(f"{shown} is a symbolic link or not a directory; refusing to use it") from None
+        raise
+
+
+def check_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether *path* exists; raises :class:`UnsafePathError` when it is not a
+    real directory (a symlink, a file) owned by the user."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    _check(st, path, stat.S_IFDIR)
+    return True
+
+
+def check_file(path: str | os.PathLike[str]) -> bool:
+    """Whether *path* exists; raises when it is not a regular file of the user's."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    _check(st, path, stat.S_IFREG)
+    return True
+
+
+def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o700) -> int:
+    """An fd of the directory *path* (created with *mode* when missing and
+    *create*), refused when it is a link or another user's. The caller closes it."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, mode)
+    fd = _open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _check(os.fstat(fd), path, stat.S_IFDIR)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_private(
+    name: str | os.PathLike[str],
+    flags: int,
+    *,
+    dir_fd: int | None = None,
+    mode: int = 0o600,
+    shown: str = "",
+    single_link: bool = True,
+) -> int:
+    """An fd of the regular file *name* (under *dir_fd* when given), opened
+    without following a link and refused unless it is a plain file of the
+    user's (with one link when *single_link*: an append must not reach
+    another name). New files get *mode* (0600: memory can hold secrets)."""
+    fd = _open(name, flags | os.O_NONBLOCK | os.O_NOCTTY, mode, dir_fd)
+    try:
+        _check(os.fstat(fd), shown or name, stat.S_IFREG, single_link)
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, tail: bool = False) -> bytes:
+    """The bytes of the regular file *path* (not through a link at its last
+    component, never a device or FIFO): at most *limit* bytes, its last ones
+    when *tail*. A file that is not regular raises :class:`UnsafePathError`."""
+    fd = _open(path, _READ)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{os.fspath(path)} is not a regular file; refusing to read it")
+        size = st.st_size
+        if limit is not None and size > limit:
+            if tail:
+                os.lseek(fd, size - limit, os.SEEK_SET)
+            size = limit
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        left = size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append_private(folder: str | os.PathLike[str], name: str, data: bytes, *, max_bytes: int = 0) -> None:
+    """Append *data* to ``folder/name`` (created 0600), the folder and the file
+    reached without following links; past *max_bytes* the file is first cut
+    to its newer half (written to a new file renamed over it)."""
+    dfd = open_dir(folder, create=True)
+    try:
+        fd = open_private(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=dfd, shown=f"{os.fspath(folder)}/{name}")
+        try:
+            if max_bytes and os.fstat(fd).st_size > max_bytes:
+                os.close(fd)
+                fd = -1
+                _cut_to_newer_half(dfd, name, max_bytes)
+                fd = open_private(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=dfd)
+            write_all(fd, data)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def _cut_to_newer_half(dfd: int, name: str, max_bytes: int) -> None:
+    fd = open_private(name, os.O_RDONLY, dir_fd=dfd)
+    try:
+        size = os.fstat(fd).st_size
+        keep = max_bytes // 2
+        data = os.pread(fd, keep, max(0, size - keep))
+    finally:
+        os.close(fd)
+    data = data[data.find(b"\n") + 1 :]
+    tmp = f".{name}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=dfd)
+    out = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, dir_fd=dfd)
+    try:
+        write_all(out, data)
+    finally:
+        os.close(out)
+    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+
+
+@contextlib.contextmanager
+def private_dir(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[int]:
+    """:func:`open_dir` as a context manager."""
+    fd = open_dir(path, create=create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether the resolved *path* lies in (or is) the resolved *folder*."""
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return real == top or top in real.parents
+
+
+def give_back_memory() -> None:
+    """Return the heap freed so far to the system. glibc keeps freed pages of
+    its arenas for reuse, so without this a long-lived process's RSS is that
+    of its busiest moment, not of what it holds."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
