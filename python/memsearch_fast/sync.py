@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast._os import open_private
 from memsearch_fast.errors import describe, one_line
 from memsearch_fast.pipeline.manifest import Manifest, manifest_path
 
@@ -302,7 +303,8 @@ def _update(path: Path, collection: str, identity: str, run: Recorded) -> None:
 
 def _read(path: Path, collection: str) -> Record | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Never a link, nor another user's file (a shared sticky directory): ignored.
+        fd = open_private(path, os.O_RDONLY, single_link=False)
         with os.fdopen(fd, "rb") as f:
             data = json.loads(f.read())
     except FileNotFoundError:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._os import open_private
 from memsearch_fast.config import DEFAULT_MANIFEST_DIR
 
 logger = logging.getLogger(__name__)
@@ -262,7 +263,8 @@ class Manifest:
     def load(self, header: Header) -> Loaded | None:
         """The entries when the file exists, parses and matches ``header``; else None."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Never a link, nor another user's file (a shared sticky directory): ignored.
+            fd = open_private(self.path, os.O_RDONLY, single_link=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
