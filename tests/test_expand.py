@@ -60,3 +60,39 @@ def test_last_section_ends_at_the_last_line_as_the_reference(tmp_path: Path) -> 
     out = expand_chunk(row)
     assert out["content"] == "# Two\nsecond" and out["end_line"] == 4
     assert expand_chunk(row, lines=1)["content"] == "first\n# Two\nsecond"
+
+
+def test_a_link_that_replaced_an_indexed_file_is_not_read(
+    tmp_path: Path, db: Path, model_dir: Path, env: dict[str, str]
+) -> None:
+    """`memsearch expand` refuses, as `get` does, a source that now leads outside the indexed files."""
+    import json
+    import subprocess
+    import sys
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    page = notes / "deploy.md"
+    page.write_text("# Deploy\n\nDeploys go out on Tuesdays after the standup.\n", encoding="utf-8")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("# Deploy\n\nthe root password is hunter2\n", encoding="utf-8")
+    common = ["--milvus-uri", str(db)]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "memsearch_fast.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    assert cli("index", str(notes), "-m", str(model_dir), *common, "-q").returncode == 0
+    found = cli("search", "deploy day", "-j", "-m", str(model_dir), *common)
+    chunk = json.loads(found.stdout)[0]["chunk_hash"]
+    assert "Tuesdays" in cli("expand", chunk, *common).stdout
+    page.unlink()
+    page.symlink_to(secret)
+    out = cli("expand", chunk, *common)
+    assert out.returncode != 0 and "hunter2" not in out.stdout + out.stderr
+    assert "not indexed" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -443,11 +443,13 @@ class MemSearch:
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""
         from memsearch_fast.expand import expand_chunk
+        from memsearch_fast.get import is_indexed
 
-        row = self._read_store().get(chunk_hash)
+        store = self._read_store()
+        row = store.get(chunk_hash)
         if row is None:
             return None
-        return expand_chunk(row, section=section, lines=lines)
+        return expand_chunk(row, section=section, lines=lines, indexed=lambda real: is_indexed(store, real))
 
     def get(self, path: str | os.PathLike[str], *, start: int = 1, count: int | None = None) -> dict[str, Any] | None:
         """Lines ``start`` .. ``start + count - 1`` (1-based) of an indexed markdown file.

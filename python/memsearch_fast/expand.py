@@ -5,11 +5,18 @@ index: the chunk's whole heading section (found with the same fence-aware
 heading rule as the chunker) or N lines around it. Session anchors
 (``<!-- session:… turn:… transcript:… -->``) in that context are parsed so
 an agent can go on to ``memsearch transcript``.
+
+As with ``get``, only indexed files are read: a source that has become a
+symbolic link is followed only when the file it leads to is itself indexed,
+so a link that replaced an indexed file cannot show what lies outside the
+indexed roots.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +100,24 @@ def parse_anchor(text: str) -> dict[str, str]:
     return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)} if m else {}
 
 
-def expand_chunk(row: dict[str, Any], *, section: bool = True, lines: int | None = None) -> dict[str, Any]:
+def expand_chunk(
+    row: dict[str, Any],
+    *,
+    section: bool = True,
+    lines: int | None = None,
+    indexed: Callable[[str], bool] | None = None,
+) -> dict[str, Any]:
     """Context for a stored row: keys chunk_hash, source, heading,
     start_line, end_line, content, anchor (when found), warning (when the
     index is behind the file), clipped (characters of over-long lines not
     shown, when any: see :func:`clip_lines`)."""
     source = row["source"]
     path = Path(source)
+    real = os.path.realpath(source)
+    if real != source and not (indexed is not None and indexed(real)):
+        raise ExpandError(
+            f"{source} now leads to {real}, which is not indexed; refusing to read it (run 'memsearch index')"
+        )
     try:
         data = path.read_bytes()
     except FileNotFoundError:
