@@ -232,6 +232,10 @@ def test_bad_arguments_are_one_line_errors_and_the_server_goes_on(
     assert "not an indexed file" in client.error("memory_get", {"path": str(corpus.notes / "missing.md")})
     missing = client.error("memory_transcript", {"path": str(tmp_path / "nope.jsonl")})
     assert "nope.jsonl" in missing
+    credentials = tmp_path / "credentials"
+    credentials.write_text('{"type": "user", "message": {"role": "user", "content": "aws_secret=XYZ"}}\n')
+    refused = client.error("memory_transcript", {"path": str(credentials)})
+    assert "not a session transcript" in refused and "XYZ" not in refused
     assert client.error("memory_search", {"query": QUERY, "top_k": 0})
     assert client.error("memory_search", {"query": QUERY, "budget": "lots"})
     assert client.error("memory_get", {"path": str(corpus.notes / "deploy.md"), "start": 0})

@@ -356,6 +356,9 @@ class Recall:
 
         path = _string(args, "path", required=True)
         assert path is not None
+        if not path.endswith(".jsonl"):
+            # An anchor's path comes from memory a repository may have written: only session files are read.
+            raise ToolFailure(f"{one_line(path, 200)} is not a session transcript (.jsonl); refusing to read it")
         turn = _string(args, "turn")
         context = _integer(args, "context", 3, 0)
         assert context is not None
