@@ -400,3 +400,39 @@ def test_empty_path_of_the_wrong_kind_is_named_for_what_it_is(dbdir: Path) -> No
     msg = str(ei.value)
     assert "\n" not in msg and expected in msg and "3.x database directory" not in msg
     assert lite_paths.read_state(str(path)) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="squatting a directory as another user needs root")
+def test_a_squatted_socket_dir_falls_back_to_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user created memsearch-<uid> in the shared temp dir first: the user's home serves,
+    and when nothing serves the error names the way out."""
+    import shutil
+    import tempfile
+
+    shared = tmp_path / "tmp"
+    squat = shared / f"memsearch-{os.geteuid()}"
+    squat.mkdir(parents=True)
+    os.chown(squat, 65534, 65534)
+    home = Path(tempfile.mkdtemp(prefix="msh-", dir="/tmp"))  # short: a socket path holds ~107 bytes
+    try:
+        _squatted(tmp_path, shared, squat, home, monkeypatch)
+    finally:
+        shutil.rmtree(home)
+
+
+def _squatted(tmp_path: Path, shared: Path, squat: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(lite_paths, "SHARED_TMP", shared)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    monkeypatch.setenv("HOME", str(home))
+    sock = lite_paths.socket_path(str(tmp_path / "m.db"), 123)
+    assert Path(sock).parent == home / ".memsearch" / "run"
+    assert stat.S_IMODE(os.stat(Path(sock).parent).st_mode) == 0o700
+    assert lite_paths.runtime_dir() == home / ".memsearch" / "run"
+
+    (home / ".memsearch" / "run").rmdir()
+    (home / ".memsearch" / "run").symlink_to(squat)
+    with pytest.raises(StoreUnavailableError) as err:
+        lite_paths.runtime_dir()
+    assert "MEMSEARCH_LITE_MODE=embedded" in str(err.value) and "TMPDIR" in str(err.value)

@@ -64,18 +64,32 @@ def idle_timeout() -> float:
     return env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
 
 
+#: The system's shared temp dir, tried when ``$TMPDIR`` makes socket paths too long.
+SHARED_TMP = Path("/tmp")
+
+
 def _socket_dirs() -> list[Path]:
-    """Where sockets may live: the temp dir, else /tmp when that path is too long.
+    """Where sockets may live: the temp dir, else /tmp when that path is too long,
+    else ``~/.memsearch/run``.
 
     Not ``$XDG_RUNTIME_DIR``: it is removed at the last logout while a server
     kept busy by ``watch`` lives on.
     """
-    dirs = [Path(tempfile.gettempdir()) / f"memsearch-{os.geteuid()}", Path("/tmp") / f"memsearch-{os.geteuid()}"]
+    uid = os.geteuid()
+    dirs = [Path(tempfile.gettempdir()) / f"memsearch-{uid}", SHARED_TMP / f"memsearch-{uid}"]
+    # Another local user may have created memsearch-<uid> in the shared temp dir
+    # first: then the user's own home serves (found again through the server record).
+    dirs.append(Path(os.path.expanduser("~")) / ".memsearch" / "run")
     return list(dict.fromkeys(dirs))
+
+
+_WAY_OUT = " (set TMPDIR to a private directory, or MEMSEARCH_LITE_MODE=embedded to run without a server)"
 
 
 def _private_dir(d: Path) -> Path:
     """Create or check ``d`` as a 0700 directory of this user (not a symlink)."""
+    if d.name == "run":
+        d.parent.mkdir(mode=0o700, exist_ok=True)
     d.mkdir(mode=0o700, exist_ok=True)
     st = os.lstat(d)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
@@ -112,7 +126,7 @@ def socket_path(db_path: str, pid: int) -> str:
             return str(_private_dir(d) / name)
         except OSError as exc:
             problem = one_line(exc)
-    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}")
+    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}{_WAY_OUT}")
 
 
 def search_socket(engine_socket: str) -> str:
@@ -156,7 +170,7 @@ def runtime_dir() -> Path:
             return _private_dir(d)
         except OSError as exc:
             problem = one_line(exc)
-    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's files: {problem}")
+    raise StoreUnavailableError(f"no private directory for the Milvus Lite server's files: {problem}{_WAY_OUT}")
 
 
 def sidecar_paths(db_path: str, *, beside: bool = False) -> dict[str, str]:
