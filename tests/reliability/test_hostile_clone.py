@@ -27,7 +27,8 @@ DAY = 24 * 3600
 
 
 def _git(cwd: Path, *args: str) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
+    who = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"}
+    env = {**os.environ, **who}
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, timeout=60)
 
 
