@@ -29,13 +29,24 @@ struct ScannedFile {
     mtime: f64,
     #[pyo3(get)]
     size: u64,
+    #[pyo3(get)]
+    ino: u64,
+    #[pyo3(get)]
+    ctime: f64,
 }
 
 #[pymethods]
 impl ScannedFile {
     #[new]
-    fn new(path: PathBuf, mtime: f64, size: u64) -> Self {
-        ScannedFile { path, mtime, size }
+    #[pyo3(signature = (path, mtime, size, ino = 0, ctime = 0.0))]
+    fn new(path: PathBuf, mtime: f64, size: u64, ino: u64, ctime: f64) -> Self {
+        ScannedFile {
+            path,
+            mtime,
+            size,
+            ino,
+            ctime,
+        }
     }
 
     #[getter]
@@ -60,7 +71,11 @@ impl ScannedFile {
         match other.downcast::<ScannedFile>() {
             Ok(o) => {
                 let o = o.get();
-                o.path == self.path && o.mtime == self.mtime && o.size == self.size
+                o.path == self.path
+                    && o.mtime == self.mtime
+                    && o.size == self.size
+                    && o.ino == self.ino
+                    && o.ctime == self.ctime
             }
             Err(_) => false,
         }
@@ -168,6 +183,8 @@ struct FileChunks {
     path: String,
     size: u64,
     mtime: f64,
+    ino: u64,
+    ctime: f64,
     fingerprint: String,
     chunks: Py<PyList>,
     error: Option<String>,
@@ -234,6 +251,8 @@ impl ChunkStream {
                     path: r.source,
                     size: r.size,
                     mtime: r.mtime,
+                    ino: r.ino,
+                    ctime: r.ctime,
                     fingerprint: r.fingerprint,
                     chunks: chunks.unbind(),
                     error: r.error,
@@ -287,6 +306,8 @@ fn scan_paths(
                     path: f.path,
                     mtime: f.mtime,
                     size: f.size,
+                    ino: f.ino,
+                    ctime: f.ctime,
                 },
             )
         })

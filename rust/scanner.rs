@@ -24,6 +24,10 @@ pub struct Found {
     pub path: PathBuf,
     pub mtime: f64,
     pub size: u64,
+    /// Inode and status-change time: equal size and mtime do not prove the
+    /// same file (two files swapped by renames keep theirs).
+    pub ino: u64,
+    pub ctime: f64,
 }
 
 /// A problem met while scanning, never fatal: the path it concerns (None
@@ -84,6 +88,24 @@ pub fn io_message(e: &std::io::Error) -> String {
     match text.rfind(" (os error ") {
         Some(i) => text[..i].to_string(),
         None => text,
+    }
+}
+
+/// The inode and the status-change time (seconds) of `meta`; (0, 0.0) where
+/// the platform has neither.
+pub fn identity_of(meta: &fs::Metadata) -> (u64, f64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (
+            meta.ino(),
+            meta.ctime() as f64 + meta.ctime_nsec() as f64 * 1e-9,
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        (0, 0.0)
     }
 }
 
@@ -258,10 +280,13 @@ impl Collector<'_> {
         if !self.seen.insert(real) {
             return;
         }
+        let (ino, ctime) = identity_of(&meta);
         self.files.push(Found {
             path,
             mtime: mtime_of(&meta),
             size: meta.len(),
+            ino,
+            ctime,
         });
     }
 

@@ -24,6 +24,8 @@ pub struct FileResult {
     pub source: String,
     pub size: u64,
     pub mtime: f64,
+    pub ino: u64,
+    pub ctime: f64,
     pub fingerprint: String,
     /// The decoded document; `chunks` are ranges of it.
     pub text: Arc<String>,
@@ -47,6 +49,8 @@ impl FileResult {
             source,
             size: 0,
             mtime: 0.0,
+            ino: 0,
+            ctime: 0.0,
             fingerprint: String::new(),
             text: Arc::default(),
             chunks: Vec::new(),
@@ -76,6 +80,7 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0.0, |d| d.as_secs_f64());
+    (result.ino, result.ctime) = crate::scanner::identity_of(&meta);
     result.size = bytes.len() as u64;
     result.fingerprint = fingerprint(&bytes);
     // simdutf8 validates several times faster than std on non-ASCII text.

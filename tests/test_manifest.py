@@ -165,24 +165,46 @@ def test_noop_reads_no_file_and_fetches_no_id(tmp_path: Path, store, provider) -
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     saved = path.read_bytes()
 
-    # The proof that nothing is read: a file rewritten with other text of the
-    # same size and its mtime put back is not noticed (a stat-based no-op, as
-    # make and rsync do), so its rows still hold the old text.
-    f = root / "docs" / "page0.md"
-    st = f.stat()
-    text = f.read_text()
-    f.write_text(text.replace("page0 fact", "PAGE0 FACT"))
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
-    if os.geteuid() != 0:  # where permissions bind: a read would fail
-        for p in root.rglob("*.md"):
-            p.chmod(0)
     store.id_lookups.clear()
     again, counting = index(store, provider, root)
     assert again.manifest and again.read == 0 and again.failed == [] and counting.texts == []
     assert again.unchanged == 10 and again.chunks == 0 and again.deleted == 0
     assert store.id_lookups == []  # no stored id fetched
     assert path.read_bytes() == saved  # nothing to record
-    assert any("page0 fact" in r["content"] for r in store.rows_for_sources([str(f)], ["content"]))
+
+    # A file rewritten with other text of the same size and its mtime put back
+    # keeps size and mtime, not its status-change time: it is read again.
+    f = root / "docs" / "page0.md"
+    st = f.stat()
+    f.write_text(f.read_text().replace("page0 fact", "PAGE0 FACT"))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    time.sleep(0.01)
+    rewritten, _ = index(store, provider, root)
+    assert rewritten.read == 1 and rewritten.unchanged == 9
+    assert any("PAGE0 FACT" in r["content"] for r in store.rows_for_sources([str(f)], ["content"]))
+
+
+def test_files_swapped_by_renames_are_noticed(tmp_path: Path, store, provider) -> None:
+    """`mv a t; mv b a; mv t b` on two files of one size and mtime (as an archive
+    restores them): their inodes and ctimes differ, so both are read again and
+    each name's hits show its own text."""
+    root = tmp_path / "notes"
+    a = write(root / "a.md", "# Cache\n\nThe cache keeps thumbnails.\n")
+    b = write(root / "b.md", "# Relay\n\nThe relay drops old frames.\n")
+    assert a.stat().st_size == b.stat().st_size
+    past = time.time_ns() - 120 * 10**9
+    for p in (a, b):
+        os.utime(p, ns=(past, past))
+    index(store, provider, root)
+    t = root / "t.tmp"
+    a.rename(t)
+    b.rename(a)
+    t.rename(b)
+    swapped, _ = index(store, provider, root)
+    assert swapped.read == 2 and swapped.unchanged == 0
+    assert stored(store) == expected(root, provider.model_name)
+    assert "thumbnails" in store.rows_for_sources([str(b)], ["content"])[0]["content"]
+    assert "frames" in store.rows_for_sources([str(a)], ["content"])[0]["content"]
 
 
 def test_touched_identical_file_costs_no_embedding(tmp_path: Path, store, provider) -> None:

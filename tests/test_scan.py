@@ -167,7 +167,10 @@ def test_tilde_is_expanded(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_scanned_file_is_pathlike(tree: Path) -> None:
     (f,) = ms.scan_paths([tree / "a.md"])
     assert Path(f).read_text().startswith("# T")
-    assert f == ms.ScannedFile(f.path, f.mtime, f.size)
+    assert f == ms.ScannedFile(f.path, f.mtime, f.size, f.ino, f.ctime)
+    st = os.stat(f)
+    assert (f.ino, f.ctime) == (st.st_ino, pytest.approx(st.st_ctime_ns / 1e9, abs=1e-6))
+    assert f != ms.ScannedFile(f.path, f.mtime, f.size)  # another inode and ctime: another file
 
 
 def test_fifo_named_like_markdown_is_reported_not_opened(tree: Path) -> None:

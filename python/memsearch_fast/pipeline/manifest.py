@@ -71,13 +71,23 @@ class Entry:
     mtime: float | None
     fingerprint: str
     chunks: bytes | str = b""  # packed records; base64 text as loaded from disk
+    #: The inode and status-change time: two files swapped by renames keep
+    #: their sizes and mtimes, not these (0 / 0.0: unknown, from an older manifest).
+    ino: int = 0
+    ctime: float = 0.0
 
     @classmethod
     def unknown(cls, chunks: bytes | str = b"") -> Entry:
         return cls(-1, None, "", chunks)
 
-    def same_stat(self, size: int, mtime: float) -> bool:
-        return self.mtime is not None and self.size == size and self.mtime == mtime
+    def same_stat(self, size: int, mtime: float, ino: int = 0, ctime: float = 0.0) -> bool:
+        return (
+            self.mtime is not None
+            and self.size == size
+            and self.mtime == mtime
+            and self.ino == ino
+            and self.ctime == ctime
+        )
 
     def packed(self) -> bytes:
         if isinstance(self.chunks, str):
@@ -301,7 +311,7 @@ class Manifest:
         for path in sorted(entries):
             e = entries[path]
             chunks = e.chunks if isinstance(e.chunks, str) else base64.b64encode(e.chunks).decode("ascii")
-            files[path] = [e.size, e.mtime, e.fingerprint, chunks]
+            files[path] = [e.size, e.mtime, e.fingerprint, chunks, e.ino, e.ctime]
         body = json.dumps({**header.as_dict(), "rows": rows, "files": files}, separators=(",", ":"))
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
@@ -338,13 +348,16 @@ def _record_holder(fd: int) -> None:
 
 def _entry(raw: Any) -> Entry | None:
     """An entry from its JSON list, or None when malformed."""
-    if not isinstance(raw, list) or len(raw) != 4:
+    if not isinstance(raw, list) or len(raw) not in (4, 6):
         return None
-    size, mtime, fingerprint, chunks = raw
+    size, mtime, fingerprint, chunks = raw[:4]
+    ino, ctime = raw[4:] if len(raw) == 6 else (0, 0.0)
+    if not isinstance(ino, int) or isinstance(ino, bool) or not isinstance(ctime, (int, float)):
+        return None
     if not isinstance(size, int) or isinstance(size, bool):
         return None
     if mtime is not None and (not isinstance(mtime, (int, float)) or isinstance(mtime, bool)):
         return None
     if not isinstance(fingerprint, str) or not isinstance(chunks, str):
         return None
-    return Entry(size, None if mtime is None else float(mtime), fingerprint, chunks)
+    return Entry(size, None if mtime is None else float(mtime), fingerprint, chunks, ino, float(ctime))

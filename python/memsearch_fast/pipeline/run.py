@@ -337,7 +337,7 @@ class _Run:
             path = os.fspath(f)
             seen.add(path)
             entry = old.get(path)
-            if entry is not None and isinstance(f, ScannedFile) and entry.same_stat(f.size, f.mtime):
+            if entry is not None and isinstance(f, ScannedFile) and entry.same_stat(f.size, f.mtime, f.ino, f.ctime):
                 report.unchanged += 1
             else:
                 paths.append(path)
@@ -355,7 +355,7 @@ class _Run:
 
     def _record(self, fc: FileChunks, chunks: bytes | str) -> None:
         mtime = None if fc.mtime >= self.racy_after else fc.mtime
-        self.new[fc.path] = Entry(fc.size, mtime, fc.fingerprint, chunks)
+        self.new[fc.path] = Entry(fc.size, mtime, fc.fingerprint, chunks, fc.ino, fc.ctime)
 
     def _save_manifest(self) -> None:
         """Record what this run established, after its flush."""
