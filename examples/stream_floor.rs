@@ -28,7 +28,7 @@ fn main() {
         let t = Instant::now();
         let mut n = 0;
         for f in &files {
-            n += _core::stream::read_regular_file(f).unwrap().1.len();
+            n += _core::stream::read_regular_file(f, 0).unwrap().1.len();
         }
         assert_eq!(n, total);
         read_best = read_best.min(t.elapsed().as_secs_f64());

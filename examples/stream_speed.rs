@@ -20,6 +20,7 @@ fn main() {
         let params = _core::stream::ChunkParams {
             max_chunk_size: 1500,
             overlap_lines: 2,
+            max_file_bytes: 0,
         };
         let mut s = _core::stream::Stream::start(files.clone(), params, workers).unwrap();
         let mut n = 0;

@@ -349,7 +349,7 @@ fn chunk_markdown(
 
 /// Reads, chunks and hashes `files` on `workers` threads; see `chunk_files`.
 #[pyfunction]
-#[pyo3(signature = (files, *, max_chunk_size, overlap_lines, workers, batch_chunks = 2048, max_files = 4096))]
+#[pyo3(signature = (files, *, max_chunk_size, overlap_lines, workers, batch_chunks = 2048, max_files = 4096, max_file_bytes = 0))]
 fn chunk_files(
     files: Vec<PathBuf>,
     max_chunk_size: i64,
@@ -357,10 +357,12 @@ fn chunk_files(
     workers: usize,
     batch_chunks: usize,
     max_files: usize,
+    max_file_bytes: u64,
 ) -> PyResult<ChunkStream> {
     let params = stream::ChunkParams {
         max_chunk_size: check_max_chunk_size(max_chunk_size)?,
         overlap_lines,
+        max_file_bytes,
     };
     let stream = stream::Stream::start(files, params, workers).map_err(PyValueError::new_err)?;
     Ok(ChunkStream {

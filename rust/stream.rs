@@ -38,6 +38,9 @@ pub struct FileResult {
 pub struct ChunkParams {
     pub max_chunk_size: usize,
     pub overlap_lines: i64,
+    /// Files larger than this are reported, not read (0: no limit): one
+    /// file's chunks are held together, so its size bounds the run's memory.
+    pub max_file_bytes: u64,
 }
 
 impl FileResult {
@@ -68,7 +71,7 @@ pub fn process_file(path: PathBuf, params: ChunkParams) -> FileResult {
         result.error = Some("file name is not valid UTF-8".into());
         return result;
     }
-    let (meta, bytes) = match read_regular_file(&result.path) {
+    let (meta, bytes) = match read_regular_file(&result.path, params.max_file_bytes) {
         Ok(found) => found,
         Err(message) => {
             result.error = Some(message);
@@ -111,7 +114,7 @@ fn process_file_caught(path: &Path, params: ChunkParams) -> FileResult {
 /// Opens `path` once and reads it if it is a regular file. The open never
 /// blocks (a FIFO named `*.md` would block a plain open forever), and the
 /// type check and the read see the same file.
-pub fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String> {
+pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<(fs::Metadata, Vec<u8>), String> {
     let mut options = fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -131,6 +134,13 @@ pub fn read_regular_file(path: &Path) -> Result<(fs::Metadata, Vec<u8>), String>
         } else {
             "not a regular file".into()
         });
+    }
+    if max_bytes > 0 && meta.len() > max_bytes {
+        return Err(format!(
+            "{:.1} MB, over the {} MB limit for one file (MEMSEARCH_MAX_FILE_MB raises it)",
+            meta.len() as f64 / 1048576.0,
+            max_bytes >> 20
+        ));
     }
     let bytes =
         read_sized(&mut file, meta.len() as usize).map_err(|e| crate::scanner::io_message(&e))?;

@@ -664,3 +664,39 @@ def test_large_transcript_streams_in_bounded_memory(tmp_path: Path) -> None:
                 f"{turns - 49:08x}-u",
                 f"{turns - 49:08x}-a",
             ]
+
+
+def test_an_oversized_record_is_skipped_not_held(tmp_path: Path) -> None:
+    """A 100 MB tool output (or a torn 100 MB last line) costs no more memory than a small
+    session: the record is skipped to its end, the turns around it still show."""
+    path = tmp_path / "big.jsonl"
+    records: list[dict[str, Any]] = [
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "dump the build log"}},
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Reading the build log now."}]},
+        },
+    ]
+    after = {"type": "user", "uuid": "u2", "message": {"role": "user", "content": "now fix the flaky test"}}
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+        huge = {"type": "user", "uuid": "r1", "message": {"role": "user", "content": "x" * (100 << 20)}}
+        f.write(json.dumps(huge) + "\n")
+        f.write(json.dumps(after) + "\n")
+        f.write('{"type": "user", "message": {"content": "' + "y" * (100 << 20))  # torn last line
+    code = (
+        "import sys\n"
+        "from memsearch_fast import transcript\n"
+        "out = transcript.show_text(sys.argv[1])\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "print(int(hwm) // 1024)\n"  # not ru_maxrss: Linux carries it over from the forking parent
+        "print(out)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    peak_mb, _, text = done.stdout.partition("\n")
+    assert "dump the build log" in text and "now fix the flaky test" in text
+    assert int(peak_mb) < 120, f"peak RSS {peak_mb} MB"

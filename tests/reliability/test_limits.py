@@ -32,7 +32,7 @@ def long_line_db(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> I
     )
     (notes / "small.md").write_text("# Small\n\nA short note about caches.\n", encoding="utf-8")
     db = base / "m.db"
-    env = cli_env(base / "home")
+    env = cli_env(base / "home", MEMSEARCH_MAX_FILE_MB="32")  # over the default limit of one file
     try:
         ok(memsearch(index_args([notes], db, model_dir, "-q"), env))
         yield db, env
@@ -64,3 +64,24 @@ def test_expand_of_a_chunk_from_a_20mb_line_is_bounded(long_line_db: Indexed, mo
     data = json.loads(ok(memsearch(["expand", hit["chunk_hash"], "-n", "0", "-j", *common], env)).stdout)
     assert len(data["content"]) < 64 * 1024 and data["clipped"] > 20_000_000
     assert hit["content"].strip()[:200] in data["content"]
+
+
+def test_a_file_over_the_size_limit_is_reported_and_the_rest_indexed(tmp_path: Path, model_dir: Path) -> None:
+    """A file's chunks are held together, so one file's size bounds a run's memory: a file over
+    the limit (default 16 MB, MEMSEARCH_MAX_FILE_MB) is one failed file with its reason."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "huge.md").write_text("# Huge\n\n" + "lorem ipsum dolor sit amet " * 700_000, encoding="utf-8")
+    (notes / "small.md").write_text("# Small\n\nA short note about caches.\n", encoding="utf-8")
+    db = tmp_path / "m.db"
+    env = cli_env(tmp_path / "home", MEMSEARCH_MAX_FILE_MB="8")
+    try:
+        done = memsearch(index_args([notes], db, model_dir), env)
+        assert done.returncode == 1, done.stderr
+        assert "huge.md: 18.0 MB, over the 8 MB limit for one file (MEMSEARCH_MAX_FILE_MB raises it)" in done.stderr
+        assert "Traceback" not in done.stderr
+        common = ["--milvus-uri", str(db), "-m", str(model_dir)]
+        hits = json.loads(ok(memsearch(["search", "caches", "-j", *common], env)).stdout)
+        assert [Path(h["source"]).name for h in hits] == ["small.md"]
+    finally:
+        stop_servers(tmp_path)

@@ -249,7 +249,7 @@ def _short(path: str) -> bool:
     lines = 0
     try:
         with open(path, "rb") as f:
-            for _ in f:
+            while f.readline(1 << 20):  # lines are counted, never held whole
                 lines += 1
                 if lines >= MIN_TRANSCRIPT_LINES:
                     return False

@@ -54,6 +54,7 @@ def chunk_files(
     overlap_lines: int = DEFAULT_OVERLAP_LINES,
     workers: int | None = None,
     batch_chunks: int = 2048,
+    max_file_bytes: int | None = None,
 ) -> Iterator[list[FileChunks]]:
     """Read, chunk and hash *files* in parallel, yielding bounded batches.
 
@@ -62,7 +63,8 @@ def chunk_files(
     ``error`` set; invalid UTF-8 is decoded with replacement characters and
     flagged with ``invalid_utf8``. Files come out in input order; workers
     read at most ``16 × workers`` files ahead of the consumer, so memory
-    stays bounded for any corpus size.
+    stays bounded for any corpus size. A file over *max_file_bytes* (default
+    :func:`max_file_bytes`) yields an error instead of its chunks.
     """
     paths = [os.fspath(f) for f in files]
     return _chunk_files(
@@ -71,4 +73,21 @@ def chunk_files(
         overlap_lines=overlap_lines,
         workers=workers or plan().chunk_threads,
         batch_chunks=batch_chunks,
+        max_file_bytes=max_file_bytes if max_file_bytes is not None else max_file_limit(),
     )
+
+
+#: The largest file indexed, in MiB: a file's chunks are held together, and a
+#: 17 MB single-line file already costs ~650 MB. ``MEMSEARCH_MAX_FILE_MB``
+#: changes it (0: no limit).
+DEFAULT_MAX_FILE_MB = 16
+
+
+def max_file_limit() -> int:
+    """The per-file limit in bytes (0: none), from ``MEMSEARCH_MAX_FILE_MB``."""
+    raw = os.environ.get("MEMSEARCH_MAX_FILE_MB", "").strip()
+    try:
+        mb = float(raw) if raw else DEFAULT_MAX_FILE_MB
+    except ValueError:
+        mb = DEFAULT_MAX_FILE_MB
+    return max(0, int(mb * (1 << 20)))

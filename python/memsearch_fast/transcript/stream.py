@@ -23,7 +23,7 @@ import os
 from collections import deque
 from collections.abc import Hashable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memsearch_fast.transcript import claude, codex, openclaw
 from memsearch_fast.transcript.records import Call, Format, NewTurn, Result, ToolCall, Turn
@@ -71,15 +71,38 @@ def _records(raw: bytes) -> tuple[dict[str, Any], ...]:
     return tuple(r for r in map(_record, raw.splitlines()) if r is not None)
 
 
+#: The longest record read; a longer one (a 120 MB tool output, a torn last
+#: line) is skipped to its end without being held, so memory stays bounded.
+MAX_RECORD_BYTES = 4 << 20
+
+
+def _raw_lines(f: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(length, bytes) of each line of *f*; bytes None for a line over :data:`MAX_RECORD_BYTES`."""
+    while True:
+        raw = f.readline(MAX_RECORD_BYTES)
+        if not raw:
+            return
+        if len(raw) < MAX_RECORD_BYTES or raw.endswith(b"\n"):
+            yield len(raw), raw
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = f.readline(1 << 20)
+            if not raw:
+                break
+            size += len(raw)
+        yield size, None
+
+
 def lines(path: Path, start: int = 0) -> Iterator[tuple[int, tuple[dict[str, Any], ...]]]:
     """(offset after the line, its records) for every line from byte *start* on."""
     with path.open("rb") as f:
         if start:
             f.seek(start)
         offset = start
-        for raw in f:
-            offset += len(raw)
-            yield offset, _records(raw)
+        for size, raw in _raw_lines(f):
+            offset += size
+            yield offset, () if raw is None else _records(raw)
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -101,7 +124,10 @@ def detect(path: Path) -> tuple[Format | None, int]:
     garbage = False
     start = 0
     with path.open("rb") as f:
-        for raw in f:
+        for size, raw in _raw_lines(f):
+            if raw is None:
+                start += size
+                continue
             records = _records(raw)
             for record in records:
                 for fmt in FORMATS:
