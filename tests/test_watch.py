@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memsearch_fast.store import MilvusStore
 
 DEBOUNCE_MS = "200"
@@ -218,3 +220,29 @@ def test_start_stop_cycles_leave_no_watcher_behind(
     time.sleep(0.5)
     alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
     assert alive == []
+
+
+@pytest.mark.parametrize("name", ["notes", ".memsearch/memory"])
+def test_a_root_replaced_in_place_is_watched_again(
+    tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path, name: str
+) -> None:
+    """`rm -rf notes && cp -a notes.bak notes`: the new directory is watched and indexed,
+    not the old one the watcher was armed on (whose inode number the new one may reuse)."""
+    root = tmp_path / name
+    write(root / "a.md", "# Alpha\nThe alpha note mentions cats.\n")
+    backup = tmp_path / "notes.bak"
+    write(backup / "a.md", "# Alpha\nThe alpha note mentions cats.\n")
+    write(backup / "restored.md", "# Restored\nThe restored note mentions otters.\n")
+    w = Watcher([str(root), *common(db, model_dir)], env)
+    try:
+        w.next("indexed")
+        shutil.rmtree(root)
+        shutil.copytree(backup, root)
+        replaced = w.next("indexed", timeout=30)
+        assert replaced["changed"] >= 1, replaced
+        write(root / "later.md", "# Later\nA note written after the swap mentions herons.\n")
+        later = w.next("indexed", timeout=30)
+        assert later["changed"] == 1, later
+        assert sorted(Path(s).name for s in stored(db)) == ["a.md", "later.md", "restored.md"]
+    finally:
+        assert w.stop() == 0

@@ -40,6 +40,9 @@ MAX_WAIT_MS = 10_000
 #: Backoff after a failed run (seconds): doubled per failure up to the cap.
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
+#: How long every root may be missing before the watcher ends: a root replaced
+#: in place (``rm -rf notes && cp -a notes.bak notes``) is briefly absent.
+ROOT_GRACE_S = 2.0
 
 
 @dataclass
@@ -68,6 +71,7 @@ def _relevant(
     exts = tuple(e.lower() for e in extensions)
     names = frozenset(ignore_files)
     bases = sorted((os.path.join(r, "") for r in roots), key=len, reverse=True)
+    top = frozenset(roots)
 
     def below_root(path: str) -> str:
         for base in bases:
@@ -76,6 +80,8 @@ def _relevant(
         return path
 
     def accept(_change: Any, path: str) -> bool:
+        if path in top:
+            return True  # a root itself deleted or replaced: the watcher must re-arm
         name = os.path.basename(path)
         if name in names:
             return True
@@ -88,6 +94,18 @@ def _relevant(
 
 def _roots_alive(roots: Sequence[str]) -> bool:
     return any(os.path.exists(r) for r in roots)
+
+
+def _armed(roots: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(root, device, inode) of each root that exists: a root replaced in place
+    (``mv notes old && cp -a old notes``) is another directory, which a watcher
+    armed on the old one never hears from."""
+    out = []
+    for r in roots:
+        with contextlib.suppress(OSError):
+            st = os.stat(r)
+            out.append((r, st.st_dev, st.st_ino))
+    return out
 
 
 async def watch(
@@ -116,6 +134,7 @@ async def watch(
     quiet_s = max(0, int(debounce_ms)) / 1000
     longest_s = max(quiet_s * 4, MAX_WAIT_MS / 1000)
     accept = _relevant(extensions, ms.ignore_files, roots)
+    root_set = frozenset(roots)
     delay = 0.0
     pending = 1  # the first run: whatever changed while no watcher ran
     first_at = last_at = 0.0  # when the pending burst began and when it was last added to
@@ -134,11 +153,15 @@ async def watch(
         return ""
 
     while not stop.is_set():
+        end = loop.time() + ROOT_GRACE_S
+        while not _roots_alive(roots) and loop.time() < end and not stop.is_set():
+            await asyncio.sleep(CHECK_INTERVAL_MS / 1000)
         reason = gone()
         if reason:
             yield WatchEvent("stopped", error=reason)
             return
-        watched = [r for r in roots if os.path.exists(r)]
+        armed = _armed(roots)
+        watched = [r for r, _, _ in armed]
         try:
             # One watcher for as long as the root set holds: events that
             # arrive during a run are kept by it and start the next run.
@@ -173,8 +196,10 @@ async def watch(
                         pending = 0
                 if gone():
                     break
-                if sorted(r for r in roots if os.path.exists(r)) != sorted(watched):
-                    pending += 1  # a root came back or vanished: watch the new set, then look again
+                if _armed(roots) != armed or any(path in root_set for _, path in changes):
+                    # A root came back, vanished or was replaced (its inode number may be
+                    # reused, but its deletion is reported): watch the new set, then look again.
+                    pending += 1
                     break
         except (FileNotFoundError, RuntimeError) as exc:
             # The notify backend gives up when a watched root disappears.
