@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from harness import (
     ok,
     one_line_error,
     servers_stopped,
+    stop_servers,
 )
 
 from memsearch_fast.lite import broker as lite_broker
@@ -204,3 +206,23 @@ def test_an_engine_error_that_is_not_damage_marks_nothing(work: Path) -> None:
         assert store.count() == 0
     finally:
         store.close()
+
+
+def test_rebuild_by_removing_the_database_under_its_server(tmp_path: Path, model_dir: Path) -> None:
+    """`rm m.db m.db.*` while its server runs, then `index` at once, again and again: the new
+    server waits for the old one (which notices and exits) instead of failing "open in another process"."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Cache\n\nThe cache keeps thumbnails for a week.\n", encoding="utf-8")
+    db = tmp_path / "m.db"
+    env = cli_env(tmp_path / "home")
+    try:
+        for _ in range(8):
+            for path in [db, *tmp_path.glob("m.db.*")]:
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            ok(memsearch(index_args([notes], db, model_dir, "-q"), env))
+    finally:
+        stop_servers(tmp_path)

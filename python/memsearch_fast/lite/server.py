@@ -24,6 +24,7 @@ from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
     ENV_MODE,
     HOST,
+    SERVER_MARK,
     address_uri,
     check_layout,
     database_id,
@@ -294,26 +295,89 @@ def _engine_lock(path: str, db_path: str) -> tuple[int | None, bool]:
     database (SQLite cannot create its journal there): a shared lock on the
     file if it exists, which fails while a writer holds it, else none (no
     writer could have created it there).
+
+    A server of a database removed under it (rm to rebuild) holds the lock
+    until it notices and exits, and removes the lock file as it goes: its
+    successor waits for it (never for anyone else's lock) and locks the file
+    that is at the path once it has the lock.
     """
+    deadline = time.monotonic() + PREDECESSOR_WAIT_S
+    while True:
+        fd, mode, own = _open_engine_lock(path)
+        if fd is None:
+            return None, False
+        try:
+            taken = _try_lock(fd, mode, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        if taken:
+            return fd, own
+        waiting = time.monotonic() < deadline and _predecessor(fd, db_path)
+        os.close(fd)
+        if not waiting:
+            raise StoreUnavailableError(f"{db_path} is open in another process")
+        time.sleep(0.1)
+
+
+def _open_engine_lock(path: str) -> tuple[int | None, int, bool]:
     import fcntl
 
     try:
-        fd = open_sidecar(path, os.O_CREAT | os.O_RDWR | os.O_APPEND)
-        mode, own = fcntl.LOCK_EX, True
+        return open_sidecar(path, os.O_CREAT | os.O_RDWR | os.O_APPEND), fcntl.LOCK_EX, True
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or writable_dir(os.path.dirname(path)):
             raise
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), fcntl.LOCK_SH, False
         except OSError:
-            return None, False  # absent (or unreadable): nobody writes the database here
-        mode, own = fcntl.LOCK_SH, False
+            return None, 0, False  # absent (or unreadable): nobody writes the database here
+
+
+def _try_lock(fd: int, mode: int, path: str) -> bool:
+    """Lock *fd*; False when another holds it, or when the file left its path
+    while we waited (then the path's new file is what others will lock)."""
+    import fcntl
+
     try:
         fcntl.lockf(fd, mode | fcntl.LOCK_NB)
     except OSError:
-        os.close(fd)
-        raise StoreUnavailableError(f"{db_path} is open in another process") from None
-    return fd, own
+        return False
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+#: How long a new server waits for the engine lock held by a server of ours on
+#: its way out (it checks its database at least once a second).
+PREDECESSOR_WAIT_S = 15.0
+
+
+def _predecessor(fd: int, db_path: str) -> bool:
+    """Whether the lock on *fd*'s file is held by a Lite server of ours for
+    *db_path*, or by no one any more (Linux: ``/proc/locks`` and the holder's
+    command line); False where that cannot be told."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            holders = [int(p[4]) for p in (line.split() for line in f) if len(p) > 5 and p[5] == key and p[4].isdigit()]
+    except OSError:
+        return False
+    if not holders:
+        return True  # released since we tried: try again
+    for pid in holders:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return True  # exited since
+        if SERVER_MARK.encode() in argv and os.fsencode(db_path) in argv:
+            return True
+    return False
 
 
 def _server_spec(db_path: str, address: str | None) -> Any:
