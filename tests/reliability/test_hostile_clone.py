@@ -335,3 +335,23 @@ def test_session_end_never_signals_a_process_that_is_not_the_projects_watcher(us
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_skills_add_never_writes_through_a_committed_memsearch_link(user: Home) -> None:
+    """`memsearch skills add` (an agent's skill runs it in the project) keeps to the hooks' rules."""
+    repo = user.clone(lambda r: _link(r, ".memsearch", "../../.ssh"))
+    body = repo.parent / "body.md"
+    body.write_text("Run the tests.\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", "skills", "add", "--name", "run tests", "--description", "d"]
+        + ["--body-file", str(body)],
+        capture_output=True,
+        text=True,
+        env=user.vars,
+        cwd=repo,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "came with the repository" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in user.ssh.iterdir()) == ["id_ed25519", "known_hosts"]
+    user.untouched()

@@ -73,7 +73,17 @@ def resolve_roots(project_dir: str | Path | None = None, memsearch_dir: str | Pa
     ``$MEMSEARCH_DIR`` (relative to the project) or ``<project>/.memsearch``.
     """
     project = Path(project_dir or os.getcwd()).expanduser().resolve()
-    raw = memsearch_dir or os.environ.get("MEMSEARCH_DIR") or project / ".memsearch"
+    raw = memsearch_dir or os.environ.get("MEMSEARCH_DIR")
+    if not raw:
+        # The project's own folder came with its repository: the hooks' rules apply.
+        from memsearch_fast.agents.project import Project, UnsafeProjectError, guard
+
+        here = str(project / ".memsearch")
+        try:
+            checked = guard(Project(str(project), here, os.path.join(here, "memory"), ""))
+        except UnsafeProjectError as exc:
+            raise SkillError(str(exc)) from None
+        return project, Path(checked.memsearch_dir)
     mem = Path(raw).expanduser()
     if not mem.is_absolute():
         mem = project / mem
