@@ -342,9 +342,9 @@ def test_skills_add_never_writes_through_a_committed_memsearch_link(user: Home) 
     repo = user.clone(lambda r: _link(r, ".memsearch", "../../.ssh"))
     body = repo.parent / "body.md"
     body.write_text("Run the tests.\n", encoding="utf-8")
+    args = ["skills", "add", "--name", "run tests", "--description", "d", "--body-file", str(body)]
     done = subprocess.run(
-        [sys.executable, "-m", "memsearch_fast.cli", "skills", "add", "--name", "run tests", "--description", "d"]
-        + ["--body-file", str(body)],
+        [sys.executable, "-m", "memsearch_fast.cli", *args],
         capture_output=True,
         text=True,
         env=user.vars,
