@@ -13,10 +13,17 @@ index of the same files into a fresh database holds.
 
 Phase 2, concurrency: ``--minutes`` of one database shared by a ``memsearch
 watch``, a writer changing the files every few seconds, ``memsearch index``
-runs every 5-15 s (a second writer; one in five killed -9), and searches
-from this process (the model kept loaded). Then the writer stops, the watch
-settles, and the database is compared with a clean index of the final files;
-then once more after one more ``memsearch index``.
+runs every 5-15 s (a second writer; one in five killed -9), searches from
+this process (the model kept loaded), lazy-sync searches (``memsearch search
+--sync``) every 3-10 s, and agent sessions on a git project beside the tree,
+driven through the real hook entry point (SessionStart, journal appends as a
+capture writes them, SessionEnd; some ended at once after their start, some
+with their watcher killed -9, some never ended). Then the writer stops, the
+watch settles, and the database is compared with a clean index of the final
+files; then once more after one more ``memsearch index``. The project's
+collection is compared with a clean index of its memory after one more
+session, and once every session has ended no watcher of the project may be
+left (leaked processes).
 
 With ``--bad-inputs`` (default) both corpora also hold the bad files of
 ``tests/reliability/test_kill.py`` (invalid UTF-8, NUL bytes, a 5 MB line,
@@ -24,7 +31,8 @@ With ``--bad-inputs`` (default) both corpora also hold the bad files of
 directory named like a file); index runs then exit 1, as the CLI defines.
 
 Prints each phase's figures and a last JSON line: lost, duplicate, stale and
-changed rows (0 expected), hangs (0 expected), and the counts behind them.
+changed rows (0 expected), hangs and leaked processes (0 expected), and the
+counts behind them.
 Exit status 0 when every one of those is 0.
 """
 
@@ -93,11 +101,14 @@ class Tally:
     def __init__(self) -> None:
         self.rows = Counter[str]()
         self.hangs = 0
+        self.leaked = 0
         self.events = Counter[str]()
         self.failures: list[str] = []
 
-    def compare(self, db: Path, want: dict[str, Any], what: str) -> dict[str, int]:
-        got, count = census(db)
+    def compare(
+        self, db: Path, want: dict[str, Any], what: str, collection: str = harness.COLLECTION
+    ) -> dict[str, int]:
+        got, count = census(db, collection)
         diff = differences(got, want)
         diff["duplicate"] = count - len(got)
         for k, v in diff.items():
@@ -107,11 +118,19 @@ class Tally:
         return diff
 
 
-def reference(env: dict[str, str], model: Path, tree: Path, db: Path, ok_codes: tuple[int, ...]) -> dict[str, Any]:
-    proc = memsearch(index_args([tree], db, model, "-q"), env, timeout=900)
+def reference(
+    env: dict[str, str],
+    model: Path,
+    tree: Path,
+    db: Path,
+    ok_codes: tuple[int, ...],
+    collection: str = harness.COLLECTION,
+) -> dict[str, Any]:
+    more = ["-q", "--collection", collection]
+    proc = memsearch(index_args([tree], db, model, *more), env, timeout=900)
     if proc.returncode not in ok_codes:
         raise SystemExit(f"reference index of {tree} failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
-    rows, count = census(db)
+    rows, count = census(db, collection)
     assert count == len(rows)
     lite_broker.stop_server(str(db))
     return rows
@@ -267,6 +286,103 @@ def change_files(root: Path, rng: random.Random, n: int) -> str:
     return what
 
 
+class Sessions:
+    """Agent sessions on a git project, through ``python -m memsearch_fast.agents.main`` as the agents run it."""
+
+    def __init__(self, base: Path, env: dict[str, str], db: Path, model: Path) -> None:
+        import subprocess
+
+        self.project = base / "live" / "project"
+        self.project.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(self.project)], check=True)
+        self.memory = self.project / ".memsearch" / "memory"
+        home = Path(env["HOME"])
+        (home / ".memsearch").mkdir(parents=True, exist_ok=True)
+        (home / ".memsearch" / "config.toml").write_text(
+            f'[milvus]\nuri = "{db}"\n[embedding]\nmodel = "{model}"\n', encoding="utf-8"
+        )
+        self.env = dict(env, PYTHONPATH=str(ROOT / "python"))
+        self.open: list[str] = []
+        self.n = 0
+
+    def hook(self, event: str, session: str) -> int:
+        import subprocess
+
+        done = subprocess.run(
+            [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", event],
+            input=json.dumps({"cwd": str(self.project), "session_id": session}),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
+        json.loads(done.stdout or "{}")  # one JSON object (or nothing), always
+        return done.returncode
+
+    def append(self, session: str, rng: random.Random) -> None:
+        from memsearch_fast.agents import journal
+
+        day = time.strftime("%Y-%m-%d")
+        words = " ".join(rng.choice(QUERIES) for _ in range(4))
+        bullets = [f"- Worked on {words} ({rng.randrange(10**6)})", "- Left a follow-up in the tracker"]
+        journal.append(self.memory / f"{day}.md", time.strftime("%H:%M"), journal.Anchor(session, "t", ""), bullets)
+
+    def watchers(self) -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"watch" in argv and b"memsearch_fast.cli" in argv and os.fsencode(self.memory) in argv:
+                    pids.append(int(entry.name))
+        return pids
+
+    def step(self, rng: random.Random, counts: Counter[str]) -> None:
+        """One thing a user's agent does: start, work, end (sometimes at once), or lose its watcher."""
+        roll = rng.random()
+        if not self.open or roll < 0.3:
+            self.n += 1
+            session = f"s{self.n}"
+            self.hook("session-start", session)
+            counts["session start"] += 1
+            if rng.random() < 0.25:
+                self.hook("session-end", session)  # ended right after its start
+                counts["session end at once"] += 1
+            elif rng.random() < 0.1:
+                counts["session never ended"] += 1  # a crashed agent: its marker goes stale
+            else:
+                self.open.append(session)
+        elif roll < 0.8:
+            self.append(rng.choice(self.open), rng)
+            counts["journal append"] += 1
+        elif roll < 0.9:
+            for pid in self.watchers():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    counts["session watcher killed -9"] += 1
+        else:
+            self.hook("session-end", self.open.pop(rng.randrange(len(self.open))))
+            counts["session end"] += 1
+
+    def finish(self) -> int:
+        """End every session (then one full session, so the last appends are indexed);
+        the watchers left once all have ended."""
+        self.hook("session-start", "last")
+        for session in [*self.open, "last"]:
+            self.hook("session-end", session)
+        self.open = []
+        # Markers of sessions that never ended are stale only after a day: remove them as that day would.
+        for marker in (self.project / ".memsearch" / "sessions").iterdir():
+            marker.unlink()
+        self.hook("session-end", "stale-cleanup")
+        deadline = time.monotonic() + 30
+        while self.watchers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return len(self.watchers())
+
+
 def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], tally: Tally) -> dict[str, Any]:
     from memsearch_fast.core import MemSearch
 
@@ -289,6 +405,24 @@ def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], 
     stop = threading.Event()
     counts: Counter[str] = Counter()
     latencies: list[float] = []
+    sessions = Sessions(base, env, db, model)
+
+    def syncer() -> None:
+        local = random.Random(args.seed + 17)
+        while not stop.wait(local.uniform(3, 10)):
+            done = memsearch(["search", local.choice(QUERIES), "--sync", "-j", "--milvus-uri", str(db)], env)
+            counts[f"search --sync exit {done.returncode}"] += 1
+            if done.returncode != 0:
+                tally.failures.append(f"search --sync exited {done.returncode}: {done.stderr[-300:]}")
+
+    def agent() -> None:
+        local = random.Random(args.seed + 19)
+        while not stop.wait(local.uniform(0.5, 3.0)):
+            try:
+                sessions.step(local, counts)
+            except Exception as exc:  # noqa: BLE001 - counted
+                counts["session error"] += 1
+                tally.failures.append(f"session step failed: {exc}")
 
     def writer() -> None:
         n = 0
@@ -336,7 +470,7 @@ def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], 
 
         asyncio.run(loop())
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (writer, indexer, searcher)]
+    threads = [threading.Thread(target=f, daemon=True) for f in (writer, indexer, searcher, syncer, agent)]
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -373,6 +507,19 @@ def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], 
         watch_rc = None
     last = memsearch(index_args([tree], db, model, "-q"), env, timeout=900)
     after_index = tally.compare(db, want, "concurrent: after one more index run")
+    from memsearch_fast.agents.project import locate
+
+    leaked = sessions.finish()
+    tally.leaked += leaked
+    if leaked:
+        tally.failures.append(f"{leaked} watcher(s) of the project left after every session ended")
+    collection = locate(str(sessions.project), {}).collection
+    # What the next session's watcher does first: one run over the memory (repairs what a killed watcher left).
+    repair = memsearch(index_args([sessions.memory], db, model, "-q", "--collection", collection), env)
+    if repair.returncode != 0:
+        tally.failures.append(f"index of the project's memory exited {repair.returncode}: {repair.stderr[-300:]}")
+    memory_want = reference(env, model, sessions.memory, base / "memory-clean.db", (0,), collection)
+    memory_rows = tally.compare(db, memory_want, "sessions: the project's collection", collection)
     err = watch.stderr()
     return {
         "minutes": args.minutes,
@@ -385,6 +532,8 @@ def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], 
         "search_p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "after_watch_settled": after_watch,
         "after_one_more_index": after_index,
+        "sessions_collection": memory_rows,
+        "leaked_watchers": leaked,
     }
 
 
@@ -429,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         "stale": tally.rows["stale"],
         "changed": tally.rows["changed"],
         "hangs": tally.hangs,
+        "leaked": tally.leaked,
         "failures": tally.failures[:20],
         "seconds": round(time.monotonic() - started, 1),
         **result,
@@ -437,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in tally.failures[:20]:
         print("  " + line)
     print(json.dumps(summary))
-    bad = summary["lost"] or summary["duplicate"] or summary["stale"] or summary["changed"] or summary["hangs"]
+    bad = any(summary[k] for k in ("lost", "duplicate", "stale", "changed", "hangs", "leaked"))
     return 1 if bad or tally.failures else 0
 
 
