@@ -64,7 +64,7 @@ OURS = (
     + """
 import asyncio, json, os, resource, sys, time
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.manifest import Manifest
+from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.embeddings import get_provider
@@ -105,7 +105,7 @@ RENAME = (
     + """
 import asyncio, json, os, sys, time
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.manifest import Manifest
+from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 

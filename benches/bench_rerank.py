@@ -8,7 +8,7 @@ Run (benchmarks are disabled by default in pytest's addopts):
 The cross-encoders have random weights (fixed seed) and go through the same
 path as a real checkpoint: a BertForSequenceClassification safetensors
 checkpoint written here, converted by ``memsearch model import``'s code
-(fp32 and int8), loaded by ``memsearch_fast.rerank.load``. Two sizes:
+(fp32 and int8), loaded by ``memsearch_fast.recall.rerank.load``. Two sizes:
 MiniLM-L6 (6 layers, hidden 384, 12 heads, intermediate 1536: the size of
 ms-marco-MiniLM-L6-v2) and TinyBERT-L2 (2 layers, hidden 128, 2 heads,
 intermediate 512: the size of ms-marco-TinyBERT-L2-v2). The tokenizer is the
@@ -148,7 +148,7 @@ def _record(benchmark: Any, name: str, tokens: list[int]) -> None:
 def test_rerank_20_candidates(
     benchmark: Any, models: dict[str, Path], candidates: list[str], size: str, precision: str
 ) -> None:
-    from memsearch_fast import rerank
+    from memsearch_fast.recall import rerank
 
     ce = rerank.load(str(models[size]), quantized=precision == "int8", threads=THREADS)
     assert ce.model_path.name == ("model_quantized.onnx" if precision == "int8" else "model.onnx")
@@ -164,7 +164,7 @@ def test_batching(
     benchmark: Any, models: dict[str, Path], candidates: list[str], budget: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Why ``ATTENTION_BUDGET``: the 20 pairs in runs of similar length against one run padded to the longest."""
-    from memsearch_fast import rerank
+    from memsearch_fast.recall import rerank
 
     if budget == "one-run":
         monkeypatch.setattr(rerank, "ATTENTION_BUDGET", 20 * 512 * 512)

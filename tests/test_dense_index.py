@@ -167,7 +167,7 @@ def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, m
 
 
 def test_no_answer_while_a_run_holds_the_writer_lock_or_the_manifest_is_gone(corpus, db, model_dir, small_ok):
-    from memsearch_fast.pipeline.manifest import Manifest
+    from memsearch_fast.store.manifest import Manifest
 
     with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
         asyncio.run(writer.index())

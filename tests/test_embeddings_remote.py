@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from memsearch_fast import recall
 from memsearch_fast.embeddings import (
     PROVIDERS,
     EmbeddingAPIError,
@@ -34,6 +33,7 @@ from memsearch_fast.embeddings.jina import JinaEmbedding
 from memsearch_fast.embeddings.mistral import MistralEmbedding
 from memsearch_fast.embeddings.voyage import VoyageEmbedding
 from memsearch_fast.parallelism import plan
+from memsearch_fast.recall import search as recall
 from test_cli import make_env, ok, one_line_error, run
 from test_llm import FakeLLMServer, Reply
 

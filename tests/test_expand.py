@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memsearch_fast import chunk_markdown
-from memsearch_fast.expand import expand_chunk
+from memsearch_fast.recall.expand import expand_chunk
 
 
 def row_for(path: Path, index: int) -> dict:

@@ -22,9 +22,9 @@ import pytest
 
 from memsearch_fast import chunk_files
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.manifest import Manifest, manifest_path
 from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
+from memsearch_fast.store.manifest import Manifest, manifest_path
 from memsearch_fast.store.milvus import ROW_FIELDS
 
 
@@ -493,7 +493,7 @@ CHILD = """
 import asyncio, os, sys, time
 from memsearch_fast.embeddings import get_provider
 from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.manifest import Manifest
+from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.pipeline.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.store.milvus import ROW_FIELDS

@@ -283,7 +283,7 @@ def test_help_does_not_import_the_sdk(corpus: Corpus, tmp_path: Path) -> None:
         imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "import time:" in line}
         heavy = sorted(m for m in imported if m.split(".")[0] in ("mcp", "onnxruntime", "pymilvus"))
         assert heavy == [], f"{args} imported {heavy}"
-        assert "memsearch_fast.mcp_server" not in imported
+        assert "memsearch_fast.serve.mcp" not in imported
     assert "memory_search" in proc.stdout
 
 

@@ -387,7 +387,7 @@ def test_fresh_rows_are_inserted_and_a_lost_reply_is_settled_by_upsert(tmp_path:
 
 
 def test_runs_under_the_writer_lock_insert_new_rows(tmp_path: Path, provider) -> None:
-    from memsearch_fast.pipeline.manifest import Manifest
+    from memsearch_fast.store.manifest import Manifest
 
     root = tmp_path / "notes"
     write(root / "a.md", LONG)

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from memsearch_fast import config as cfgmod
-from memsearch_fast import rerank
 from memsearch_fast.errors import ModelConversionError, RerankerError
+from memsearch_fast.recall import rerank
 from test_cli import make_env, ok, one_line_error, run
 from test_model_import import write_safetensors
 
@@ -291,7 +291,7 @@ def test_mcp_search_uses_the_configured_reranker(
 ) -> None:
     """The MCP server's memory_search reads reranker.model like search does."""
     from memsearch_fast.core import MemSearch
-    from memsearch_fast.mcp_server import Recall
+    from memsearch_fast.serve.mcp import Recall
 
     monkeypatch.setenv("HOME", env["HOME"])
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,4 @@
-"""Searches answered by the database's server (:mod:`memsearch_fast.search_service`).
+"""Searches answered by the database's server (:mod:`memsearch_fast.serve.search`).
 
 Real `memsearch` subprocesses, a real detached Lite server, the real model.
 The fast path must print exactly what a search run in the CLI process prints,
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast import search_service
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
+from memsearch_fast.serve import search as search_service
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
 

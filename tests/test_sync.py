@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memsearch_fast import sync
-from memsearch_fast.pipeline.manifest import manifest_path
+from memsearch_fast.store.manifest import manifest_path
 from memsearch_fast.watch.lock import WatchLock, lock_base
 
 COLLECTION = "memsearch_chunks"

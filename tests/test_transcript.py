@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner as TyperRunner
 
 from memsearch_fast.cli.app import app
-from memsearch_fast.transcript import stream
+from memsearch_fast.recall.transcript import stream
 
 ref_cli = pytest.importorskip("memsearch.cli", reason="reference memsearch==0.4.23 is a test dependency")
 ref_transcript = pytest.importorskip("memsearch.transcript")
@@ -580,15 +580,16 @@ def test_transcript_imports_only_the_standard_library() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import memsearch_fast.transcript\n"
+        "import memsearch_fast.recall.transcript\n"
         "print('\\n'.join(sorted(set(sys.modules) - before)))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     loaded = proc.stdout.split()
-    assert "memsearch_fast.transcript.stream" in loaded
+    assert "memsearch_fast.recall.transcript.stream" in loaded
     outside = [m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names]
-    assert all(m == "memsearch_fast" or m.startswith("memsearch_fast.transcript") for m in outside), outside
+    packages = ("memsearch_fast", "memsearch_fast.recall")  # their __init__ imports nothing heavy
+    assert all(m in packages or m.startswith("memsearch_fast.recall.transcript") for m in outside), outside
 
 
 # VmHWM is this process's own peak: ru_maxrss would also count the pytest image forked before exec.
@@ -688,7 +689,7 @@ def test_an_oversized_record_is_skipped_not_held(tmp_path: Path) -> None:
         f.write('{"type": "user", "message": {"content": "' + "y" * (100 << 20))  # torn last line
     code = (
         "import sys\n"
-        "from memsearch_fast import transcript\n"
+        "from memsearch_fast.recall import transcript\n"
         "out = transcript.show_text(sys.argv[1])\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
         "print(int(hwm) // 1024)\n"  # not ru_maxrss: Linux carries it over from the forking parent

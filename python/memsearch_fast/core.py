@@ -79,7 +79,7 @@ class MemSearch:
             "collection": collection,
             "description": description,
         }
-        #: Cross-encoder that reorders the fused hits ("" = none); see :mod:`memsearch_fast.rerank`.
+        #: Cross-encoder that reorders the fused hits ("" = none); see :mod:`memsearch_fast.recall.rerank`.
         self.reranker_model = reranker_model or ""
         self._reranker: Any = None
         self._provider: Any = None
@@ -146,7 +146,7 @@ class MemSearch:
         if not self.reranker_model:
             return None
         if self._reranker is None:
-            from memsearch_fast import rerank
+            from memsearch_fast.recall import rerank
 
             pools = self.parallelism
             self._reranker = rerank.load(self.reranker_model, threads=pools.inference_workers * pools.intra_op_threads)
@@ -315,7 +315,7 @@ class MemSearch:
 
     def _manifest(self) -> Any:
         """The collection's manifest (beside a local database, else under ~/.memsearch)."""
-        from memsearch_fast.pipeline.manifest import Manifest
+        from memsearch_fast.store.manifest import Manifest
 
         return Manifest.for_store(self._store_args["uri"], self._store_args["collection"])
 
@@ -333,7 +333,7 @@ class MemSearch:
         chunk_hash, heading_level, start_line, end_line and score (and, with
         *explain*, ``explain``: each retriever's rank and score, the fused sum).
 
-        With a ``reranker_model``, the best :func:`memsearch_fast.rerank.candidate_count`
+        With a ``reranker_model``, the best :func:`memsearch_fast.recall.rerank.candidate_count`
         fused hits are reordered by the cross-encoder and cut to *top_k*: ``score``
         is then its relevance probability, ``rerank_score`` its log-odds, and
         ``explain`` also has ``rerank_score`` and ``fused_rank``.
@@ -347,7 +347,7 @@ class MemSearch:
         vector = await self._query_vector(query)
         fetch = top_k
         if reranker is not None:
-            from memsearch_fast.rerank import candidate_count
+            from memsearch_fast.recall.rerank import candidate_count
 
             fetch = candidate_count(top_k)
         hits: list[dict[str, Any]] | None = None
@@ -391,10 +391,10 @@ class MemSearch:
         """The in-memory copy of the vectors; None for a server URI, whose writers
         elsewhere would never touch the manifest on this machine."""
         if self._dense is None:
-            from memsearch_fast.pipeline.manifest import manifest_path
             from memsearch_fast.store import MilvusStore
             from memsearch_fast.store.compat import is_local_uri
             from memsearch_fast.store.dense_index import DenseIndex
+            from memsearch_fast.store.manifest import manifest_path
 
             if not is_local_uri(self._manifest_uri):
                 self._dense_wanted = False
@@ -442,8 +442,8 @@ class MemSearch:
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""
-        from memsearch_fast.expand import expand_chunk
-        from memsearch_fast.get import is_indexed
+        from memsearch_fast.recall.expand import expand_chunk
+        from memsearch_fast.recall.get import is_indexed
 
         store = self._read_store()
         row = store.get(chunk_hash)
@@ -455,11 +455,11 @@ class MemSearch:
         """Lines ``start`` .. ``start + count - 1`` (1-based) of an indexed markdown file.
 
         The real path (symlinks resolved) must be a source stored in the
-        collection, else :class:`memsearch_fast.get.GetError`; None when the
+        collection, else :class:`memsearch_fast.recall.get.GetError`; None when the
         collection does not exist. Loads no model. Keys: path, from, lines,
         total_lines, content.
         """
-        from memsearch_fast.get import GetError, is_indexed, read_lines, real_path
+        from memsearch_fast.recall.get import GetError, is_indexed, read_lines, real_path
 
         store = self._read_store()
         if not store.exists:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import open_private
 from memsearch_fast.errors import describe, one_line
-from memsearch_fast.pipeline.manifest import Manifest, manifest_path
+from memsearch_fast.store.manifest import Manifest, manifest_path
 
 if TYPE_CHECKING:
     from memsearch_fast.core import MemSearch

@@ -208,7 +208,7 @@ def server_pids(db: Path) -> list[int]:
 
 def copy_database(src: Path, dst: Path, collection: str = COLLECTION) -> None:
     """A stopped database and its manifest, under another name (a snapshot to start runs from)."""
-    from memsearch_fast.pipeline.manifest import manifest_path
+    from memsearch_fast.store.manifest import manifest_path
 
     if src.is_dir():
         shutil.copytree(src, dst)
@@ -285,7 +285,7 @@ class RunWatcher:
     """Tells, from outside, where an index run into a (stopped) database is."""
 
     def __init__(self, run: Background, db: Path) -> None:
-        from memsearch_fast.pipeline.manifest import manifest_path
+        from memsearch_fast.store.manifest import manifest_path
 
         self.run, self.db = run, db
         self.manifest = manifest_path(str(db), COLLECTION)

@@ -33,7 +33,7 @@ from harness import (
 )
 
 from memsearch_fast.lite import paths as lite_paths
-from memsearch_fast.pipeline.manifest import Manifest
+from memsearch_fast.store.manifest import Manifest
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the writer lock needs flock")
 

@@ -2,7 +2,7 @@
 yet captured (before a compaction), rendered as ``[User]:`` / ``[Assistant]:``
 lines with the commands the agent ran.
 
-Read with :mod:`memsearch_fast.transcript`, so every format ``transcript``
+Read with :mod:`memsearch_fast.recall.transcript`, so every format ``transcript``
 shows (Claude Code, Codex, OpenClaw) can be captured. Bounded: each message
 is clipped and the whole keeps its newest part.
 """
@@ -13,7 +13,7 @@ import os
 from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
-from memsearch_fast.transcript import Turn, Turns
+from memsearch_fast.recall.transcript import Turn, Turns
 
 #: Characters kept of one message and of the whole text handed to the summarizer.
 MESSAGE_CHARS = 4_000

@@ -59,7 +59,7 @@ def reset(
     import contextlib
     import os
 
-    from memsearch_fast.pipeline.manifest import Manifest
+    from memsearch_fast.store.manifest import Manifest
 
     ms = memsearch(cfg)
     writer = Manifest.for_store(ms.uri, ms.collection)

@@ -33,7 +33,7 @@ def compact(
     OpenAI); the summary is added to OUTPUT_DIR/memory/YYYY-MM-DD.md under
     "## Memory Compact HH:MM" (atomically) and that file is indexed.
     """
-    from memsearch_fast import compact as compacting
+    from memsearch_fast.agents import compact as compacting
     from memsearch_fast.cli.options import memsearch, settings
 
     cfg = settings(opts)

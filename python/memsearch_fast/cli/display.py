@@ -15,15 +15,15 @@ from memsearch_fast.pipeline import NullProgress
 
 # Search output and its tiers live beside the other recall verbs (the MCP server
 # renders them too); the names the commands use are re-exported here.
-from memsearch_fast.recall import APPROX_TOKENIZER as APPROX_TOKENIZER
-from memsearch_fast.recall import SNIPPET_CHARS as SNIPPET_CHARS
-from memsearch_fast.recall import approx_tokens as approx_tokens
-from memsearch_fast.recall import format_search as format_search
-from memsearch_fast.recall import json_default
-from memsearch_fast.recall import plural as _plural
-from memsearch_fast.recall import render_search as render_search
-from memsearch_fast.recall import to_json as to_json
-from memsearch_fast.recall import token_counter as token_counter
+from memsearch_fast.recall.search import APPROX_TOKENIZER as APPROX_TOKENIZER
+from memsearch_fast.recall.search import SNIPPET_CHARS as SNIPPET_CHARS
+from memsearch_fast.recall.search import approx_tokens as approx_tokens
+from memsearch_fast.recall.search import format_search as format_search
+from memsearch_fast.recall.search import json_default
+from memsearch_fast.recall.search import plural as _plural
+from memsearch_fast.recall.search import render_search as render_search
+from memsearch_fast.recall.search import to_json as to_json
+from memsearch_fast.recall.search import token_counter as token_counter
 
 
 class RichProgress:

@@ -55,7 +55,7 @@ def index(
     and flushed, exit 130.
     """
     from memsearch_fast.cli import display
-    from memsearch_fast.pipeline.manifest import Manifest
+    from memsearch_fast.store.manifest import Manifest
 
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):

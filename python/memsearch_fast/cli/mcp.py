@@ -31,7 +31,7 @@ def mcp_command(
     the project. For Claude Code: claude mcp add memsearch -- memsearch mcp
     --project
     """
-    from memsearch_fast import mcp_server
+    from memsearch_fast.serve import mcp as mcp_server
 
     if project:
         if opts.get("collection"):

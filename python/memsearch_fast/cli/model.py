@@ -26,7 +26,7 @@ def model_import(
     (search --reranker-model).
     """
     from memsearch_fast.embeddings.models import import_model
-    from memsearch_fast.rerank import is_cross_encoder
+    from memsearch_fast.recall.rerank import is_cross_encoder
 
     path = import_model(src, name=name, quantize=quantize)
     typer.echo(f"Imported model to {path}")

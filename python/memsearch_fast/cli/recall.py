@@ -81,14 +81,14 @@ def search(
     object {results, dropped, below_min_score, budget, tokens, tokenizer}
     instead of the bare list.
     """
-    from memsearch_fast import recall
+    from memsearch_fast.recall import search as recall
 
     cfg = settings(opts, reranker_model=reranker_model)
     lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
     if not lazy:
         # The database's running server answers it with pymilvus and the model
         # already loaded; None: it cannot, and this process searches itself.
-        from memsearch_fast import search_service
+        from memsearch_fast.serve import search as search_service
 
         tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
         served = search_service.ask(
@@ -245,7 +245,7 @@ def transcript(
     flags, and paths the journal summary drops. Auto-detects Claude Code /
     Codex / OpenClaw formats.
     """
-    from memsearch_fast import transcript as transcripts
+    from memsearch_fast.recall import transcript as transcripts
 
     if json_output:
         # Streamed: a long session is written turn by turn, never held whole.

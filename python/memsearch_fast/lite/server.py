@@ -559,11 +559,11 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
 
 
 def _search_service(db_path: str, engine: _Engine, activity: _Activity) -> Any:
-    """The search service beside a unix-socket engine (see :mod:`memsearch_fast.search_service`), or None."""
+    """The search service beside a unix-socket engine (see :mod:`memsearch_fast.serve.search`), or None."""
     sock = socket_file(engine.address)
     if sock is None:
         return None  # a TCP server (--port) serves clients of any user: no searches on their behalf
-    from memsearch_fast import search_service
+    from memsearch_fast.serve import search as search_service
 
     try:
         return search_service.Service(search_socket(sock), address_uri(engine.address), activity.touch, db_path).start()

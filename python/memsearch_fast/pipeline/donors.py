@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._core import compute_chunk_id, content_hash
 from memsearch_fast.pipeline.embed import Pending
-from memsearch_fast.pipeline.manifest import RECORD, pack
+from memsearch_fast.store.manifest import RECORD, pack
 
 if TYPE_CHECKING:
     import numpy as np

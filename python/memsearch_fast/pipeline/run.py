@@ -34,9 +34,9 @@ from memsearch_fast.pipeline.chunk import chunk_files
 from memsearch_fast.pipeline.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.pipeline.donors import LEARN_FIELDS, Donors
 from memsearch_fast.pipeline.embed import EmbedStage, Pending
-from memsearch_fast.pipeline.manifest import Entry, Header, Loaded, Manifest, pack
 from memsearch_fast.pipeline.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
+from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
 
 logger = logging.getLogger(__name__)
 

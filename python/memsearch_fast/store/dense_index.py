@@ -186,7 +186,7 @@ class DenseIndex:
 
     def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
         self._open_store = open_store
-        from memsearch_fast.pipeline.manifest import Manifest
+        from memsearch_fast.store.manifest import Manifest
 
         self._manifest = Path(manifest)
         self._writer = Manifest(self._manifest)  # only probed: its writer lock is never taken here

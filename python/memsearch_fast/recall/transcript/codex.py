@@ -19,7 +19,7 @@ import contextlib
 import json
 from typing import Any
 
-from memsearch_fast.transcript.records import (
+from memsearch_fast.recall.transcript.records import (
     Call,
     Event,
     Format,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsearch_fast.transcript.records import (
+from memsearch_fast.recall.transcript.records import (
     Call,
     Event,
     Format,

@@ -202,7 +202,7 @@ def ask(
 def _render(ms: Any, hits: list[dict[str, Any]], render: dict[str, Any]) -> str:
     """The search's output as ``memsearch search`` prints it (tiers applied,
     ``--budget`` counted with the model's tokenizer)."""
-    from memsearch_fast import recall
+    from memsearch_fast.recall import search as recall
 
     budget = render.get("budget")
     budget = int(budget) if budget is not None else None

@@ -24,10 +24,10 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
-from memsearch_fast.transcript import render
-from memsearch_fast.transcript.records import MAX_OUTPUT_CHARS, ToolCall, Turn
-from memsearch_fast.transcript.render import MAX_RENDER_CHARS
-from memsearch_fast.transcript.stream import TranscriptError, Turns, UnknownFormatError
+from memsearch_fast.recall.transcript import render
+from memsearch_fast.recall.transcript.records import MAX_OUTPUT_CHARS, ToolCall, Turn
+from memsearch_fast.recall.transcript.render import MAX_RENDER_CHARS
+from memsearch_fast.recall.transcript.stream import TranscriptError, Turns, UnknownFormatError
 
 __all__ = [
     "MAX_OUTPUT_CHARS",

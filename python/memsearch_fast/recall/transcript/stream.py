@@ -25,8 +25,8 @@ from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from memsearch_fast.transcript import claude, codex, openclaw
-from memsearch_fast.transcript.records import Call, Format, NewTurn, Result, ToolCall, Turn
+from memsearch_fast.recall.transcript import claude, codex, openclaw
+from memsearch_fast.recall.transcript.records import Call, Format, NewTurn, Result, ToolCall, Turn
 
 #: How many records are looked at to recognise the format (as memsearch 0.4.23 does).
 DETECT_RECORDS = 80

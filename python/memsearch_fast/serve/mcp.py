@@ -39,8 +39,9 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from memsearch_fast import __version__, recall
+from memsearch_fast import __version__
 from memsearch_fast.errors import StoreError, describe, one_line
+from memsearch_fast.recall import search as recall
 
 SERVER_NAME = "memsearch"
 
@@ -352,7 +353,7 @@ class Recall:
         return _text(recall.to_json(result))
 
     async def transcript(self, args: dict[str, Any]) -> list[types.TextContent]:
-        from memsearch_fast import transcript as transcripts
+        from memsearch_fast.recall import transcript as transcripts
 
         path = _string(args, "path", required=True)
         assert path is not None

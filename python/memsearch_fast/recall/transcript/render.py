@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from memsearch_fast.transcript.records import Turn
+from memsearch_fast.recall.transcript.records import Turn
 
 #: Text output longer than this is cut (JSON is not).
 MAX_RENDER_CHARS = 12_000

@@ -1,0 +1,1 @@
+"""The read path: search tiers (:mod:`.search`), rerank, expand, get and transcript."""
