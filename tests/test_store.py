@@ -502,7 +502,7 @@ def milvus_server(tmp_path_factory):
         cmd += ["--port", str(port)]
     else:  # milvus-lite 2.x has no server command: serve through our wrapper, on TCP
         port = _free_port()
-        cmd = [sys.executable, "-m", "memsearch_fast.lite.server", "serve", str(data), "--idle-timeout", "3600"]
+        cmd = [sys.executable, "-m", "memsearch_fast.serve.lite_main", "serve", str(data), "--idle-timeout", "3600"]
         cmd += ["--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

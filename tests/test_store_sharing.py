@@ -321,7 +321,7 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
 def test_cli_status_and_stop(db):
     MilvusStore(db, dimension=DIM).close()
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    cmd = [sys.executable, "-m", "memsearch_fast.lite.server"]
+    cmd = [sys.executable, "-m", "memsearch_fast.serve.lite_main"]
     out = subprocess.run([*cmd, "status", db], env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == "ready"
     out = subprocess.run([*cmd, "stop", db], env=env, capture_output=True, text=True, check=False)

@@ -210,7 +210,7 @@ class MemSearch:
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
         from memsearch_fast import sync
 
-        report = await self._index_run(
+        report = await self.index_paths(
             self.paths,
             ignore_files=self.ignore_files,
             exclude=self.exclude,
@@ -224,7 +224,7 @@ class MemSearch:
         await asyncio.to_thread(sync.remember, self)
         return report
 
-    async def _index_run(
+    async def index_paths(
         self,
         paths: Sequence[str],
         *,
@@ -236,7 +236,9 @@ class MemSearch:
         force: bool = False,
         progress: Progress | None = None,
     ) -> IndexReport:
-        """One index run of *paths* with these scan and chunk settings (``index`` and ``sync``)."""
+        """One index run of *paths* with these scan and chunk settings (``index``,
+        and lazy sync replaying a recorded run); the caller holds no lock, *manifest*
+        takes the collection's writer lock."""
         from memsearch_fast.pipeline.scan import scan
 
         found = await asyncio.to_thread(scan, paths, ignore_files=ignore_files, exclude=exclude)
@@ -481,7 +483,14 @@ class MemSearch:
 
         uri = self._store_args["uri"]
         database = str(Path(uri).expanduser().resolve()) if is_local_uri(uri) else None
-        return watch(self, debounce_ms=debounce_ms, stop=stop, database=database)
+        return watch(
+            self.index_with_report,
+            self.paths,
+            ignore_files=self.ignore_files,
+            debounce_ms=debounce_ms,
+            stop=stop,
+            database=database,
+        )
 
     @property
     def uri(self) -> str:

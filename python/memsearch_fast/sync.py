@@ -32,15 +32,48 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memsearch_fast._os import open_private
 from memsearch_fast.errors import describe, one_line
 from memsearch_fast.store.manifest import Manifest, manifest_path
 
 if TYPE_CHECKING:
-    from memsearch_fast.core import MemSearch
+    from collections.abc import Sequence
+
     from memsearch_fast.pipeline import IndexReport
+
+
+class MemSearch(Protocol):
+    """What lazy sync needs of the API object (``core.MemSearch`` is one): its
+    settings, its store and provider, and one index run of given paths."""
+
+    paths: list[str]
+    ignore_files: list[str]
+    exclude: list[str]
+    max_chunk_size: int
+    overlap_lines: int
+
+    @property
+    def uri(self) -> str: ...
+    @property
+    def collection(self) -> str: ...
+    @property
+    def store(self) -> Any: ...
+    @property
+    def provider(self) -> Any: ...
+    def collection_exists(self) -> bool: ...
+    async def index_paths(
+        self,
+        paths: Sequence[str],
+        *,
+        ignore_files: Sequence[str],
+        exclude: Sequence[str],
+        max_chunk_size: int,
+        overlap_lines: int,
+        manifest: Any,
+    ) -> IndexReport: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +240,7 @@ async def _sync(ms: MemSearch, report: SyncReport) -> None:
         if not present:
             continue
         try:
-            done = await ms._index_run(
+            done = await ms.index_paths(
                 present,
                 ignore_files=run.ignore_files,
                 exclude=run.exclude,

@@ -12,7 +12,7 @@ which mode serves it. By default it goes through a small broker
    and pid is served by that pid as this user: ``process.verify_server``)
    connect to it; the record itself is never trusted;
 3. otherwise clean up the stale record and spawn a detached
-   ``python -m memsearch_fast.lite.server serve <db>`` that opens the database,
+   ``python -m memsearch_fast.serve.lite_main serve <db>`` that opens the database,
    listens on a unix socket in a directory only this user may enter, and
    records pid + socket, then connect.
 

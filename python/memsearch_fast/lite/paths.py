@@ -39,7 +39,10 @@ DEFAULT_START_TIMEOUT = 120.0
 HOST = "127.0.0.1"
 
 
-SERVER_MARK = "memsearch_fast.lite.server"
+SERVER_MARK = "memsearch_fast.serve.lite_main"
+#: The module earlier versions started servers as: such a server, still running
+#: after an upgrade, is recognised as ours.
+SERVER_MARKS = (SERVER_MARK, "memsearch_fast.lite.server")
 
 
 def lite_mode() -> str:

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from memsearch_fast.errors import StoreError, one_line
 from memsearch_fast.lite.paths import (
     HOST,
-    SERVER_MARK,
+    SERVER_MARKS,
     open_sidecar,
     record_address,
     serves_current_database,
@@ -71,7 +71,7 @@ def cmdline_args(pid: Any) -> list[str] | None:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``python -m memsearch_fast.lite.server serve``; the
+    """The arguments of ``python -m memsearch_fast.serve.lite_main serve``; the
     server parses them and clients read them back from a server's command line."""
     parser.add_argument("db")
     parser.add_argument("--idle-timeout", type=float, default=None)
@@ -94,11 +94,14 @@ class _QuietParser(argparse.ArgumentParser):
 
 
 def served_database(args: list[str] | None) -> tuple[str, int | None] | None:
-    """``(db, port)`` of a ``python … -m memsearch_fast.lite.server serve …``
+    """``(db, port)`` of a ``python … -m memsearch_fast.serve.lite_main serve …``
     command line (``port`` None for the private socket), else None."""
-    if not args or SERVER_MARK not in args:
+    if not args:
         return None
-    i = args.index(SERVER_MARK)
+    mark = next((m for m in SERVER_MARKS if m in args), None)
+    if mark is None:
+        return None
+    i = args.index(mark)
     if i == 0 or args[i - 1] != "-m" or args[i + 1 : i + 2] != ["serve"]:
         return None
     parser = _QuietParser(add_help=False)

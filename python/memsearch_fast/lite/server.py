@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import signal
@@ -14,32 +13,30 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from memsearch_fast.errors import DatabaseDamagedError, StoreError, StoreUnavailableError, one_line
 from memsearch_fast.lite import damage
-from memsearch_fast.lite.broker import server_status, stop_server
 from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
     ENV_MODE,
     HOST,
-    SERVER_MARK,
+    SERVER_MARKS,
     address_uri,
     check_layout,
     database_id,
-    idle_timeout,
     open_lock,
     open_sidecar,
     remove_state_if,
-    search_socket,
     sidecar_paths,
     socket_file,
     socket_path,
     writable_dir,
     write_state,
 )
-from memsearch_fast.lite.process import add_serve_arguments, endpoint_open
+from memsearch_fast.lite.process import endpoint_open
 from memsearch_fast.lite.version import milvus_lite_major
 
 logger = logging.getLogger(__name__)
@@ -375,7 +372,7 @@ def _predecessor(fd: int, db_path: str) -> bool:
                 argv = f.read().split(b"\0")
         except OSError:
             return True  # exited since
-        if SERVER_MARK.encode() in argv and os.fsencode(db_path) in argv:
+        if any(m.encode() in argv for m in SERVER_MARKS) and os.fsencode(db_path) in argv:
             return True
     return False
 
@@ -428,7 +425,20 @@ def _warm_analyzer() -> None:
         pass
 
 
-def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None = None) -> int:
+#: Extra services a server runs beside its engine: called with the database, the
+#: engine's unix socket (None for a TCP engine), its pymilvus URI and the
+#: callback that marks activity; returns an object with ``stop()``, or None.
+Services = Callable[[str, "str | None", str, Callable[[], None]], Any]
+
+
+def serve(
+    db_path: str,
+    idle: float,
+    *,
+    detach: bool = False,
+    port: int | None = None,
+    services: Services | None = None,
+) -> int:
     """Run the server for ``db_path`` until idle for ``idle`` seconds or signalled.
 
     It listens on a private unix socket, or on 127.0.0.1:``port`` (TCP, no
@@ -491,7 +501,11 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
         return 1
     import importlib.metadata
 
-    service = _search_service(db_path, engine, activity)
+    service = (
+        services(db_path, socket_file(engine.address), address_uri(engine.address), activity.touch)
+        if services
+        else None
+    )
     db_id = database_id(db_path)  # the engine has opened (or created) it
     write_state(
         db_path,
@@ -558,20 +572,6 @@ def serve(db_path: str, idle: float, *, detach: bool = False, port: int | None =
     return 0
 
 
-def _search_service(db_path: str, engine: _Engine, activity: _Activity) -> Any:
-    """The search service beside a unix-socket engine (see :mod:`memsearch_fast.serve.search`), or None."""
-    sock = socket_file(engine.address)
-    if sock is None:
-        return None  # a TCP server (--port) serves clients of any user: no searches on their behalf
-    from memsearch_fast.serve import search as search_service
-
-    try:
-        return search_service.Service(search_socket(sock), address_uri(engine.address), activity.touch, db_path).start()
-    except OSError as exc:
-        logger.warning("no search service for %s: %s", db_path, one_line(exc))
-        return None
-
-
 class _LogWatch:
     """Reads what the engine writes to our log (its stdout and stderr) for a
     statement of damage: "Load data failed, errs: database disk image is malformed"."""
@@ -619,28 +619,3 @@ def _idle_exit(db_path: str, pid: int, engine: _Engine, activity: _Activity, idl
         return True
     finally:
         os.close(fd)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m memsearch_fast.lite.server")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p_serve = sub.add_parser("serve", help="serve a Milvus Lite database to other processes")
-    add_serve_arguments(p_serve)
-    p_status = sub.add_parser("status", help="show the server owning a database")
-    p_status.add_argument("db")
-    p_stop = sub.add_parser("stop", help="stop the server owning a database")
-    p_stop.add_argument("db")
-    args = parser.parse_args(argv)
-    if args.cmd == "serve":
-        return serve(args.db, args.idle_timeout or idle_timeout(), detach=args.detach, port=args.port)
-    if args.cmd == "status":
-        st = server_status(args.db)
-        print(json.dumps(st) if st else "not running")
-        return 0 if st else 1
-    return 0 if stop_server(args.db) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

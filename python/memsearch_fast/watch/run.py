@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,6 @@ from memsearch_fast._os import give_back_memory
 from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
 
 if TYPE_CHECKING:
-    from memsearch_fast.core import MemSearch
     from memsearch_fast.pipeline import IndexReport
 
 #: Longest wait for events before the loop looks again: whether a burst has been
@@ -109,14 +108,16 @@ def _armed(roots: Sequence[str]) -> list[tuple[str, int, int]]:
 
 
 async def watch(
-    ms: MemSearch,
+    run: Callable[[], Awaitable[IndexReport]],
+    paths: Sequence[str],
     *,
+    ignore_files: Sequence[str] = (),
     debounce_ms: int = DEFAULT_DEBOUNCE_MS,
     stop: asyncio.Event | None = None,
     extensions: Sequence[str] = (".md", ".markdown"),
     database: str | None = None,
 ) -> AsyncIterator[WatchEvent]:
-    """Index ``ms.paths`` now, then again after every burst of changes.
+    """``run()`` (an index run of *paths*) now, then again after every burst of changes.
 
     A burst ends when no event arrived for ``debounce_ms``. Yields one
     :class:`WatchEvent` per run. Ends when ``stop`` is set (after the run in
@@ -130,10 +131,10 @@ async def watch(
     from memsearch_fast.errors import describe
 
     stop = stop or asyncio.Event()
-    roots = [str(Path(p).expanduser().resolve()) for p in ms.paths]
+    roots = [str(Path(p).expanduser().resolve()) for p in paths]
     quiet_s = max(0, int(debounce_ms)) / 1000
     longest_s = max(quiet_s * 4, MAX_WAIT_MS / 1000)
-    accept = _relevant(extensions, ms.ignore_files, roots)
+    accept = _relevant(extensions, ignore_files, roots)
     root_set = frozenset(roots)
     delay = 0.0
     pending = 1  # the first run: whatever changed while no watcher ran
@@ -182,7 +183,7 @@ async def watch(
                     last_at = loop.time()
                 if pending and due() and not stop.is_set():
                     try:
-                        report = await ms.index_with_report()
+                        report = await run()
                     except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
                         delay = min(RETRY_MAX_S, delay * 2 if delay else RETRY_FIRST_S)
                         yield WatchEvent("error", error=describe(exc), changes=pending, retry_in=delay)
@@ -195,6 +196,7 @@ async def watch(
                         yield WatchEvent("indexed", report=report, changes=pending)
                         pending = 0
                 if gone():
+                    pending += 1  # what is at the roots when (if) one comes back is unseen by events
                     break
                 if _armed(roots) != armed or any(path in root_set for _, path in changes):
                     # A root came back, vanished or was replaced (its inode number may be

@@ -1,0 +1,64 @@
+"""``python -m memsearch_fast.serve.lite_main``: a local database's one server
+process, the Milvus Lite engine (:mod:`memsearch_fast.lite.server`) with the
+search service beside it (:mod:`.search`).
+
+The broker starts it (``serve --detach``); ``status`` and ``stop`` are for a
+person. The engine side knows nothing of the services it is handed, so
+``lite/`` never imports upward.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from memsearch_fast.errors import one_line
+from memsearch_fast.lite.broker import server_status, stop_server
+from memsearch_fast.lite.paths import SERVER_MARK, idle_timeout, search_socket
+from memsearch_fast.lite.process import add_serve_arguments
+from memsearch_fast.lite.server import serve
+
+logger = logging.getLogger("memsearch_fast.lite.server")
+
+
+def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[], None]) -> Any:
+    """The search service beside a unix-socket engine, or None (a TCP server
+    serves clients of any user: no searches on their behalf)."""
+    if sock is None:
+        return None
+    from memsearch_fast.serve import search
+
+    try:
+        return search.Service(search_socket(sock), uri, touch, db_path).start()
+    except OSError as exc:
+        logger.warning("no search service for %s: %s", db_path, one_line(exc))
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {SERVER_MARK}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_serve = sub.add_parser("serve", help="serve a Milvus Lite database to other processes")
+    add_serve_arguments(p_serve)
+    p_status = sub.add_parser("status", help="show the server owning a database")
+    p_status.add_argument("db")
+    p_stop = sub.add_parser("stop", help="stop the server owning a database")
+    p_stop.add_argument("db")
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        timeout = args.idle_timeout or idle_timeout()
+        return serve(args.db, timeout, detach=args.detach, port=args.port, services=search_service)
+    if args.cmd == "status":
+        st = server_status(args.db)
+        print(json.dumps(st) if st else "not running")
+        return 0 if st else 1
+    return 0 if stop_server(args.db) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
