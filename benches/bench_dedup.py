@@ -17,7 +17,7 @@ import hashlib
 import os
 import tracemalloc
 
-from memsearch_fast.pipeline.dedup import Dedup
+from memsearch_fast.index.dedup import Dedup
 
 IDS = int(os.environ.get("MEMSEARCH_BENCH_DEDUP_IDS", "1000000"))
 PER_SOURCE = 20

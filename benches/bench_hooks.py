@@ -114,7 +114,7 @@ def _report(benchmark: Any, name: str, samples: list[float]) -> dict[str, float]
 
 
 def test_session_start_and_prompt(benchmark: Any, tmp_path: Path) -> None:
-    from memsearch_fast.watch.lock import WatchLock, lock_base
+    from memsearch_fast.index.watch_lock import WatchLock, lock_base
 
     project = Project(tmp_path, CORPUS_MB)
     print(f"\nmemory directory: {project.bytes / 1e6:.1f} MB in {len(list(project.memory.glob('*.md')))} logs")

@@ -63,9 +63,9 @@ OURS = (
     ZERO_COST
     + """
 import asyncio, json, os, resource, sys, time
-from memsearch_fast.pipeline import run_index
+from memsearch_fast.index import run_index
 from memsearch_fast.store.manifest import Manifest
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.embeddings import get_provider
 
@@ -104,9 +104,9 @@ RENAME = (
     ZERO_COST
     + """
 import asyncio, json, os, sys, time
-from memsearch_fast.pipeline import run_index
+from memsearch_fast.index import run_index
 from memsearch_fast.store.manifest import Manifest
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 
 root, uri, moved, renamed = sys.argv[1:5]
@@ -130,9 +130,9 @@ print(json.dumps({"chunks": first.chunks, "rename_wall": wall, "rename_read": af
 
 FLOOR = """
 import asyncio, json, sys, time
-from memsearch_fast.pipeline.chunk import chunk_files
-from memsearch_fast.pipeline.embed import embedding_text
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.chunk import chunk_files
+from memsearch_fast.index.embed import embedding_text
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.embeddings import get_provider
 
 root, model_dir = sys.argv[1:3]
@@ -265,9 +265,9 @@ EMBED_WINDOW = """
 import asyncio, json, sys, time
 from memsearch_fast import compute_chunk_id
 from memsearch_fast.embeddings import get_provider
-from memsearch_fast.pipeline.chunk import chunk_files
-from memsearch_fast.pipeline.embed import EmbedStage, Pending
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.chunk import chunk_files
+from memsearch_fast.index.embed import EmbedStage, Pending
+from memsearch_fast.index.scan import scan_paths
 
 root, model_dir, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 provider = get_provider("onnx", model=model_dir)
@@ -399,9 +399,9 @@ def test_directory_rename_embeds_nothing(benchmark, corpora, tmp_path: Path) -> 
 
 FLOOR_UNIQUE = """
 import asyncio, json, resource, sys, time
-from memsearch_fast.pipeline.chunk import chunk_files
-from memsearch_fast.pipeline.embed import embedding_text
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.chunk import chunk_files
+from memsearch_fast.index.embed import embedding_text
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.embeddings import get_provider
 
 root, model_dir = sys.argv[1:3]

@@ -208,7 +208,7 @@ def test_memory_search_warm_stdio(
 
 def test_tiered_search_in_process(benchmark: Any, indexed: tuple[list[str], dict[str, str], dict[str, Any]]) -> None:
     """The same search in this process: what the server does without the protocol."""
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
     from memsearch_fast.recall import search as recall
 
     flags, env, facts = indexed

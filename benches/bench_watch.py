@@ -204,7 +204,7 @@ class Bench:
             "cpus": os.cpu_count(),
         }
         print(f"\nindexed {self.facts}")
-        from memsearch_fast.core import MemSearch
+        from memsearch_fast.api import MemSearch
 
         self._home = os.environ.get("HOME")
         os.environ["HOME"] = self.env["HOME"]
@@ -222,7 +222,7 @@ class Bench:
     def expected(self) -> set[tuple[str, str]]:
         """The (id, source) pairs a clean index of the tree as it is now stores."""
         from memsearch_fast import chunk_files
-        from memsearch_fast.pipeline.scan import scan_paths
+        from memsearch_fast.index.scan import scan_paths
 
         return {
             (c.chunk_id(self.model), fc.path)

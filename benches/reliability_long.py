@@ -384,7 +384,7 @@ class Sessions:
 
 
 def phase_concurrent(args: argparse.Namespace, base: Path, env: dict[str, str], tally: Tally) -> dict[str, Any]:
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
 
     model = args.model
     rng = random.Random(args.seed + 7)

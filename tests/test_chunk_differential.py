@@ -112,7 +112,7 @@ def test_clean_content_matches_reference(text: str) -> None:
     content=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=80),
 )
 def test_chunk_id_matches_reference(source: str, start: int, end: int, model: str, content: str) -> None:
-    from memsearch_fast.pipeline.chunk import content_hash
+    from memsearch_fast.index.chunk import content_hash
 
     h = content_hash(content)
     assert h == ref_chunker.Chunk(content, "", "", 0, 1, 1).content_hash

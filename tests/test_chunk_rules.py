@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import memsearch_fast as ms
-from memsearch_fast.pipeline.chunk import content_hash
+from memsearch_fast.index.chunk import content_hash
 
 
 def test_hash_line_inside_backtick_fence_is_not_a_heading() -> None:

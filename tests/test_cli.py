@@ -394,7 +394,7 @@ def _main(args: list[str]) -> int:
 def test_ctrl_c_and_unexpected_errors(
     tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("MEMSEARCH_DEBUG", raising=False)

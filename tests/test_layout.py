@@ -115,9 +115,8 @@ FLOORS = [
     {"config"},
     {"lite", "embeddings"},
     {"store", "llm"},
-    {"pipeline", "recall"},
-    {"watch", "sync"},
-    {"core"},
+    {"index", "recall"},
+    {"api"},
     {"serve", "agents"},
     {"skills"},
     {"cli", "__main__", ""},  # "": the package's own lazy re-exports

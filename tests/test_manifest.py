@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import chunk_files
-from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index import run_index
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.store.manifest import Manifest, manifest_path
 from memsearch_fast.store.milvus import ROW_FIELDS
@@ -456,7 +456,7 @@ def test_identical_texts_in_one_run_are_embedded_once(tmp_path: Path, store, pro
 def test_sort_window_keeps_batches_small_and_of_similar_length(provider) -> None:
     """The embed stage sorts a window of chunks by length and embeds it in small batches."""
     from memsearch_fast import chunk_markdown, compute_chunk_id
-    from memsearch_fast.pipeline.embed import EmbedStage, Pending
+    from memsearch_fast.index.embed import EmbedStage, Pending
 
     text = "\n\n".join(f"## N{i}\n" + "word " * (1 + (i * 37) % 90) + f"end {i}" for i in range(64))
     chunks = chunk_markdown(text, "/notes/n.md")
@@ -492,9 +492,9 @@ def test_sort_window_keeps_batches_small_and_of_similar_length(provider) -> None
 CHILD = """
 import asyncio, os, sys, time
 from memsearch_fast.embeddings import get_provider
-from memsearch_fast.pipeline import run_index
+from memsearch_fast.index import run_index
 from memsearch_fast.store.manifest import Manifest
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.store.milvus import ROW_FIELDS
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import MemSearch, chunk_files, chunk_markdown
-from memsearch_fast.pipeline import run_index
-from memsearch_fast.pipeline.scan import scan_paths
+from memsearch_fast.index import run_index
+from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 
 
@@ -209,8 +209,8 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
     code = (
         "import asyncio\n"
         "from memsearch_fast.embeddings import get_provider\n"
-        "from memsearch_fast.pipeline import run_index\n"
-        "from memsearch_fast.pipeline.scan import scan_paths\n"
+        "from memsearch_fast.index import run_index\n"
+        "from memsearch_fast.index.scan import scan_paths\n"
         "from memsearch_fast.store import MilvusStore\n"
         f"p = get_provider('onnx', model={str(model_dir)!r}, workers=1)\n"
         "inner = p.embed\n"
@@ -275,7 +275,7 @@ def test_chunk_size_is_bounded_to_fit_the_store(model_dir: Path) -> None:
 
 def _pending(n: int) -> list:
     from memsearch_fast import compute_chunk_id
-    from memsearch_fast.pipeline.embed import Pending
+    from memsearch_fast.index.embed import Pending
 
     text = "\n\n".join(f"## Note {i}\nFact number {i} about the deploy pipeline." for i in range(n))
     chunks = chunk_markdown(text, "/notes/facts.md")
@@ -285,7 +285,7 @@ def _pending(n: int) -> list:
 
 
 def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
-    from memsearch_fast.pipeline.upsert import UpsertStage
+    from memsearch_fast.index.upsert import UpsertStage
 
     items = _pending(100)
     with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
@@ -304,7 +304,7 @@ def test_overlapping_upserts_all_land(tmp_path: Path) -> None:
 
 
 def test_failed_write_is_raised_and_what_landed_is_kept(tmp_path: Path) -> None:
-    from memsearch_fast.pipeline.upsert import UpsertStage
+    from memsearch_fast.index.upsert import UpsertStage
     from memsearch_fast.store import StoreError
 
     class FailingThird:
@@ -366,7 +366,7 @@ class WriteSpy:
 
 
 def test_fresh_rows_are_inserted_and_a_lost_reply_is_settled_by_upsert(tmp_path: Path) -> None:
-    from memsearch_fast.pipeline.upsert import UpsertStage
+    from memsearch_fast.index.upsert import UpsertStage
 
     items = _pending(50)
     with MilvusStore(str(tmp_path / "m.db"), dimension=384) as store:
@@ -464,7 +464,7 @@ def test_a_new_database_opens_while_the_first_batches_embed(tmp_path: Path, mode
 
 def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     """Stored ids are held packed; ids another tool wrote (not SHA-256 hex) still diff exactly."""
-    from memsearch_fast.pipeline.dedup import Dedup
+    from memsearch_fast.index.dedup import Dedup
 
     path = write(tmp_path / "a.md", "# A\nalpha text here\n\n# B\nbeta text here\n")
     (fc,) = next(iter(chunk_files([str(path)])))

@@ -290,7 +290,7 @@ def test_mcp_search_uses_the_configured_reranker(
     index: list[str], imported: Path, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The MCP server's memory_search reads reranker.model like search does."""
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
     from memsearch_fast.serve.mcp import Recall
 
     monkeypatch.setenv("HOME", env["HOME"])

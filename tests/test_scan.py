@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import memsearch_fast as ms
-from memsearch_fast.pipeline.scan import ScanError
+from memsearch_fast.index.scan import ScanError
 
 ref_scanner = pytest.importorskip("memsearch.scanner")
 

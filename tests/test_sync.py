@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from memsearch_fast import sync
+from memsearch_fast.index import sync
+from memsearch_fast.index.watch_lock import WatchLock, lock_base
 from memsearch_fast.store.manifest import manifest_path
-from memsearch_fast.watch.lock import WatchLock, lock_base
 
 COLLECTION = "memsearch_chunks"
 

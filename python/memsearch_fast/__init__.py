@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ScannedFile": "memsearch_fast.pipeline.scan",
-    "scan_paths": "memsearch_fast.pipeline.scan",
-    "Chunk": "memsearch_fast.pipeline.chunk",
-    "FileChunks": "memsearch_fast.pipeline.chunk",
-    "chunk_markdown": "memsearch_fast.pipeline.chunk",
-    "chunk_files": "memsearch_fast.pipeline.chunk",
-    "clean_content_for_embedding": "memsearch_fast.pipeline.chunk",
-    "compute_chunk_id": "memsearch_fast.pipeline.chunk",
-    "MemSearch": "memsearch_fast.core",
+    "ScannedFile": "memsearch_fast.index.scan",
+    "scan_paths": "memsearch_fast.index.scan",
+    "Chunk": "memsearch_fast.index.chunk",
+    "FileChunks": "memsearch_fast.index.chunk",
+    "chunk_markdown": "memsearch_fast.index.chunk",
+    "chunk_files": "memsearch_fast.index.chunk",
+    "clean_content_for_embedding": "memsearch_fast.index.chunk",
+    "compute_chunk_id": "memsearch_fast.index.chunk",
+    "MemSearch": "memsearch_fast.api",
 }
 
 __all__ = [
@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from memsearch_fast.core import MemSearch
-    from memsearch_fast.pipeline.chunk import (
+    from memsearch_fast.api import MemSearch
+    from memsearch_fast.index.chunk import (
         Chunk,
         FileChunks,
         chunk_files,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         clean_content_for_embedding,
         compute_chunk_id,
     )
-    from memsearch_fast.pipeline.scan import ScannedFile, scan_paths
+    from memsearch_fast.index.scan import ScannedFile, scan_paths
 
 
 def __getattr__(name: str) -> Any:

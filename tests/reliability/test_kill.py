@@ -230,8 +230,8 @@ def test_bad_inputs_fail_one_line_each_and_the_rest_is_indexed(tmp_path: Path, m
 
 def test_a_file_that_vanishes_after_the_scan_is_one_failure(tmp_path: Path, model_dir: Path) -> None:
     """Deleted between the scan and its read: reported in one line, the rest indexed."""
-    from memsearch_fast.core import MemSearch
-    from memsearch_fast.pipeline import NullProgress
+    from memsearch_fast.api import MemSearch
+    from memsearch_fast.index import NullProgress
 
     root = tmp_path / "notes"
     corpus(root, 10_000, seed=SEED + 2)

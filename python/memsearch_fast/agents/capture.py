@@ -146,7 +146,7 @@ def run(job_file: Path) -> int:
 def index(where: Path, job: Job, log: Path) -> int:
     """Index the log just written (the watcher may also; the second run finds it unchanged)."""
     from memsearch_fast import config as cfgmod
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
 
     try:
         cfg = cfgmod.resolve({"milvus.collection": job.collection})

@@ -32,13 +32,13 @@ from memsearch_fast._os import open_dir, open_private, write_all
 from memsearch_fast.agents.project import Project
 
 if TYPE_CHECKING:
-    from memsearch_fast.watch.lock import WatchLock
+    from memsearch_fast.index.watch_lock import WatchLock
 
 STALE_SECONDS = 24 * 3600
 
 
 def _lock(uri: str, project: Project) -> WatchLock:
-    from memsearch_fast.watch.lock import WatchLock, lock_base
+    from memsearch_fast.index.watch_lock import WatchLock, lock_base
 
     # `watch` keys its lock by its resolved roots: so must we, or SessionEnd misses it.
     return WatchLock(lock_base(uri, project.collection, [os.path.realpath(project.memory_dir)]))

@@ -4,7 +4,7 @@ Commands and flags follow memsearch 0.4.23 so scripts and agent plugins
 written for it keep working. This module holds the application, the error
 guard and the entry point; the command modules beside it only parse
 arguments, resolve configuration and print; the work happens in
-:mod:`memsearch_fast.core`.
+:mod:`memsearch_fast.api`.
 Heavy modules (the Rust core, onnxruntime, pymilvus, numpy, rich) are imported
 inside the commands that need them, so ``memsearch --help`` and agent hooks
 start fast. Every error is reported as one line on stderr with a non-zero exit

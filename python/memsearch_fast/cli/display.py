@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from memsearch_fast.pipeline import NullProgress
+from memsearch_fast.index import NullProgress
 
 # Search output and its tiers live beside the other recall verbs (the MCP server
 # renders them too); the names the commands use are re-exported here.

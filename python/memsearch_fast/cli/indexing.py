@@ -108,7 +108,7 @@ def watch(
     import signal
     import threading
 
-    from memsearch_fast.watch.lock import WatchLock, lock_base
+    from memsearch_fast.index.watch_lock import WatchLock, lock_base
 
     # A signal before the event loop runs must stop it too, not kill the process.
     early_stop = threading.Event()

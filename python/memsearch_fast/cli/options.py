@@ -172,13 +172,13 @@ def settings(opts: Flags, **flags: Any) -> dict[str, Any]:
 
 
 def memsearch(cfg: dict[str, Any], paths: Sequence[str] = (), opts: Flags | None = None, **extra: Any) -> Any:
-    """A :class:`~memsearch_fast.core.MemSearch` for the resolved settings.
+    """A :class:`~memsearch_fast.api.MemSearch` for the resolved settings.
 
     ``opts`` may carry the scan flags (``exclude``, ``ignore_file``), which
     add to the configured lists, and ``description``; ``extra`` goes to
     ``MemSearch`` as is (``workers``).
     """
-    from memsearch_fast.core import MemSearch
+    from memsearch_fast.api import MemSearch
 
     opts = opts or {}
     return MemSearch.from_config(

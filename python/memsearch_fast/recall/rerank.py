@@ -3,7 +3,7 @@
 The hybrid search ranks chunks by two separate views of the query (its
 embedding and its words). A cross-encoder reads the query and a chunk
 together, so it judges relevance better, at the price of one transformer
-pass per candidate: :meth:`memsearch_fast.core.MemSearch.search` fetches
+pass per candidate: :meth:`memsearch_fast.api.MemSearch.search` fetches
 :func:`candidate_count` fused hits, scores them here and keeps the best
 ``top_k``.
 

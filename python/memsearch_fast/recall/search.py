@@ -196,7 +196,7 @@ async def tiered_search(
     counter: Callable[[Any], tuple[TokenCounter, str]] = token_counter,
     explain: bool = False,
 ) -> str:
-    """Search *ms* (a :class:`~memsearch_fast.core.MemSearch`) and render the hits
+    """Search *ms* (a :class:`~memsearch_fast.api.MemSearch`) and render the hits
     with the tiers, as ``memsearch search`` prints them.
 
     With ``budget`` and hits, tokens are counted with ``counter(ms.provider)``

@@ -6,7 +6,7 @@ tiers, through the same :func:`memsearch_fast.recall.tiered_search`),
 ``memory_expand`` (``expand``), ``memory_get`` (``get``) and
 ``memory_transcript`` (``transcript``).
 
-One :class:`~memsearch_fast.core.MemSearch` stays open for the server's life,
+One :class:`~memsearch_fast.api.MemSearch` stays open for the server's life,
 so the model and the store are loaded once (warmed up in the background as
 soon as the server starts) and a warm search costs the query's embedding plus
 the store's search. A collection that does not exist yet is looked for again
@@ -220,7 +220,7 @@ def _text(*blocks: str) -> list[types.TextContent]:
 
 
 class Recall:
-    """The tools over one long-lived :class:`~memsearch_fast.core.MemSearch`.
+    """The tools over one long-lived :class:`~memsearch_fast.api.MemSearch`.
 
     ``open_memsearch`` builds it (from the settings the command resolved);
     ``missing`` is the line reported while the collection does not exist.

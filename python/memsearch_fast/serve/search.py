@@ -367,7 +367,7 @@ class Service:
         if key in self._instances:
             self._instances.move_to_end(key)
             return self._instances[key]
-        from memsearch_fast.core import MemSearch
+        from memsearch_fast.api import MemSearch
 
         for old in [k for k in self._instances if k[:3] == key[:3]]:
             self._close(self._instances.pop(old))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._core import compute_chunk_id, content_hash
-from memsearch_fast.pipeline.embed import Pending
+from memsearch_fast.index.embed import Pending
 from memsearch_fast.store.manifest import RECORD, pack
 
 if TYPE_CHECKING:

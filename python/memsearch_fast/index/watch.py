@@ -22,7 +22,7 @@ from memsearch_fast._os import give_back_memory
 from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
 
 if TYPE_CHECKING:
-    from memsearch_fast.pipeline import IndexReport
+    from memsearch_fast.index import IndexReport
 
 #: Longest wait for events before the loop looks again: whether a burst has been
 #: quiet for the debounce, whether its roots and database still exist (and,

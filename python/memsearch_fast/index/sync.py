@@ -41,11 +41,11 @@ from memsearch_fast.store.manifest import Manifest, manifest_path
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from memsearch_fast.pipeline import IndexReport
+    from memsearch_fast.index import IndexReport
 
 
 class MemSearch(Protocol):
-    """What lazy sync needs of the API object (``core.MemSearch`` is one): its
+    """What lazy sync needs of the API object (``api.MemSearch`` is one): its
     settings, its store and provider, and one index run of given paths."""
 
     paths: list[str]
@@ -212,7 +212,7 @@ async def sync(ms: MemSearch) -> SyncReport:
 async def _sync(ms: MemSearch, report: SyncReport) -> None:
     import asyncio
 
-    from memsearch_fast.watch.lock import WatchLock, lock_base
+    from memsearch_fast.index.watch_lock import WatchLock, lock_base
 
     record = await asyncio.to_thread(load, ms.uri, ms.collection)
     if record is None or not record.runs:

@@ -30,11 +30,11 @@ from memsearch_fast import parallelism as par
 from memsearch_fast._core import FileChunks, ScannedFile
 from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES, MANIFEST_RACY_SECONDS
 from memsearch_fast.errors import one_line
-from memsearch_fast.pipeline.chunk import chunk_files
-from memsearch_fast.pipeline.dedup import Dedup, FilePlan, vanished
-from memsearch_fast.pipeline.donors import LEARN_FIELDS, Donors
-from memsearch_fast.pipeline.embed import EmbedStage, Pending
-from memsearch_fast.pipeline.upsert import UpsertStage
+from memsearch_fast.index.chunk import chunk_files
+from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
+from memsearch_fast.index.donors import LEARN_FIELDS, Donors
+from memsearch_fast.index.embed import EmbedStage, Pending
+from memsearch_fast.index.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
 from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
 

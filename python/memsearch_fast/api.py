@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast import config
+from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
-from memsearch_fast.pipeline import IndexReport, Progress, run_index
 
 #: Query embeddings kept per MemSearch (see ``_query_vector``).
 QUERY_CACHE_SIZE = 256
 
 if TYPE_CHECKING:
-    from memsearch_fast.sync import SyncReport
+    from memsearch_fast.index.sync import SyncReport
 
 
 class MemSearch:
@@ -208,7 +208,7 @@ class MemSearch:
         return (await self.index_with_report(force=force)).indexed
 
     async def index_with_report(self, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
-        from memsearch_fast import sync
+        from memsearch_fast.index import sync
 
         report = await self.index_paths(
             self.paths,
@@ -239,7 +239,7 @@ class MemSearch:
         """One index run of *paths* with these scan and chunk settings (``index``,
         and lazy sync replaying a recorded run); the caller holds no lock, *manifest*
         takes the collection's writer lock."""
-        from memsearch_fast.pipeline.scan import scan
+        from memsearch_fast.index.scan import scan
 
         found = await asyncio.to_thread(scan, paths, ignore_files=ignore_files, exclude=exclude)
         roots = [str(Path(p).expanduser().resolve()) for p in paths if Path(p).expanduser().is_dir()]
@@ -291,9 +291,9 @@ class MemSearch:
         and watch runs of this collection (what ``search --sync`` does first).
 
         Never raises for a store or file problem: the returned
-        :class:`memsearch_fast.sync.SyncReport` carries it (``warning()``).
+        :class:`memsearch_fast.index.sync.SyncReport` carries it (``warning()``).
         """
-        from memsearch_fast import sync
+        from memsearch_fast.index import sync
 
         return await sync.sync(self)
 
@@ -433,7 +433,7 @@ class MemSearch:
 
     def drop(self) -> bool:
         """Drop the collection; False when there was none."""
-        from memsearch_fast import sync
+        from memsearch_fast.index import sync
 
         store = self._read_store()
         if not store.exists:
@@ -474,12 +474,12 @@ class MemSearch:
     def watch(self, *, debounce_ms: int = config.DEFAULT_DEBOUNCE_MS, stop: asyncio.Event | None = None) -> Any:
         """Index the paths now and after every burst of file changes.
 
-        An async iterator of :class:`memsearch_fast.watch.run.WatchEvent`
+        An async iterator of :class:`memsearch_fast.index.watch.WatchEvent`
         (one per index run, error, or stop); set ``stop`` (or cancel the
         iteration) to end it after the run in hand is written and flushed.
         """
+        from memsearch_fast.index.watch import watch
         from memsearch_fast.store.compat import is_local_uri
-        from memsearch_fast.watch.run import watch
 
         uri = self._store_args["uri"]
         database = str(Path(uri).expanduser().resolve()) if is_local_uri(uri) else None

@@ -18,7 +18,7 @@ from memsearch_fast._core import scan_paths as _scan_paths
 
 __all__ = ["ScanError", "ScanResult", "ScannedFile", "normalize_ignore_file_names", "scan", "scan_paths"]
 
-logger = logging.getLogger("memsearch_fast.pipeline.scan")
+logger = logging.getLogger("memsearch_fast.index.scan")
 
 
 def normalize_ignore_file_names(names: Iterable[str]) -> tuple[str, ...]:
@@ -91,7 +91,7 @@ def scan_paths(
     directory (walked recursively, hidden entries and ignored paths skipped;
     symlinks are followed only to files inside the same root). Missing or
     unreadable paths are reported to *on_error* (default: a warning on the
-    ``memsearch_fast.pipeline.scan`` logger), never raised.
+    ``memsearch_fast.index.scan`` logger), never raised.
     """
     result = scan(paths, extensions=extensions, ignore_hidden=ignore_hidden, ignore_files=ignore_files, exclude=exclude)
     for error in result.errors:

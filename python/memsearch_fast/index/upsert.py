@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from memsearch_fast.pipeline.embed import Pending
+from memsearch_fast.index.embed import Pending
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4
