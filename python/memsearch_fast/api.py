@@ -326,7 +326,7 @@ class MemSearch:
     async def search(
         self,
         query: str,
-        top_k: int = 10,
+        top_k: int = config.API_TOP_K,
         source_prefix: str | os.PathLike[str] | None = None,
         *,
         explain: bool = False,

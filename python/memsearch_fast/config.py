@@ -53,6 +53,10 @@ MAX_CHUNK_SIZE_LIMIT = 16_383
 DEFAULT_OVERLAP_LINES = 2
 MAX_OVERLAP_LINES = 1000
 DEFAULT_DEBOUNCE_MS = 1500
+#: Results of a search (the CLI, the MCP tool, the search service), as memsearch 0.4.23.
+DEFAULT_TOP_K = 5
+#: Results of ``MemSearch.search`` and ``MilvusStore.search`` (the reference API's default).
+API_TOP_K = 10
 #: Where the manifest of a collection on a Milvus server lives (a local
 #: database keeps its manifests beside the database file).
 DEFAULT_MANIFEST_DIR = "~/.memsearch/manifests"

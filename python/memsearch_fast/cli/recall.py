@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
@@ -26,7 +27,7 @@ from memsearch_fast.cli.options import (
 @uses(MILVUS, EMBEDDING)
 def search(
     query: Annotated[str, typer.Argument(show_default=False, help="What to look for, in words.")],
-    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = 5,
+    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = cfgmod.DEFAULT_TOP_K,
     source_prefix: Annotated[
         str | None,
         typer.Option(
@@ -92,7 +93,7 @@ def search(
 
         tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
         served = search_service.ask(
-            cfg, query, render=tiers, top_k=top_k or 5, source_prefix=source_prefix, explain=explain
+            cfg, query, render=tiers, top_k=top_k or cfgmod.DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
         )
         if served is not None:
             typer.echo(served)
@@ -105,7 +106,7 @@ def search(
         return await recall.tiered_search(
             ms,
             query,
-            top_k=top_k or 5,  # -k 0 is the default, as in memsearch 0.4.23
+            top_k=top_k or cfgmod.DEFAULT_TOP_K,  # -k 0 is the default, as in memsearch 0.4.23
             source_prefix=source_prefix,
             json_output=json_output,
             digest=digest,

@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memsearch_fast.config import DEFAULT_TOP_K
+
 #: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
 SNIPPET_CHARS = 500
 
@@ -187,7 +189,7 @@ async def tiered_search(
     ms: Any,
     query: str,
     *,
-    top_k: int = 5,
+    top_k: int = DEFAULT_TOP_K,
     source_prefix: str | None = None,
     json_output: bool = False,
     digest: bool = False,

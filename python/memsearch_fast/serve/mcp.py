@@ -40,6 +40,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from memsearch_fast import __version__
+from memsearch_fast.config import DEFAULT_TOP_K
 from memsearch_fast.errors import StoreError, describe, one_line
 from memsearch_fast.recall import search as recall
 
@@ -64,7 +65,12 @@ TOOLS: list[types.Tool] = [
             "type": "object",
             "properties": {
                 "query": {"type": "string", "minLength": 1, "description": "What to look for, in words."},
-                "top_k": {"type": "integer", "minimum": 1, "default": 5, "description": "Number of results."},
+                "top_k": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "default": DEFAULT_TOP_K,
+                    "description": "Number of results.",
+                },
                 "min_score": {"type": ["number", "null"], "description": "Drop hits scoring below this."},
                 "budget": {
                     "type": ["integer", "null"],
@@ -309,7 +315,7 @@ class Recall:
     async def search(self, args: dict[str, Any]) -> list[types.TextContent]:
         query = _string(args, "query", required=True)
         assert query is not None
-        top_k = _integer(args, "top_k", 5, 1)
+        top_k = _integer(args, "top_k", DEFAULT_TOP_K, 1)
         assert top_k is not None
         budget = _integer(args, "budget", None, 1)
         min_score = _number(args, "min_score")

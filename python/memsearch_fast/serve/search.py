@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.config import DEFAULT_TOP_K
 from memsearch_fast.lite.paths import search_socket
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
         "model_dir": model_dir,
         "model_name": name,
         "query": query,
-        "top_k": int(options.get("top_k", 5)),
+        "top_k": int(options.get("top_k", DEFAULT_TOP_K)),
         "source_prefix": str(Path(prefix).expanduser().resolve()) if prefix is not None else None,
         "explain": bool(options.get("explain", False)),
     }

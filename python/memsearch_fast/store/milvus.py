@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from memsearch_fast.config import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
+from memsearch_fast.config import API_TOP_K, DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import (
     DimensionMismatchError,
     ModelMismatchError,
@@ -768,7 +768,7 @@ class MilvusStore:
         dense: list[float],
         query_text: str,
         *,
-        top_k: int = 10,
+        top_k: int = API_TOP_K,
         source_prefix: str | None = None,
         explain: bool = False,
     ) -> list[dict[str, Any]]:
