@@ -185,6 +185,31 @@ def _cut_to_newer_half(dfd: int, name: str, max_bytes: int) -> None:
     os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
 
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, fsync: bool = True) -> None:
+    """Replace *path* with *data*: a hidden temp file beside it (``O_EXCL``,
+    never through a link, *mode*), synced, then renamed over *path*, so a
+    crash leaves the old file or the new one and a link at *path* is
+    replaced, never written through."""
+    import tempfile
+
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        try:
+            if mode != 0o600:
+                os.fchmod(fd, mode)
+            write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 @contextlib.contextmanager
 def private_dir(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[int]:
     """:func:`open_dir` as a context manager."""

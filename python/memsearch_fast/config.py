@@ -434,16 +434,11 @@ def save_file(data: Mapping[str, Any], path: Path) -> None:
     """Write *data* as TOML atomically (a crash never leaves half a file)."""
     import tomli_w
 
+    from memsearch_fast._os import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        # Owner-only: the global file may hold an API key or token.
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            tomli_w.dump(dict(data), f)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    # Owner-only (the global file may hold an API key or token), never through a planted link.
+    write_atomic(path, tomli_w.dumps(dict(data)).encode("utf-8"))
 
 
 # -- resolution --------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memsearch_fast._os import open_dir, open_private, write_all
+from memsearch_fast._os import open_dir, open_private, write_atomic
 from memsearch_fast.agents.project import Project
 
 if TYPE_CHECKING:
@@ -83,17 +83,8 @@ def _spawn_record(uri: str, project: Project) -> Path:
 
 
 def _remember_spawn(uri: str, project: Project, pid: int) -> None:
-    path = _spawn_record(uri, project)
     with contextlib.suppress(OSError):
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            write_all(fd, f"{pid}\n".encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomic(_spawn_record(uri, project), f"{pid}\n".encode(), fsync=False)
 
 
 def _spawned(uri: str, project: Project) -> int | None:

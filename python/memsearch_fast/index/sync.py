@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memsearch_fast._os import open_private
+from memsearch_fast._os import open_private, write_atomic
 from memsearch_fast.errors import describe, one_line
 from memsearch_fast.store.manifest import Manifest, manifest_path
 
@@ -384,17 +384,4 @@ def _write(path: Path, record: Record) -> None:
     """Atomically: temp file (0600, O_EXCL, no symlink), fsync, rename."""
     # ASCII with \u escapes: a path that is not UTF-8 (surrogate escapes) round-trips.
     body = json.dumps({"format": FORMAT, **asdict(record)}, separators=(",", ":"))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(body.encode("ascii"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, body.encode("ascii"))

@@ -28,12 +28,13 @@ import re
 import shutil
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from memsearch_fast import _os
 
 STORE_DIR = "skill-candidates"
 SKILL_FILE = "SKILL.md"
@@ -178,20 +179,8 @@ def dump_json(value: Any, *, sort_keys: bool = False) -> bytes:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write *data* to a temporary file beside *path*, then rename it over *path*
-    (a symlink at *path* is replaced, never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """:func:`memsearch_fast._os.write_atomic` (a symlink at *path* is replaced, never written through)."""
+    _os.write_atomic(path, data, mode=mode)
 
 
 def make_private_dir(path: Path) -> None:
