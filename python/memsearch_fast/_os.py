@@ -226,6 +226,23 @@ def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> b
     return real == top or top in real.parents
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether *pid* names a live process (a zombie is dead; another user's is alive)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def give_back_memory() -> None:
     """Return the heap freed so far to the system. glibc keeps freed pages of
     its arenas for reuse, so without this a long-lived process's RSS is that

@@ -33,10 +33,10 @@ from harness import (
     stop_servers,
 )
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import damage
 from memsearch_fast.lite import paths as lite_paths
-from memsearch_fast.lite import process as lite_process
 from memsearch_fast.lite.version import milvus_lite_major
 
 pytestmark = [
@@ -125,9 +125,9 @@ def test_a_load_failure_seen_by_another_client_stops_the_server(
     finally:
         client.close()
     deadline = time.monotonic() + 15
-    while lite_process.pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not lite_process.pid_alive(pid)
+    assert not pid_alive(pid)
     assert os.path.isfile(damage.marker_path(str(db)))
     damaged_line(memsearch(["stats", "--milvus-uri", str(db)], env), db)
 
@@ -201,7 +201,7 @@ def test_an_engine_error_that_is_not_damage_marks_nothing(work: Path) -> None:
         assert store.search([1.0] + [0.0] * 7, "hello world") == []
         pid = lite_paths.read_state(db)["pid"]
         time.sleep(2.5)  # more than the server's poll of its log
-        assert lite_process.pid_alive(pid) and lite_broker.server_status(db)
+        assert pid_alive(pid) and lite_broker.server_status(db)
         assert not os.path.lexists(damage.marker_path(db))
         assert store.count() == 0
     finally:

@@ -47,9 +47,9 @@ from harness import (
     timed_run,
 )
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import paths as lite_paths
-from memsearch_fast.lite import process as lite_process
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and the shared server need POSIX")
 
@@ -170,7 +170,7 @@ def test_kill9_of_the_lite_server_during_an_index(lab: Lab) -> None:
         assert pids, run.stderr()
         time.sleep(random.Random(SEED).uniform(0.1, 0.8) * lab.cold.end)
         for pid in pids:
-            if lite_process.pid_alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         status = run.wait(180)
         err = run.stderr()

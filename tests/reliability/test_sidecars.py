@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
@@ -66,7 +67,7 @@ def fill(db: str, n: int, start: int = 0) -> dict[str, Any]:
     s.flush()
     s.close()
     st = lite_paths.read_state(db)
-    assert st and lite_process.pid_alive(st["pid"])
+    assert st and pid_alive(st["pid"])
     return st
 
 
@@ -228,7 +229,7 @@ def test_forged_record_does_not_redirect_to_another_database(dbdir: Path) -> Non
     assert os.path.exists(b_st["address"][len("unix:") :])
 
     time.sleep(1.5)  # a server whose socket vanished exits within about a second
-    assert lite_process.pid_alive(b_st["pid"])
+    assert pid_alive(b_st["pid"])
     assert lite_broker.server_status(b)["pid"] == b_st["pid"] and count(b) == 5
 
 
@@ -250,9 +251,9 @@ def test_stale_record_naming_another_databases_server_does_not_kill_it(dbdir: Pa
     s.close()
     a_pid = lite_paths.read_state(a)["pid"]
     assert a_pid != b_st["pid"]
-    assert lite_process.pid_alive(b_st["pid"])
+    assert pid_alive(b_st["pid"])
     if b_st.get("engine_pid"):
-        assert lite_process.pid_alive(b_st["engine_pid"])
+        assert pid_alive(b_st["engine_pid"])
     assert count(b) == 5 and lite_paths.read_state(b)["pid"] == b_st["pid"]
 
 
@@ -330,7 +331,7 @@ def test_tcp_server_is_checked_by_its_listening_port(dbdir: Path) -> None:
         lite_paths.write_state(a, {**a_st, "address": b_st["address"], "uri": b_st["uri"]})
         assert lite_process.verify_server(a, lite_paths.read_state(a))[0] is None
         assert count(a) == 3  # m.db's own data, from a server of m.db
-        assert lite_process.pid_alive(b_st["pid"]) and count(b) == 5
+        assert pid_alive(b_st["pid"]) and count(b) == 5
     finally:
         for proc in procs:
             proc.terminate()
@@ -350,7 +351,7 @@ def test_fresh_sidecars_and_database_are_private(dbdir: Path) -> None:
         assert mode(db) == (0o700 if LITE_MAJOR >= 3 else 0o600)
         for name in ("lock", "state", "log"):
             assert mode(lite_paths.sidecar_paths(db)[name]) == 0o600, name
-        assert lite_broker.stop_server(db) and not lite_process.pid_alive(st["pid"])
+        assert lite_broker.stop_server(db) and not pid_alive(st["pid"])
         # an existing database keeps its modes; an older version's 0644 sidecar is tightened
         os.chmod(db, 0o750 if LITE_MAJOR >= 3 else 0o640)
         os.chmod(db + ".server.log", 0o644)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, one_line
 from memsearch_fast.lite.paths import (
     DEFAULT_START_TIMEOUT,
@@ -36,7 +37,6 @@ from memsearch_fast.lite.process import (
     is_engine_of,
     is_ours,
     log_tail,
-    pid_alive,
     pid_uid,
     terminate,
     verify_server,

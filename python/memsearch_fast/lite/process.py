@@ -12,6 +12,7 @@ import subprocess
 import time
 from typing import Any, NoReturn
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import StoreError, one_line
 from memsearch_fast.lite.paths import (
     HOST,
@@ -23,22 +24,6 @@ from memsearch_fast.lite.paths import (
     socket_file,
     socket_path,
 )
-
-
-def pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def cmdline_args(pid: Any) -> list[str] | None:

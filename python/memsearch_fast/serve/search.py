@@ -172,8 +172,8 @@ def ask(
         return None
     db_path, request = prepared
     request["render"] = dict(render or {})
+    from memsearch_fast._os import pid_alive
     from memsearch_fast.lite.paths import read_state, socket_path
-    from memsearch_fast.lite.process import pid_alive
 
     st = read_state(db_path)
     pid = st.get("pid") if st else None

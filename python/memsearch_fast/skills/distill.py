@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
@@ -414,18 +415,6 @@ def _format_error(exc: BaseException, limit: int = 2000) -> str:
     return message
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return True
-    return True
-
-
 def _stale(path: Path) -> bool:
     """A lock left behind: its pid is gone, or it has no pid and is old."""
     try:
@@ -434,7 +423,7 @@ def _stale(path: Path) -> bool:
     except OSError:
         return False
     if text.isdigit():
-        return int(text) != os.getpid() and not _pid_alive(int(text))
+        return int(text) != os.getpid() and not pid_alive(int(text))
     return age > STALE_LOCK_SECONDS
 
 
