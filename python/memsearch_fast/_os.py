@@ -21,10 +21,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from memsearch_fast.errors import MemsearchError
+
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-class UnsafePathError(OSError):
+class UnsafePathError(MemsearchError, OSError):
     """A path that must be a plain file or directory of the user's is a link,
     a device, a FIFO, or owned by someone else (one-line message)."""
 

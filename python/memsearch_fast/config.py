@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.errors import MemsearchError
+
 PROJECT_CONFIG_NAME = ".memsearch.toml"
 ENV_PREFIX = "env:"
 
@@ -73,7 +75,7 @@ SEARCH_SYNC_MODES = ("off", "lazy")
 DEFAULT_SEARCH_SYNC = "off"
 
 
-class ConfigError(ValueError):
+class ConfigError(MemsearchError, ValueError):
     """A configuration file or value is invalid (one-line message)."""
 
 

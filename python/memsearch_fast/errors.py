@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 
-class StoreError(Exception):
+class MemsearchError(Exception):
+    """The root of every error whose message is written for the user (one line,
+    what to do next); anything else reaching the top is a bug and says its type."""
+
+
+class StoreError(MemsearchError):
     """A store operation failed; the message is one line, fit for a CLI."""
 
 
@@ -38,13 +43,12 @@ def describe(exc: BaseException) -> str:
     anything else is prefixed with its type, which is then the useful part.
     """
     text = one_line(exc, limit=None)
-    own = type(exc).__module__.startswith("memsearch_fast")
-    if isinstance(exc, (ValueError, OSError)) or own:
+    if isinstance(exc, (MemsearchError, ValueError, OSError)):
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(MemsearchError, RuntimeError):
     """Base class for every error raised by an embedding provider."""
 
 
@@ -71,6 +75,6 @@ class EmbeddingAPIError(EmbeddingError):
         self.status = status
 
 
-class RerankerError(RuntimeError):
+class RerankerError(MemsearchError, RuntimeError):
     """The reranker model (``--reranker-model``, ``reranker.model``) cannot be
     found, is not a cross-encoder, or failed to load."""

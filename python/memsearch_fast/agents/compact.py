@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
 
@@ -43,7 +44,7 @@ PROMPT = (
 )
 
 
-class CompactError(ValueError):
+class CompactError(MemsearchError, ValueError):
     """A usage problem with compact's inputs (one line)."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
+from memsearch_fast.errors import MemsearchError
 
 PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
@@ -326,7 +327,7 @@ def answer(platform: str, event: str, output: Output) -> Output | None:
     return output
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(MemsearchError):
     def __str__(self) -> str:
         return "the hook ran out of time (MEMSEARCH_HOOK_DEADLINE)"
 

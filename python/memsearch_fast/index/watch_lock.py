@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.errors import one_line
+from memsearch_fast.errors import MemsearchError, one_line
 
 
-class WatchLockError(OSError):
+class WatchLockError(MemsearchError, OSError):
     """The watcher's lock file could not be created or opened."""
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsearch_fast.config import DEFAULT_LLM_MODELS
-from memsearch_fast.errors import one_line
+from memsearch_fast.errors import MemsearchError, one_line
 
 
-class LLMError(RuntimeError):
+class LLMError(MemsearchError, RuntimeError):
     """An LLM call failed or gave an unusable answer; the message is one line.
 
     ``status`` is the HTTP status code (0 when there was none).

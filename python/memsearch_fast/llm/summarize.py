@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast.config import PLUGIN_PLATFORMS, canonical_key
+from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
 
@@ -52,7 +53,7 @@ PROMPT = (
 )
 
 
-class UnknownPluginError(ValueError):
+class UnknownPluginError(MemsearchError, ValueError):
     """``--plugin`` names no known platform (a usage error)."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._core import heading_levels
+from memsearch_fast.errors import MemsearchError
 
 ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)\s+turn:(\S+)\s+transcript:(\S+)\s*-->")
 
@@ -32,7 +33,7 @@ MAX_LINE_CHARS = 20_000
 CLIP_CONTEXT = 2_000
 
 
-class ExpandError(Exception):
+class ExpandError(MemsearchError):
     """The chunk's file is gone or unreadable (one-line message)."""
 
 

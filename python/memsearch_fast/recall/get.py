@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.errors import MemsearchError
 
-class GetError(Exception):
+
+class GetError(MemsearchError):
     """The path is not an indexed source, or it cannot be read (one-line message)."""
 
 

@@ -41,7 +41,7 @@ from mcp.server.stdio import stdio_server
 
 from memsearch_fast import __version__
 from memsearch_fast.config import DEFAULT_TOP_K
-from memsearch_fast.errors import StoreError, describe, one_line
+from memsearch_fast.errors import MemsearchError, StoreError, describe, one_line
 from memsearch_fast.recall import search as recall
 
 SERVER_NAME = "memsearch"
@@ -167,7 +167,7 @@ TOOLS: list[types.Tool] = [
 _ARGUMENTS = {tool.name: frozenset(tool.inputSchema["properties"]) for tool in TOOLS}
 
 
-class ToolFailure(Exception):
+class ToolFailure(MemsearchError):
     """A tool call that cannot be answered; its text is the one line the client sees."""
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast import _os
+from memsearch_fast.errors import MemsearchError
 
 STORE_DIR = "skill-candidates"
 SKILL_FILE = "SKILL.md"
@@ -48,7 +49,7 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class SkillError(ValueError):
+class SkillError(MemsearchError, ValueError):
     """A skills operation cannot be done; the message is one line for the user."""
 
 

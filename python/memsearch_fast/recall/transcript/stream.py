@@ -25,6 +25,7 @@ from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from memsearch_fast.errors import MemsearchError
 from memsearch_fast.recall.transcript import claude, codex, openclaw
 from memsearch_fast.recall.transcript.records import Call, Format, NewTurn, Result, ToolCall, Turn
 
@@ -40,7 +41,7 @@ TRACKED_CALLS = 50_000
 Position = tuple[int, int]
 
 
-class TranscriptError(Exception):
+class TranscriptError(MemsearchError):
     """The transcript cannot be shown (one-line message)."""
 
 
