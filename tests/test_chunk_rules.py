@@ -120,11 +120,26 @@ def test_batches_are_bounded_and_cover_every_file(tmp_path) -> None:
 
 
 def test_abandoned_stream_does_not_hang(tmp_path) -> None:
+    """A stream dropped after its first batch stops its reader threads (none is left blocked on a full queue)."""
+    import gc
+    import os
+    import time
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
     for i in range(200):
         (tmp_path / f"f{i}.md").write_text(f"# F{i}\ntext text\n")
-    stream = ms.chunk_files(ms.scan_paths([tmp_path]), batch_chunks=1)
+    before = threads()
+    stream = ms.chunk_files(ms.scan_paths([tmp_path]), batch_chunks=1, workers=2)
     next(stream)
-    del stream  # the producer thread must notice and stop
+    assert threads() > before  # its threads run, blocked on the bounded queue
+    del stream  # the producer threads must notice and stop
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threads() <= before
 
 
 @pytest.mark.parametrize("size", [0, -5])
