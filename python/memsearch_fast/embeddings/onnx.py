@@ -14,7 +14,7 @@ batch mates (cosine 0.98-0.99 to itself alone). Alone, a text gets the same
 vector in an index run, in a repair and as a query. Its cores then go to
 single-threaded workers (``workers x threads`` of them, sharing one session):
 one row per call keeps a wide worker's threads half idle. On 2 cores this
-was faster than batches of 32 (README, "Reliability").
+was faster than batches of 32 (docs/reliability.md).
 """
 
 from __future__ import annotations
