@@ -52,25 +52,24 @@ def _open(path: str | os.PathLike[str], flags: int, mode: int = 0o600, dir_fd: i
         raise
 
 
-def check_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether *path* exists; raises :class:`UnsafePathError` when it is not a
-    real directory (a symlink, a file) owned by the user."""
+def _exists_as(path: str | os.PathLike[str], kind: int) -> bool:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    _check(st, path, stat.S_IFDIR)
+    _check(st, path, kind)
     return True
+
+
+def check_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether *path* exists; raises :class:`UnsafePathError` when it is not a
+    real directory (a symlink, a file) owned by the user."""
+    return _exists_as(path, stat.S_IFDIR)
 
 
 def check_file(path: str | os.PathLike[str]) -> bool:
     """Whether *path* exists; raises when it is not a regular file of the user's."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    _check(st, path, stat.S_IFREG)
-    return True
+    return _exists_as(path, stat.S_IFREG)
 
 
 def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o700) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from memsearch_fast._os import open_private, read_regular, write_all
+from memsearch_fast._os import open_private, read_regular, write_all, write_atomic
 
 DAILY_LOG = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 #: Characters per token, for bounding what a session starts with (a rough,
@@ -98,24 +98,11 @@ def rewrite(log: Path, change: Callable[[str], str]) -> None:
     """Replace *log* with ``change(old text)`` atomically (a hidden temp file
     renamed over it) while holding the lock appenders take."""
     fd = _locked(log)
-    tmp = log.with_name(f".{log.name}.{os.getpid()}.tmp")  # hidden: scanners and watchers skip it
     try:
         with open(fd, "rb", closefd=False) as f:
             old = f.read().decode("utf-8", "replace")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        out = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=0o600)
-        try:
-            os.fchmod(out, os.fstat(fd).st_mode & 0o777)  # the log keeps its mode
-            write_all(out, change(old).encode("utf-8"))
-            os.fsync(out)
-        finally:
-            os.close(out)
-        os.replace(tmp, log)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        # The temp file is hidden, so scanners and watchers skip it; the log keeps its mode.
+        write_atomic(log, change(old).encode("utf-8"), mode=os.fstat(fd).st_mode & 0o777)
     finally:
         os.close(fd)
 
