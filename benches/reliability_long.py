@@ -328,16 +328,7 @@ class Sessions:
         journal.append(self.memory / f"{day}.md", time.strftime("%H:%M"), journal.Anchor(session, "t", ""), bullets)
 
     def watchers(self) -> list[int]:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    argv = (entry / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"watch" in argv and b"memsearch_fast.cli" in argv and os.fsencode(self.memory) in argv:
-                    pids.append(int(entry.name))
-        return pids
+        return harness.watcher_pids(self.memory)
 
     def step(self, rng: random.Random, counts: Counter[str]) -> None:
         """One thing a user's agent does: start, work, end (sometimes at once), or lose its watcher."""

@@ -18,7 +18,6 @@ import gc
 import os
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from memsearch_fast.errors import MemsearchError
@@ -209,16 +208,6 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-@contextlib.contextmanager
-def private_dir(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[int]:
-    """:func:`open_dir` as a context manager."""
-    fd = open_dir(path, create=create)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:

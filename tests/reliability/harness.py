@@ -206,6 +206,20 @@ def server_pids(db: Path) -> list[int]:
     return [p for p in (st.get("pid"), st.get("engine_pid")) if isinstance(p, int)]
 
 
+def watcher_pids(root: Path) -> list[int]:
+    """The pids of the ``memsearch watch`` processes of *root* (argument by argument, from /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"watch" in argv and b"memsearch_fast.cli" in argv and os.fsencode(root) in argv:
+                pids.append(int(entry.name))
+    return pids
+
+
 def copy_database(src: Path, dst: Path, collection: str = COLLECTION) -> None:
     """A stopped database and its manifest, under another name (a snapshot to start runs from)."""
     from memsearch_fast.store.manifest import manifest_path

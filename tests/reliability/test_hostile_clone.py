@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import watcher_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = 24 * 3600
@@ -117,16 +118,7 @@ class Home:
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def watchers(self, memory: Path) -> list[int]:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    argv = (entry / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"watch" in argv and b"memsearch_fast.cli" in argv and os.fsencode(memory) in argv:
-                    pids.append(int(entry.name))
-        return pids
+        return watcher_pids(memory)
 
     def stop_all(self) -> None:
         for entry in Path("/proc").iterdir():

@@ -98,13 +98,10 @@ def _spawned(uri: str, project: Project) -> int | None:
         return None
     if pid <= 1 or pid == os.getpid():
         return None
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read().split(b"\0")
-    except OSError:
-        return None
-    memory = os.fsencode(project.memory_dir)
-    ours = b"memsearch_fast.cli" in args and b"watch" in args and memory in args
+    from memsearch_fast.lite.process import cmdline_args
+
+    args = cmdline_args(pid) or []
+    ours = "memsearch_fast.cli" in args and "watch" in args and project.memory_dir in args
     return pid if ours else None
 
 

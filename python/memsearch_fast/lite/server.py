@@ -23,7 +23,6 @@ from memsearch_fast.lite.embedded import drop_unimplemented
 from memsearch_fast.lite.paths import (
     ENV_MODE,
     HOST,
-    SERVER_MARKS,
     address_uri,
     check_layout,
     database_id,
@@ -36,7 +35,7 @@ from memsearch_fast.lite.paths import (
     writable_dir,
     write_state,
 )
-from memsearch_fast.lite.process import endpoint_open
+from memsearch_fast.lite.process import cmdline_args, endpoint_open, served_database
 from memsearch_fast.lite.version import milvus_lite_major
 
 logger = logging.getLogger(__name__)
@@ -367,12 +366,11 @@ def _predecessor(fd: int, db_path: str) -> bool:
     if not holders:
         return True  # released since we tried: try again
     for pid in holders:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            return True  # exited since
-        if any(m.encode() in argv for m in SERVER_MARKS) and os.fsencode(db_path) in argv:
+        args = cmdline_args(pid)
+        if not args:
+            return True  # exited since (or unknown: waiting is bounded)
+        served = served_database(args)
+        if served is not None and served[0] == db_path:
             return True
     return False
 
