@@ -40,8 +40,8 @@ SETTINGS = {"batches of 32": 32, "default (one per call)": 0}
 
 def chunks(seed: int) -> list[str]:
     """The chunk texts of a generated 300 KB corpus (as the index pipeline embeds them), shuffled."""
-    from benches.corpus import write_corpus
     from memsearch_fast.index.chunk import chunk_markdown, clean_content_for_embedding
+    from tests.helpers.corpus import write_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         write_corpus(Path(tmp), total_bytes=300_000, seed=seed)

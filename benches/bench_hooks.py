@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from benches.corpus import write_corpus
+from tests.helpers.corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from benches.corpus import write_corpus
+from tests.helpers.corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(

@@ -54,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from benches.corpus import daily_log, doc_page, write_corpus
+from tests.helpers.corpus import daily_log, doc_page, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benches.corpus import write_corpus
+from tests.helpers.corpus import write_corpus
 
 CORPUS_MB = int(os.environ.get("MEMSEARCH_BENCH_MB", "24"))
 

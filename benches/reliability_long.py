@@ -56,11 +56,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 sys.path.insert(0, str(ROOT))
 
-import harness  # noqa: E402 - after the path is set
-from harness import (  # noqa: E402
+from memsearch_fast.lite import broker as lite_broker  # noqa: E402
+from tests.helpers import harness  # noqa: E402 - after the path is set
+from tests.helpers.harness import (  # noqa: E402
     Background,
     RunWatcher,
     bad_corpus,
@@ -76,8 +76,6 @@ from harness import (  # noqa: E402
     server_pids,
     stop_servers,
 )
-
-from memsearch_fast.lite import broker as lite_broker  # noqa: E402
 
 KINDS = {  # kind: weight
     "kill9-run": 4,

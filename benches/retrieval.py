@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benches.corpus import write_corpus
+from tests.helpers.corpus import write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(

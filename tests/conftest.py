@@ -10,6 +10,41 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
 
+#: Modules whose tests drive `memsearch`, a hook, the MCP server or the search
+#: service as real subprocesses (`-m e2e` / `-m "not e2e"`).
+E2E_MODULES = {
+    "test_cli",
+    "test_compact",
+    "test_config",
+    "test_embeddings_remote",
+    "test_expand",
+    "test_hooks",
+    "test_js_plugins",
+    "test_mcp",
+    "test_recall_tiers",
+    "test_reference_parity",
+    "test_rerank",
+    "test_search_service",
+    "test_skills",
+    "test_store_sharing",
+    "test_summarize",
+    "test_sync",
+    "test_transcript",
+    "test_watch",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers by place: everything under tests/reliability is `reliability`
+    (and end to end); the modules above are `e2e`."""
+    for item in items:
+        path = Path(str(item.path))
+        if "reliability" in path.parts:
+            item.add_marker(pytest.mark.reliability)
+            item.add_marker(pytest.mark.e2e)
+        elif path.stem in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
+
 
 def shared_model_dir() -> Path:
     """The shared ONNX model; MEMSEARCH_TEST_MODEL_DIR overrides it."""

@@ -136,7 +136,7 @@ def test_sample_files_match_reference(sample_dir, max_chunk_size: int) -> None:
 
 
 def test_generated_corpus_matches_reference(tmp_path) -> None:
-    from benches.corpus import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     write_corpus(tmp_path, total_bytes=600_000, seed=7, fences=False)
     files = sorted(tmp_path.rglob("*.md"))

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.cli import make_env, ok, one_line_error, run
+
 HEAVY = ("onnxruntime", "pymilvus", "numpy", "tokenizers", "rich", "memsearch_fast._core", "pandas", "grpc")
 WORKING_COMMANDS = (
     "compact",
@@ -47,50 +49,6 @@ COMMON_FLAGS = (
     "--model",
     "--provider",
 )
-
-
-def make_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
-    env.update(
-        HOME=str(home),
-        MEMSEARCH_LITE_IDLE_TIMEOUT="120",
-        MEMSEARCH_OFFLINE="1",
-        HF_HUB_OFFLINE="1",
-        PYTHONIOENCODING="utf-8",
-    )
-    home.mkdir(parents=True, exist_ok=True)
-    return env
-
-
-def run(
-    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memsearch_fast", *args],
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=timeout,
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The command failed with exactly one line on stderr (no traceback)."""
-    assert proc.returncode != 0, proc.stdout
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -454,7 +412,7 @@ def test_sigterm_ends_an_index_started_with_sigint_ignored(
     exit 130, and the next run finishes the index."""
     import signal
 
-    from benches.corpus import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     root = tmp_path / "corpus"
     write_corpus(root, total_bytes=600_000, seed=3)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_llm import KEY, FakeLLMServer
+from tests.helpers.llm import KEY, FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = "## Billing\n\n- Invoices are rounded once per invoice, not per line.\n- The cron job runs at 02:00."

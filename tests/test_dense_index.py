@@ -27,7 +27,7 @@ QUERIES = [
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    from benches.corpus import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     root = tmp_path / "notes"
     write_corpus(root, total_bytes=60_000, seed=5)

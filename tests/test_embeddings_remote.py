@@ -34,8 +34,8 @@ from memsearch_fast.embeddings.mistral import MistralEmbedding
 from memsearch_fast.embeddings.voyage import VoyageEmbedding
 from memsearch_fast.parallelism import plan
 from memsearch_fast.recall import search as recall
-from test_cli import make_env, ok, one_line_error, run
-from test_llm import FakeLLMServer, Reply
+from tests.helpers.cli import make_env, ok, one_line_error, run
+from tests.helpers.llm import FakeLLMServer, Reply
 
 KEY = "vk-test-SECRET-0123456789abcdef"
 DIM = 8  # vector size for models the server does not know

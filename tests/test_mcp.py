@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from test_cli import make_env, ok, run
+from tests.helpers.cli import make_env, ok, run
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402

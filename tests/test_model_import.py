@@ -22,6 +22,7 @@ from memsearch_fast.embeddings import ModelConversionError, ModelNotFoundError, 
 from memsearch_fast.embeddings.convert import checkpoint_root, read_safetensors
 from memsearch_fast.embeddings.models import import_model
 from memsearch_fast.embeddings.onnx import OnnxEmbedding
+from tests.helpers.safetensors import write_safetensors
 
 MODEL_DIR = Path(
     os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
@@ -32,23 +33,6 @@ SIDE_FILES = ("config.json", "tokenizer.json", "sentence_bert_config.json", "mod
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtypes: dict[str, str] | None = None) -> None:
-    """Minimal safetensors writer (header length, JSON header, raw little-endian data)."""
-    codes = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64", np.dtype("<u2"): "BF16"}
-    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    blobs, offset = [], 0
-    for name, tensor in tensors.items():
-        arr = np.ascontiguousarray(tensor)
-        raw = arr.tobytes()
-        code = (dtypes or {}).get(name) or codes[arr.dtype]
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
 def checkpoint_from_onnx(onnx_path: Path, out: Path) -> Path:

@@ -199,7 +199,7 @@ def test_explicit_file_paths_prune_nothing_else(tmp_path: Path, provider, model_
 
 
 def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path) -> None:
-    from benches.corpus import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     root = tmp_path / "corpus"
     write_corpus(root, total_bytes=500_000, seed=5)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from test_cli import make_env, ok, one_line_error, run
+from tests.helpers.cli import make_env, ok, one_line_error, run
 
 QUERY = "deploy the search service"
 DIGEST_RE = re.compile(r"^(?P<source>.+):(?P<start>\d+)-(?P<end>\d+)(?: (?P<heading>.*))? (?P<score>-?\d+\.\d{4})$")

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from test_cli import make_env, ok, run
-from test_llm import KEY, FakeLLMServer, Reply
+from tests.helpers.cli import make_env, ok, run
+from tests.helpers.llm import KEY, FakeLLMServer, Reply
 
 pytest.importorskip("memsearch.cli", reason="reference memsearch==0.4.23 is a test dependency")
 

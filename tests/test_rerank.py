@@ -22,8 +22,8 @@ import pytest
 from memsearch_fast import config as cfgmod
 from memsearch_fast.errors import ModelConversionError, RerankerError
 from memsearch_fast.recall import rerank
-from test_cli import make_env, ok, one_line_error, run
-from test_model_import import write_safetensors
+from tests.helpers.cli import make_env, ok, one_line_error, run
+from tests.helpers.safetensors import write_safetensors
 
 HIDDEN, HEADS, LAYERS, INTER, MAX_POS = 32, 4, 2, 64, 96
 QUERY = "how do we roll back a failed deploy of the search service"

@@ -23,7 +23,7 @@ import pytest
 
 from memsearch_fast.skills import distill as dist
 from memsearch_fast.skills import store
-from test_llm import KEY, FakeLLMServer
+from tests.helpers.llm import KEY, FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT.parent / "shared" / "reference" / "memsearch-0.4.23-cli-help.txt"

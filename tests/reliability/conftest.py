@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import stop_servers
 
 from memsearch_fast.lite import paths as lite_paths
+from tests.helpers.harness import stop_servers
 
 
 @pytest.fixture

@@ -21,7 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from memsearch_fast._os import pid_alive
+from memsearch_fast.lite import broker as lite_broker
+from memsearch_fast.lite import damage
+from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite.version import milvus_lite_major
+from tests.helpers.harness import (
     cli_env,
     copy_database,
     corpus,
@@ -32,12 +38,6 @@ from harness import (
     servers_stopped,
     stop_servers,
 )
-
-from memsearch_fast._os import pid_alive
-from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import damage
-from memsearch_fast.lite import paths as lite_paths
-from memsearch_fast.lite.version import milvus_lite_major
 
 pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork"),

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import watcher_pids
+
+from tests.helpers.harness import watcher_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = 24 * 3600

@@ -28,7 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import (
+
+from memsearch_fast._os import pid_alive
+from memsearch_fast.lite import broker as lite_broker
+from memsearch_fast.lite import paths as lite_paths
+from tests.helpers.harness import (
     Background,
     Window,
     assert_same,
@@ -46,10 +50,6 @@ from harness import (
     stop_servers,
     timed_run,
 )
-
-from memsearch_fast._os import pid_alive
-from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import paths as lite_paths
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and the shared server need POSIX")
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import cli_env, index_args, memsearch, ok, one_line_error, stop_servers
 
 from memsearch_fast.lite import paths as lite_paths
+from tests.helpers.harness import cli_env, index_args, memsearch, ok, one_line_error, stop_servers
 
 Indexed = tuple[Path, dict[str, str]]
 

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import cli_env, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
 from memsearch_fast.store import EmbeddingModel, MilvusStore
+from tests.helpers.harness import cli_env, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 

@@ -30,10 +30,10 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from harness import cli_env, command, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
 from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite.version import milvus_lite_major
+from tests.helpers.harness import cli_env, command, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
 pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork"),

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from harness import cli_env, corpus, dump, index_args, memsearch, ok
 
 from memsearch_fast.store import MilvusStore
+from tests.helpers.harness import cli_env, corpus, dump, index_args, memsearch, ok
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 

@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.store.manifest import Manifest
+from tests.helpers.harness import (
     COLLECTION,
     Background,
     assert_same,
@@ -31,9 +34,6 @@ from harness import (
     ok,
     stop_servers,
 )
-
-from memsearch_fast.lite import paths as lite_paths
-from memsearch_fast.store.manifest import Manifest
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the writer lock needs flock")
 

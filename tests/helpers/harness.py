@@ -243,8 +243,7 @@ def servers_stopped(base: Path) -> Iterator[None]:
 
 def corpus(root: Path, total_bytes: int, seed: int) -> list[Path]:
     """A generated markdown corpus (agent logs and documentation pages)."""
-    sys.path.insert(0, str(ROOT))
-    from benches.corpus import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     write_corpus(root, total_bytes=total_bytes, seed=seed)
     return sorted(root.rglob("*.md"))

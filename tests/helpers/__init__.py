@@ -1,0 +1,1 @@
+"""Code shared by test modules (and the benchmarks): no test module imports another."""
