@@ -34,8 +34,12 @@ class Watcher:
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self.readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -63,7 +67,13 @@ class Watcher:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=60)
+        for reader in self.readers:  # they end at the pipes' end of file
+            reader.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return rc
 
 
 def common(db: Path, model_dir: Path) -> list[str]:
@@ -176,7 +186,7 @@ def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[
         second = Watcher([str(root), *common(db, model_dir)], env)
         busy = second.next("already_running")
         assert busy["pid"] == first.proc.pid
-        assert second.proc.wait(timeout=60) == 0
+        assert second.stop() == 0
 
         # A killed holder leaves no lock behind: the next watcher takes over.
         first.proc.kill()
@@ -200,7 +210,7 @@ def test_watcher_exits_when_its_roots_are_deleted(
     w.next("indexed")
     shutil.rmtree(tmp_path / "worktree")
     assert "gone" in w.next("stopped", timeout=60)["reason"]
-    assert w.proc.wait(timeout=60) == 0
+    assert w.stop() == 0
 
 
 def test_start_stop_cycles_leave_no_watcher_behind(

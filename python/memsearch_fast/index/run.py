@@ -219,25 +219,7 @@ class _Run:
         self.racy_after = time.time() - MANIFEST_RACY_SECONDS
         report, store, progress = self.report, self.store, self.progress
         progress.start(len(self.files))
-        if self.manifest is not None and not self.new_store:
-            await asyncio.to_thread(self._load_manifest)
-        if self.loaded is not None:
-            report.manifest = True
-            self.old = self.loaded.entries
-            paths, self.gone = self._plan_with_manifest()
-        else:
-            paths = [os.fspath(f) for f in self.files]
-            if not self.new_store:  # a store this run creates holds nothing to diff against
-                self.dedup = await asyncio.to_thread(
-                    Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
-                )
-                self.gone = self.dedup.orphans(self.roots, unlisted=self.unlisted, seen=set(paths))
-            if self.gone and not self.force:
-                gone = self.gone
-                self.donors.defer(
-                    lambda: b"".join(self.donors.learn_rows(p) for p in store.iter_rows_for_sources(gone, LEARN_FIELDS))
-                )
-
+        paths = await self._plan()
         self.upsert = UpsertStage(
             store,
             before_write=self.manifest.invalidate if self.manifest is not None else None,
@@ -303,6 +285,30 @@ class _Run:
         report.deleted = self.upsert.deleted
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _plan(self) -> list[str]:
+        """The files to read, and (in ``self.gone``) the sources whose rows go: from
+        the manifest when it can be trusted, else from the ids the store holds."""
+        store = self.store
+        if self.manifest is not None and not self.new_store:
+            await asyncio.to_thread(self._load_manifest)
+        if self.loaded is not None:
+            self.report.manifest = True
+            self.old = self.loaded.entries
+            paths, self.gone = self._plan_with_manifest()
+            return paths
+        paths = [os.fspath(f) for f in self.files]
+        if not self.new_store:  # a store this run creates holds nothing to diff against
+            self.dedup = await asyncio.to_thread(
+                Dedup, self.model, store.iter_ids_by_source(self.only_sources), force=self.force
+            )
+            self.gone = self.dedup.orphans(self.roots, unlisted=self.unlisted, seen=set(paths))
+        if self.gone and not self.force:
+            gone = self.gone
+            self.donors.defer(
+                lambda: b"".join(self.donors.learn_rows(p) for p in store.iter_rows_for_sources(gone, LEARN_FIELDS))
+            )
+        return paths
 
     # -- manifest ------------------------------------------------------------------------
 

@@ -107,6 +107,48 @@ def _armed(roots: Sequence[str]) -> list[tuple[str, int, int]]:
     return out
 
 
+class _Burst:
+    """Changes seen and not yet indexed: when the burst began, when it last grew,
+    and the backoff after a failed run."""
+
+    def __init__(self, quiet_s: float, longest_s: float) -> None:
+        self.quiet_s, self.longest_s = quiet_s, longest_s
+        self.pending = 1  # the first run: whatever changed while no watcher ran
+        self.first_at = self.last_at = 0.0
+        self.delay = 0.0
+        self.indexed_once = False
+
+    def add(self, n: int, now: float) -> None:
+        if not self.pending:
+            self.first_at = now
+        self.pending += n
+        self.last_at = now
+
+    def due(self, now: float) -> bool:
+        return bool(self.pending) and (now - self.last_at >= self.quiet_s or now - self.first_at >= self.longest_s)
+
+
+async def _index(
+    run: Callable[[], Awaitable[IndexReport]], burst: _Burst, stop: asyncio.Event
+) -> AsyncIterator[WatchEvent]:
+    """One run for the burst in hand; a failure waits its backoff (or *stop*)."""
+    from memsearch_fast.errors import describe
+
+    try:
+        report = await run()
+    except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
+        burst.delay = min(RETRY_MAX_S, burst.delay * 2 if burst.delay else RETRY_FIRST_S)
+        yield WatchEvent("error", error=describe(exc), changes=burst.pending, retry_in=burst.delay)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=burst.delay)
+    else:
+        burst.delay = 0.0
+        burst.indexed_once = True
+        give_back_memory()
+        yield WatchEvent("indexed", report=report, changes=burst.pending)
+        burst.pending = 0
+
+
 async def watch(
     run: Callable[[], Awaitable[IndexReport]],
     paths: Sequence[str],
@@ -133,23 +175,15 @@ async def watch(
     stop = stop or asyncio.Event()
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
     quiet_s = max(0, int(debounce_ms)) / 1000
-    longest_s = max(quiet_s * 4, MAX_WAIT_MS / 1000)
+    burst = _Burst(quiet_s, max(quiet_s * 4, MAX_WAIT_MS / 1000))
     accept = _relevant(extensions, ignore_files, roots)
     root_set = frozenset(roots)
-    delay = 0.0
-    pending = 1  # the first run: whatever changed while no watcher ran
-    first_at = last_at = 0.0  # when the pending burst began and when it was last added to
-    indexed_once = False
     loop = asyncio.get_running_loop()
-
-    def due() -> bool:
-        now = loop.time()
-        return now - last_at >= quiet_s or now - first_at >= longest_s
 
     def gone() -> str:
         if not _roots_alive(roots):
             return "every watched path is gone"
-        if indexed_once and database is not None and not os.path.exists(database):
+        if burst.indexed_once and database is not None and not os.path.exists(database):
             return f"the database {database} is gone"
         return ""
 
@@ -162,12 +196,11 @@ async def watch(
             yield WatchEvent("stopped", error=reason)
             return
         armed = _armed(roots)
-        watched = [r for r, _, _ in armed]
         try:
             # One watcher for as long as the root set holds: events that
             # arrive during a run are kept by it and start the next run.
             async for changes in awatch(
-                *watched,
+                *[r for r, _, _ in armed],
                 watch_filter=accept,
                 debounce=GATHER_MS * 4,
                 step=GATHER_MS,
@@ -177,31 +210,15 @@ async def watch(
                 ignore_permission_denied=True,
             ):
                 if changes:
-                    if not pending:
-                        first_at = loop.time()
-                    pending += len(changes)
-                    last_at = loop.time()
-                if pending and due() and not stop.is_set():
-                    try:
-                        report = await run()
-                    except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
-                        delay = min(RETRY_MAX_S, delay * 2 if delay else RETRY_FIRST_S)
-                        yield WatchEvent("error", error=describe(exc), changes=pending, retry_in=delay)
-                        with contextlib.suppress(asyncio.TimeoutError):
-                            await asyncio.wait_for(stop.wait(), timeout=delay)
-                    else:
-                        delay = 0.0
-                        indexed_once = True
-                        give_back_memory()
-                        yield WatchEvent("indexed", report=report, changes=pending)
-                        pending = 0
-                if gone():
-                    pending += 1  # what is at the roots when (if) one comes back is unseen by events
-                    break
-                if _armed(roots) != armed or any(path in root_set for _, path in changes):
-                    # A root came back, vanished or was replaced (its inode number may be
-                    # reused, but its deletion is reported): watch the new set, then look again.
-                    pending += 1
+                    burst.add(len(changes), loop.time())
+                if burst.due(loop.time()) and not stop.is_set():
+                    async for event in _index(run, burst, stop):
+                        yield event
+                if gone() or _armed(roots) != armed or any(path in root_set for _, path in changes):
+                    # Gone, or a root came back, vanished or was replaced (its inode number
+                    # may be reused, but its deletion is reported): what is at the roots
+                    # now is unseen by events, so watch the new set and look again.
+                    burst.pending += 1
                     break
         except (FileNotFoundError, RuntimeError) as exc:
             # The notify backend gives up when a watched root disappears.
@@ -209,5 +226,5 @@ async def watch(
                 yield WatchEvent("error", error=describe(exc), retry_in=RETRY_FIRST_S)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=RETRY_FIRST_S)
-            pending += 1
+            burst.pending += 1
     yield WatchEvent("stopped", error="")
