@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.llm.summarize import AGENT_PLACEHOLDER, PROMPT
+from memsearch_fast.agents.summarize import AGENT_PLACEHOLDER, PROMPT
 from test_llm import KEY, FakeLLMServer, calls, fake_agents
 
 TURN = "[User]: why is the build slow?\n[Claude Code]: it ran the tests twice; fixed in ci.yml."

@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import pid_alive
+from memsearch_fast.agents.skills import store
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
-from memsearch_fast.skills import store
 
 TASK = "memory_to_skill"
 MAX_PROMPT_CHARS = 80_000
