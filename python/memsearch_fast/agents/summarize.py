@@ -1,14 +1,12 @@
 """`memsearch summarize`: the text of one conversation turn → third-person
 bullet notes, from the LLM that ``plugins.<platform>.summarize`` selects.
 
-Routing, as in memsearch 0.4.23: ``provider`` names a table
-``[llm.providers.<name>]`` (``type``, ``model``, ``base_url``, ``api_key``);
-``plugins.<platform>.summarize.model`` overrides its model. Beyond the
-reference: ``provider`` may also be a protocol name (``anthropic``,
-``ollama``...; the ``[llm]`` settings apply when ``llm.provider`` is that
-protocol), and an empty or ``native`` provider runs the host agent's own CLI
-for Claude Code (``claude -p``) and Codex (``codex exec``); other platforms
-have no host CLI and keep the reference's answer (exit status 2).
+Routing is :mod:`memsearch_fast.agents.routing`'s (``provider`` names an
+``[llm.providers.<name>]`` table or a protocol; ``model`` overrides the
+model). Beyond the reference, an empty or ``native`` provider runs the host
+agent's own CLI for Claude Code (``claude -p``) and Codex (``codex exec``);
+other platforms have no host CLI and keep the reference's answer (exit
+status 2).
 
 The prompt is ``prompts.summarize`` (a file; ``{{AGENT_NAME}}`` is replaced)
 or the built-in one, then a blank line, ``Transcript:`` and the turn.
@@ -20,9 +18,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.agents import routing
 from memsearch_fast.config import PLUGIN_PLATFORMS, canonical_key
 from memsearch_fast.errors import MemsearchError
-from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
+from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
 
 AGENT_PLACEHOLDER = "{{AGENT_NAME}}"
@@ -36,8 +35,6 @@ AGENT_NAMES = {
 }
 #: Platforms whose host agent has a CLI that can summarize ("native").
 NATIVE_PROTOCOL = {"claude-code": "claude-code", "codex": "codex"}
-#: Protocols that are the same wire format under two names.
-_SAME_PROTOCOL = {"openai-compatible": "openai"}
 
 PROMPT = (
     "You take notes in the third person. What follows is the transcript of a single conversation turn "
@@ -71,46 +68,17 @@ def platform_of(plugin: str) -> str:
 
 def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
     """The LLM that summarizes for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
-    task = cfg["plugins"][platform]["summarize"]
-    name = resolve_env(task["provider"], f"plugins.{platform}.summarize.provider")
-    model = resolve_env(task["model"], f"plugins.{platform}.summarize.model")
-    llm = cfg.get("llm", {})
-    providers = llm.get("providers")
-    providers = providers if isinstance(providers, Mapping) else {}
-    if not name or name == "native":
-        protocol = NATIVE_PROTOCOL.get(platform)
-        if protocol is None:
-            raise NativeSummarization(
-                f"plugin {platform!r} is configured for native summarization; no memsearch-managed provider selected"
-            )
-        return LLMSettings(protocol, model)
-    if name in providers:
-        entry = providers[name]
-        if not isinstance(entry, Mapping):
-            raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
-        protocol = resolve_env(entry.get("type", ""), f"llm.providers.{name}.type") or name
-        return LLMSettings(
-            _known(protocol, f"llm.providers.{name}.type"),
-            model or resolve_env(entry.get("model", ""), f"llm.providers.{name}.model"),
-            entry.get("base_url", ""),
-            entry.get("api_key", ""),
+    return routing.route(cfg, platform, "summarize", lambda model: _native(platform, model))
+
+
+def _native(platform: str, model: str) -> LLMSettings:
+    """The host agent's own CLI, where the platform has one."""
+    protocol = NATIVE_PROTOCOL.get(platform)
+    if protocol is None:
+        raise NativeSummarization(
+            f"plugin {platform!r} is configured for native summarization; no memsearch-managed provider selected"
         )
-    if name in PROTOCOLS:
-        top = resolve_env(llm.get("provider", ""), "llm.provider")
-        if _SAME_PROTOCOL.get(top, top) != _SAME_PROTOCOL.get(name, name):
-            return LLMSettings(name, model)
-        model = model or resolve_env(llm.get("model", ""), "llm.model")
-        return LLMSettings(name, model, llm.get("base_url", ""), llm.get("api_key", ""))
-    raise LLMError(
-        f"unknown LLM provider {name!r} (plugins.{platform}.summarize.provider); configure [llm.providers.{name}] "
-        f"or use one of {', '.join(PROTOCOLS)}"
-    )
-
-
-def _known(protocol: str, where: str) -> str:
-    if protocol not in PROTOCOLS:
-        raise LLMError(f"unknown LLM provider type {protocol!r} ({where}); known types: {', '.join(PROTOCOLS)}")
-    return protocol
+    return LLMSettings(protocol, model)
 
 
 def load_prompt(cfg: Mapping[str, Any], agent_name: str, warn: Callable[[str], None] | None = None) -> str:

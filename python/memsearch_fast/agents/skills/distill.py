@@ -23,10 +23,10 @@ what is due:
   error text or refusal as the answer, no such JSON) stores nothing and is
   recorded in the state as the reference records it.
 
-Routing: ``provider`` names an ``[llm.providers.<name>]`` table or a protocol
-(``openai``, ``anthropic``, ``ollama``, ``claude-code``...; ``[llm]`` applies
-when ``llm.provider`` is that protocol); ``model`` overrides the model. The
-default ``native`` provider is the host agent's background pass, so the
+Routing is :mod:`memsearch_fast.agents.routing`'s: ``provider`` names an
+``[llm.providers.<name>]`` table or a protocol (``openai``, ``anthropic``,
+``ollama``, ``claude-code``...); ``model`` overrides the model. The default
+``native`` provider is the host agent's background pass, so the
 command refuses it (exit status 2) as the reference does.
 """
 
@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import pid_alive
+from memsearch_fast.agents import routing
 from memsearch_fast.agents.skills import store
 from memsearch_fast.errors import one_line
-from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
+from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
 
 TASK = "memory_to_skill"
@@ -59,7 +60,6 @@ MAX_EXISTING_BODY_CHARS = 2000
 LLM_TIMEOUT = 300.0
 #: A lock file without a readable pid is taken over after this many seconds.
 STALE_LOCK_SECONDS = 600
-_SAME_PROTOCOL = {"openai-compatible": "openai"}
 
 PROMPT = """\
 Your job: read the recent memory journals of {{AGENT_NAME}} and turn the work that keeps coming back \
@@ -134,8 +134,7 @@ def task_config(cfg: Mapping[str, Any], platform: str) -> Mapping[str, Any]:
 
 
 def provider_name(cfg: Mapping[str, Any], platform: str) -> str:
-    raw = str(task_config(cfg, platform).get("provider") or "")
-    return resolve_env(raw, f"plugins.{platform}.{TASK}.provider") or "native"
+    return routing.provider_name(cfg, platform, TASK)
 
 
 def native_refusal(platform: str) -> str:
@@ -148,40 +147,11 @@ def native_refusal(platform: str) -> str:
 
 def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
     """The LLM that distills for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
-    where = f"plugins.{platform}.{TASK}"
-    name = provider_name(cfg, platform)
-    model = resolve_env(str(task_config(cfg, platform).get("model") or ""), f"{where}.model")
-    if name == "native":
+
+    def refuse(_model: str) -> LLMSettings:
         raise NeedsAPIProvider(native_refusal(platform))
-    llm = cfg.get("llm", {})
-    providers = llm.get("providers") if isinstance(llm, Mapping) else None
-    providers = providers if isinstance(providers, Mapping) else {}
-    if name in providers:
-        entry = providers[name]
-        if not isinstance(entry, Mapping):
-            raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
-        protocol = resolve_env(str(entry.get("type") or ""), f"llm.providers.{name}.type") or name
-        if protocol not in PROTOCOLS:
-            raise LLMError(
-                f"unknown LLM provider type {protocol!r} (llm.providers.{name}.type); "
-                f"known types: {', '.join(PROTOCOLS)}"
-            )
-        return LLMSettings(
-            protocol,
-            model or resolve_env(str(entry.get("model") or ""), f"llm.providers.{name}.model"),
-            str(entry.get("base_url") or ""),
-            str(entry.get("api_key") or ""),
-        )
-    if name in PROTOCOLS:
-        top = resolve_env(str(llm.get("provider") or ""), "llm.provider") if isinstance(llm, Mapping) else ""
-        if _SAME_PROTOCOL.get(top, top) != _SAME_PROTOCOL.get(name, name):
-            return LLMSettings(name, model)
-        model = model or resolve_env(str(llm.get("model") or ""), "llm.model")
-        return LLMSettings(name, model, str(llm.get("base_url") or ""), str(llm.get("api_key") or ""))
-    raise LLMError(
-        f"unknown LLM provider {name!r} ({where}.provider); configure [llm.providers.{name}] "
-        f"or use one of {', '.join(PROTOCOLS)}"
-    )
+
+    return routing.route(cfg, platform, TASK, refuse)
 
 
 def resolve_task_path(raw: str, project: Path, mem_root: Path) -> Path:
