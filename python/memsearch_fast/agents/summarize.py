@@ -9,20 +9,19 @@ other platforms have no host CLI and keep the reference's answer (exit
 status 2).
 
 The prompt is ``prompts.summarize`` (a file; ``{{AGENT_NAME}}`` is replaced)
-or the built-in one, then a blank line, ``Transcript:`` and the turn.
+or the built-in one (``agents/prompts/summarize.txt``), then a blank line,
+``Transcript:`` and the turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from memsearch_fast.agents import routing
+from memsearch_fast.agents import prompts, routing
 from memsearch_fast.config import PLUGIN_PLATFORMS, canonical_key
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
-from memsearch_fast.llm.base import resolve_env
 
 AGENT_PLACEHOLDER = "{{AGENT_NAME}}"
 #: Who the notes call the agent when ``--agent-name`` is not given.
@@ -35,19 +34,6 @@ AGENT_NAMES = {
 }
 #: Platforms whose host agent has a CLI that can summarize ("native").
 NATIVE_PROTOCOL = {"claude-code": "claude-code", "codex": "codex"}
-
-PROMPT = (
-    "You take notes in the third person. What follows is the transcript of a single conversation turn "
-    f"between User and {AGENT_PLACEHOLDER}.\n\n"
-    "Write down what happened as factual notes: 2 to 10 bullet points, each line starting with '- '. "
-    "Call the user 'User'. The first bullet says what User asked for or wanted; the others say what "
-    f"{AGENT_PLACEHOLDER} did, found, changed, configured, tested, explained or decided, and what it could "
-    "not finish. Language rule, mandatory: write every bullet in the main language of the [User] text; when "
-    "User mixes languages, use the one that dominates what User wrote. Be concrete where it helps: name the "
-    "important files read or edited, searches or research done, refactorings, commands and tests run, key "
-    "findings and concrete results. Prefer the outcome User sees over the mechanics of the transcript. Do not "
-    "answer User's question yourself. Output nothing but the bullet points."
-)
 
 
 class UnknownPluginError(MemsearchError, ValueError):
@@ -84,17 +70,7 @@ def _native(platform: str, model: str) -> LLMSettings:
 def load_prompt(cfg: Mapping[str, Any], agent_name: str, warn: Callable[[str], None] | None = None) -> str:
     """``prompts.summarize`` with ``{{AGENT_NAME}}`` replaced by *agent_name*, or the
     built-in prompt when none is set or the file cannot be read (*warn* is told)."""
-    template = PROMPT
-    configured = resolve_env(cfg.get("prompts", {}).get("summarize", ""), "prompts.summarize")
-    if configured:
-        path = Path(configured).expanduser()
-        try:
-            template = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            if warn is not None:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-                warn(f"warning: cannot read prompts.summarize {path} ({reason}); using the built-in prompt")
-    return template.replace(AGENT_PLACEHOLDER, agent_name)
+    return prompts.configured(cfg, "summarize", warn).replace(AGENT_PLACEHOLDER, agent_name)
 
 
 def build_prompt(instructions: str, transcript: str) -> str:
