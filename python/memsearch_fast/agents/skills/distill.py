@@ -47,7 +47,7 @@ from typing import Any
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.agents import prompts, routing
-from memsearch_fast.agents.skills import store
+from memsearch_fast.agents.skills import history, store
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
@@ -436,7 +436,7 @@ def distill(
                     for part in (f"{len(created)} new" if created else "", f"{len(updated)} revised" if updated else "")
                     if part
                 )
-                store.commit(root, f"skills distill [{platform}]: {summary or 'no change'}")
+                history.commit(root, f"skills distill [{platform}]: {summary or 'no change'}")
             stamp = store.now()
             save_entry(
                 state_path,
