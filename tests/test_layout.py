@@ -118,7 +118,6 @@ FLOORS = [
     {"index", "recall"},
     {"api"},
     {"serve", "agents"},
-    {"skills"},
     {"cli", "__main__", ""},  # "": the package's own lazy re-exports
 ]
 

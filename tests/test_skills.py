@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from memsearch_fast.skills import distill as dist
-from memsearch_fast.skills import store
+from memsearch_fast.agents.skills import distill as dist
+from memsearch_fast.agents.skills import store
 from tests.helpers.llm import KEY, FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.llm.summarize import AGENT_PLACEHOLDER, PROMPT
+from memsearch_fast.agents import prompts
+from memsearch_fast.agents.summarize import AGENT_PLACEHOLDER
 from tests.helpers.llm import KEY, FakeLLMServer, calls, fake_agents
 
 TURN = "[User]: why is the build slow?\n[Claude Code]: it ran the tests twice; fixed in ci.yml."
+PROMPT = prompts.builtin("summarize")
 NOTES = "- User asked why the build was slow.\n- Claude Code removed the duplicate test run from ci.yml."
 
 

@@ -12,7 +12,13 @@ module has one role:
   agent's session, as the text the summarizer reads;
 - :mod:`.capture`: the background worker: summarize, append, index;
 - :mod:`.watcher`: the project's watcher and the sessions that use it;
-- :mod:`.hooks`: the events, their input deadline and their output.
+- :mod:`.hooks`: the events, their input deadline and their output;
+- :mod:`.summarize`: a turn's text → notes, through the LLM the platform selects;
+- :mod:`.compact`: stored chunks → one LLM summary → today's daily log;
+- :mod:`.skills`: procedural memory: candidate skills distilled or captured
+  from memory, installed by an explicit step.
+
+The LLM protocols themselves live in :mod:`memsearch_fast.llm` (a floor below).
 
 Hooks never fail the agent's session: errors go to ``.memsearch/hooks.log``.
 """

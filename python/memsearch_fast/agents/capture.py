@@ -82,8 +82,8 @@ def summarize(cfg: Mapping[str, Any], job: Job) -> list[str]:
     """The notes for the job's text; raises :class:`LLMError` when there are none."""
     import dataclasses
 
+    from memsearch_fast.agents import summarize as notes
     from memsearch_fast.llm import LLMError
-    from memsearch_fast.llm import summarize as notes
 
     settings = dataclasses.replace(notes.route(cfg, job.platform), timeout=_timeout())
     instructions = notes.load_prompt(cfg, notes.AGENT_NAMES[job.platform])
@@ -115,7 +115,7 @@ def run(job_file: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
         log_error(where, f"capture: configuration: {exc}")
         return 1
-    from memsearch_fast.llm.summarize import NativeSummarization
+    from memsearch_fast.agents.summarize import NativeSummarization
 
     try:
         notes = summarize(cfg, job)

@@ -6,7 +6,8 @@ prompt with a ``{chunks}`` placeholder; the summary is added to
 starts with ``# YYYY-MM-DD``), and that file is indexed, so markdown stays
 the source of truth. The LLM is ``[llm]`` (else the deprecated ``[compact]``
 keys, else OpenAI); the prompt is ``--prompt``, ``--prompt-file``,
-``prompts.compact``, ``compact.prompt_file`` or the built-in one.
+``prompts.compact``, ``compact.prompt_file`` or the built-in one
+(``agents/prompts/compact.txt``).
 
 Beyond the reference: the log is rewritten atomically (temp file, then
 rename, under the daily log's lock), so a crash never leaves half a log and
@@ -25,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast.agents import prompts
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
@@ -34,14 +36,6 @@ SEPARATOR = "\n\n---\n\n"
 HEADING = "## Memory Compact"
 #: Characters of chunks per LLM request; larger selections are summarized in parts.
 DEFAULT_PART_CHARS = 60_000
-
-PROMPT = (
-    "You compress a knowledge base. Below are excerpts from it, separated by lines of ---. Write one "
-    "markdown summary that keeps every fact, decision, command, configuration value, code pattern and "
-    "open question they contain, and drops repetition. Organize it under short headings with bullet "
-    "points; keep names, paths, versions and numbers exactly as written.\n\n"
-    "Excerpts:\n{chunks}"
-)
 
 
 class CompactError(MemsearchError, ValueError):
@@ -97,7 +91,7 @@ def template(cfg: Mapping[str, Any], prompt: str | None, prompt_file: str | None
                 where = name
                 break
     if not text:
-        return PROMPT
+        return prompts.builtin("compact")
     if PLACEHOLDER not in text:
         raise CompactError(f"the prompt template ({where}) must contain the {PLACEHOLDER} placeholder")
     return text

@@ -241,7 +241,7 @@ HANDLERS: dict[str, Callable[[str, Mapping[str, Any], Project], Output]] = {
 
 def _agent_name(platform: str) -> str:
     """What the notes call the agent (the summarizer's own table)."""
-    from memsearch_fast.llm.summarize import AGENT_NAMES
+    from memsearch_fast.agents.summarize import AGENT_NAMES
 
     return AGENT_NAMES[platform]
 

@@ -72,7 +72,7 @@ def summarize(
     import sys
 
     from memsearch_fast import config as cfgmod
-    from memsearch_fast.llm import summarize as notes
+    from memsearch_fast.agents import summarize as notes
 
     # Usage problems first, then the route, then stdin (as the reference):
     # exit 2 for both, and an unusable answer is an error, never printed.
@@ -116,7 +116,7 @@ def skills_add(
     import sys
     from pathlib import Path
 
-    from memsearch_fast.skills import store
+    from memsearch_fast.agents.skills import store
 
     if body_file == "-":
         data = sys.stdin.buffer.read() if sys.stdin is not None else b""
@@ -145,8 +145,8 @@ def skills_distill(
     the ``/memory-to-skill`` skill, which reasons over the journals directly.
     """
     from memsearch_fast import config as cfgmod
-    from memsearch_fast.llm import summarize as notes
-    from memsearch_fast.skills import distill
+    from memsearch_fast.agents import summarize as notes
+    from memsearch_fast.agents.skills import distill
 
     try:
         platform = notes.platform_of(plugin)
@@ -176,7 +176,7 @@ def skills_install(
     ] = None,
 ) -> None:
     """Install a candidate skill into one or more agent skill directories."""
-    from memsearch_fast.skills import store
+    from memsearch_fast.agents.skills import store
 
     if not path:
         fail("no --path given. Specify where to install, e.g. --path .claude/skills", EXIT_USAGE)
@@ -190,7 +190,7 @@ def skills_list(json_output: JsonOutput = False) -> None:
     """List candidate and installed skills in the store."""
     import json
 
-    from memsearch_fast.skills import store
+    from memsearch_fast.agents.skills import store
 
     _project, mem_root = store.resolve_roots()
     candidates = store.list_candidates(mem_root)
@@ -214,7 +214,7 @@ def skills_status(
     """Show whether candidate skills need review and installation."""
     import json
 
-    from memsearch_fast.skills import store
+    from memsearch_fast.agents.skills import store
 
     _project, mem_root = store.resolve_roots()
     summary = store.review_summary(mem_root)

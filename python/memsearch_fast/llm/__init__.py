@@ -1,4 +1,4 @@
-"""LLM clients for the verbs that write memory (`summarize`; `compact` next).
+"""LLM protocol clients for the agent tasks that write memory (summarize, compact, distill).
 
 ``get_llm(LLMSettings(protocol, model, base_url, api_key))`` returns a client
 whose ``complete(prompt)`` gives the answer text or raises :class:`LLMError`

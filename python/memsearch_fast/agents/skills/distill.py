@@ -14,19 +14,19 @@ what is due:
 - one run at a time per platform (``.maintenance-<platform>-memory_to_skill.lock``,
   the reference's lock file; one left by a dead process is taken over);
 - the prompt is the task's instructions (``prompts.memory_to_skill`` or the
-  built-in ones, with ``{{AGENT_NAME}}``, ``{{PROJECT_DIR}}``,
-  ``{{INPUT_DIR}}`` and ``{{MIN_OCCURRENCES}}`` replaced), the existing
-  candidates with their bodies (so a revision improves them), and the newest
-  journals (at most 12, oldest cut first), 80,000 characters in all;
+  built-in ``agents/prompts/memory_to_skill.txt``, with ``{{AGENT_NAME}}``,
+  ``{{PROJECT_DIR}}``, ``{{INPUT_DIR}}`` and ``{{MIN_OCCURRENCES}}``
+  replaced), the existing candidates with their bodies (so a revision
+  improves them), and the newest journals (at most 12, oldest cut first), 80,000 characters in all;
 - the answer is a JSON object ``{"skills": [...]}``; each usable entry becomes
   or refreshes a candidate, one commit for the run; a failure (the call, an
   error text or refusal as the answer, no such JSON) stores nothing and is
   recorded in the state as the reference records it.
 
-Routing: ``provider`` names an ``[llm.providers.<name>]`` table or a protocol
-(``openai``, ``anthropic``, ``ollama``, ``claude-code``...; ``[llm]`` applies
-when ``llm.provider`` is that protocol); ``model`` overrides the model. The
-default ``native`` provider is the host agent's background pass, so the
+Routing is :mod:`memsearch_fast.agents.routing`'s: ``provider`` names an
+``[llm.providers.<name>]`` table or a protocol (``openai``, ``anthropic``,
+``ollama``, ``claude-code``...); ``model`` overrides the model. The default
+``native`` provider is the host agent's background pass, so the
 command refuses it (exit status 2) as the reference does.
 """
 
@@ -46,10 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import pid_alive
+from memsearch_fast.agents import prompts, routing
+from memsearch_fast.agents.skills import history, store
 from memsearch_fast.errors import one_line
-from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
+from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
-from memsearch_fast.skills import store
 
 TASK = "memory_to_skill"
 MAX_PROMPT_CHARS = 80_000
@@ -59,56 +60,6 @@ MAX_EXISTING_BODY_CHARS = 2000
 LLM_TIMEOUT = 300.0
 #: A lock file without a readable pid is taken over after this many seconds.
 STALE_LOCK_SECONDS = 600
-_SAME_PROTOCOL = {"openai-compatible": "openai"}
-
-PROMPT = """\
-Your job: read the recent memory journals of {{AGENT_NAME}} and turn the work that keeps coming back \
-into reusable skills.
-
-Project: {{PROJECT_DIR}}
-Journals: {{INPUT_DIR}}
-
-A skill is procedural memory: the steps for a task that recurs, such as starting the app, cutting a \
-release or chasing down one kind of failure. Facts, decisions and preferences are not skills; they \
-belong in PROJECT.md and USER.md.
-
-Below are the existing candidate skills and the newest journal entries. Let the evidence decide how \
-many skills you return; there is no quota in either direction.
-
-Propose a NEW skill only if every one of these holds:
-- it is a procedure of several steps that would be done the same way again, not a single action or a fact;
-- the journals show it in at least {{MIN_OCCURRENCES}} different sessions or days;
-- it is general: not bound to one ticket, one value or a one-time situation;
-- no existing skill covers it;
-- it was not abandoned, undone or contradicted later (failed attempts and retries along the way are fine).
-
-REVISE an existing skill (same name, corrected body) only when the journals show that its procedure \
-really changed: another command, flag, tool or step. Never revise for wording alone.
-
-The journals are summaries and lose exact commands, flags and paths. Never make them up. When a detail \
-is not stated, keep that step general and end the body with a short "Before installing" step listing \
-what a person must confirm. Fewer verified steps beat a complete-looking guess, but an unconfirmed \
-detail alone is no reason to drop a skill.
-
-Answer with one JSON object and nothing else. When nothing qualifies: {"skills": []}
-Otherwise, for example:
-{"skills": [{"name": "deploy-staging", "description": "Deploy the current branch to staging. Use when \
-asked to deploy, ship or push to staging.", "body": "## Deploy to staging\\n\\n1. ...\\n2. ...", \
-"occurrences": 3, "sources": ["2026-03-02.md", "2026-03-09.md"], "reason": "Deployed to staging in 3 sessions."}]}
-
-Fields:
-- name: a short lowercase slug (letters, digits, dashes); it becomes the skill's command. Reuse the \
-exact name to revise a skill; never give a new skill an existing name.
-- description: one line that says what the skill does and when to use it, led by the verbs a user \
-would type ("run", "deploy", "debug"). It decides whether the skill ever triggers: write it with care.
-- body: the SKILL.md body in markdown, without frontmatter: short numbered imperative steps with \
-concrete commands and paths, preconditions first, when not to use it if that helps, rare details last. \
-No secrets or one-off values: write placeholders. An agent on a clean checkout must be able to follow \
-it. Do not paste journal text; write the procedure.
-- occurrences: in how many distinct sessions or days you saw it.
-- sources: the journal file names it was seen in.
-- reason: one sentence on the evidence.
-"""
 
 
 class NeedsAPIProvider(LLMError):
@@ -134,8 +85,7 @@ def task_config(cfg: Mapping[str, Any], platform: str) -> Mapping[str, Any]:
 
 
 def provider_name(cfg: Mapping[str, Any], platform: str) -> str:
-    raw = str(task_config(cfg, platform).get("provider") or "")
-    return resolve_env(raw, f"plugins.{platform}.{TASK}.provider") or "native"
+    return routing.provider_name(cfg, platform, TASK)
 
 
 def native_refusal(platform: str) -> str:
@@ -148,40 +98,11 @@ def native_refusal(platform: str) -> str:
 
 def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
     """The LLM that distills for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
-    where = f"plugins.{platform}.{TASK}"
-    name = provider_name(cfg, platform)
-    model = resolve_env(str(task_config(cfg, platform).get("model") or ""), f"{where}.model")
-    if name == "native":
+
+    def refuse(_model: str) -> LLMSettings:
         raise NeedsAPIProvider(native_refusal(platform))
-    llm = cfg.get("llm", {})
-    providers = llm.get("providers") if isinstance(llm, Mapping) else None
-    providers = providers if isinstance(providers, Mapping) else {}
-    if name in providers:
-        entry = providers[name]
-        if not isinstance(entry, Mapping):
-            raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
-        protocol = resolve_env(str(entry.get("type") or ""), f"llm.providers.{name}.type") or name
-        if protocol not in PROTOCOLS:
-            raise LLMError(
-                f"unknown LLM provider type {protocol!r} (llm.providers.{name}.type); "
-                f"known types: {', '.join(PROTOCOLS)}"
-            )
-        return LLMSettings(
-            protocol,
-            model or resolve_env(str(entry.get("model") or ""), f"llm.providers.{name}.model"),
-            str(entry.get("base_url") or ""),
-            str(entry.get("api_key") or ""),
-        )
-    if name in PROTOCOLS:
-        top = resolve_env(str(llm.get("provider") or ""), "llm.provider") if isinstance(llm, Mapping) else ""
-        if _SAME_PROTOCOL.get(top, top) != _SAME_PROTOCOL.get(name, name):
-            return LLMSettings(name, model)
-        model = model or resolve_env(str(llm.get("model") or ""), "llm.model")
-        return LLMSettings(name, model, str(llm.get("base_url") or ""), str(llm.get("api_key") or ""))
-    raise LLMError(
-        f"unknown LLM provider {name!r} ({where}.provider); configure [llm.providers.{name}] "
-        f"or use one of {', '.join(PROTOCOLS)}"
-    )
+
+    return routing.route(cfg, platform, TASK, refuse)
 
 
 def resolve_task_path(raw: str, project: Path, mem_root: Path) -> Path:
@@ -264,18 +185,7 @@ def recent_journals(input_dir: Path, budget: int) -> str:
 def load_template(cfg: Mapping[str, Any], warn: Callable[[str], None] | None = None) -> str:
     """``prompts.memory_to_skill`` (a file), or the built-in instructions when it is
     unset or unreadable (*warn* is told)."""
-    prompts = cfg.get("prompts", {})
-    configured = str(prompts.get(TASK) or "") if isinstance(prompts, Mapping) else ""
-    configured = resolve_env(configured, f"prompts.{TASK}")
-    if configured:
-        path = Path(configured).expanduser()
-        try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            if warn is not None:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-                warn(f"warning: cannot read prompts.{TASK} {path} ({reason}); using the built-in prompt")
-    return PROMPT
+    return prompts.configured(cfg, TASK, warn)
 
 
 def build_prompt(
@@ -526,7 +436,7 @@ def distill(
                     for part in (f"{len(created)} new" if created else "", f"{len(updated)} revised" if updated else "")
                     if part
                 )
-                store.commit(root, f"skills distill [{platform}]: {summary or 'no change'}")
+                history.commit(root, f"skills distill [{platform}]: {summary or 'no change'}")
             stamp = store.now()
             save_entry(
                 state_path,

@@ -25,9 +25,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast import _os
+from memsearch_fast.agents.skills import history
 from memsearch_fast.errors import MemsearchError
 
 STORE_DIR = "skill-candidates"
@@ -202,49 +201,7 @@ def _candidate_dir(root: Path, slug: str) -> Path:
     return path
 
 
-# -- git history -----------------------------------------------------------------------------
-
-
-def _git(root: Path, *args: str) -> bool:
-    """Run git in *root* with the store's committer; ``False`` when it failed or is missing.
-
-    ``GIT_*`` variables are dropped (a hook that runs memsearch may have
-    ``GIT_DIR`` set: that must not redirect the store's commits), and neither
-    the user's hooks nor commit signing run.
-    """
-    exe = shutil.which("git")
-    if exe is None:
-        return False
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    config = (
-        "user.name=memsearch",
-        "user.email=memsearch@localhost",
-        "commit.gpgsign=false",
-        f"core.hooksPath={os.devnull}",
-        "init.defaultBranch=main",
-    )
-    argv = [exe]
-    for item in config:
-        argv += ["-c", item]
-    try:
-        proc = subprocess.run(
-            [*argv, *args],
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
-def commit(root: Path, message: str) -> None:
-    """Commit everything in the store (nothing when nothing changed)."""
-    if (root / ".git").exists() and _git(root, "add", "-A"):
-        _git(root, "commit", "-q", "-m", message)
+# -- the store directory -------------------------------------------------------------------
 
 
 def ensure_store(mem_root: Path) -> Path:
@@ -252,7 +209,7 @@ def ensure_store(mem_root: Path) -> Path:
     root = store_root(mem_root)
     make_private_dir(root)
     if not (root / ".git").exists():
-        _git(root, "init", "-q")
+        history.init(root)
     return root
 
 
@@ -441,7 +398,7 @@ def add(
     with store_lock(root):
         outcome = write_candidate(root, Candidate(slug, description.strip(), body.strip(), sources=[], reason="manual"))
         verb = "new" if outcome == "created" else "revised"
-        commit(root, f"skills add: {verb} candidate {slug} (manual capture)")
+        history.commit(root, f"skills add: {verb} candidate {slug} (manual capture)")
     return slug
 
 
@@ -513,5 +470,5 @@ def install(
             meta["installed_at"] = stamp
             meta["updated_at"] = stamp
             write_atomic(meta_path, dump_json(meta))
-            commit(root, f"skills install: {slug} into {len(installed)} place(s)")
+            history.commit(root, f"skills install: {slug} into {len(installed)} place(s)")
     return installed
