@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
+from memsearch_fast.lite import settings as lite_settings
 from memsearch_fast.store import (
     MAX_CONTENT_BYTES,
     DimensionMismatchError,
@@ -89,7 +89,7 @@ def make_row(i: int, vec, content: str = "", source: str = "notes/a.md", **kw) -
 
 @pytest.fixture
 def embedded(monkeypatch):
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
 
 
 @pytest.fixture

@@ -20,22 +20,11 @@ from typing import Any
 from memsearch_fast.errors import DatabaseDamagedError, StoreError, StoreUnavailableError, one_line
 from memsearch_fast.lite import damage
 from memsearch_fast.lite.embedded import drop_unimplemented
-from memsearch_fast.lite.paths import (
-    ENV_MODE,
-    HOST,
-    address_uri,
-    check_layout,
-    database_id,
-    open_lock,
-    open_sidecar,
-    remove_state_if,
-    sidecar_paths,
-    socket_file,
-    socket_path,
-    writable_dir,
-    write_state,
-)
 from memsearch_fast.lite.process import cmdline_args, endpoint_open, served_database
+from memsearch_fast.lite.settings import ENV_MODE, HOST
+from memsearch_fast.lite.sidecars import check_layout, open_lock, open_sidecar, sidecar_paths, writable_dir
+from memsearch_fast.lite.sockets import address_uri, socket_file, socket_path
+from memsearch_fast.lite.state import database_id, remove_state_if, write_state
 from memsearch_fast.lite.version import milvus_lite_major
 
 logger = logging.getLogger(__name__)

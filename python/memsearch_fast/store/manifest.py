@@ -186,7 +186,7 @@ class Manifest:
             return
         self._make_dir()
         if self.database is not None:
-            from memsearch_fast.lite.paths import check_writable
+            from memsearch_fast.lite.sidecars import check_writable
 
             check_writable(self.database)  # a read-only database: one line before any work
         try:
@@ -212,7 +212,7 @@ class Manifest:
 
     def _make_dir(self) -> None:
         if self.database is not None:
-            from memsearch_fast.lite.paths import make_parent
+            from memsearch_fast.lite.sidecars import make_parent
 
             make_parent(self.database)  # a parent that is a file: one clear line, not "[Errno 17]"
         else:

@@ -105,7 +105,7 @@ class MilvusStore(StoreSearch):
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
             raise StoreError(f"embedding dimension must be a positive integer, got {dimension!r}")
         if self._local and self._path is not None and not os.path.exists(self._path) and dimension is None:
-            from memsearch_fast.lite.paths import check_parent
+            from memsearch_fast.lite.sidecars import check_parent
 
             check_parent(self._path)  # a parent that is a file is a mistake worth naming
             return  # read-only open of a database that does not exist yet: nothing to read
