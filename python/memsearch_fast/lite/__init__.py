@@ -28,7 +28,7 @@ counts the stores using it and stops the engine when the last one closes).
 
 Modules: :mod:`.connection` (:func:`connect`, :class:`LiteConnection`),
 :mod:`.broker` (attach, spawn, stop: the client side), :mod:`.server` (the
-server process), :mod:`.settings` (``MEMSEARCH_LITE_*``), :mod:`.sockets` (socket
+server process), :mod:`.engine` (the engine it serves), :mod:`.settings` (``MEMSEARCH_LITE_*``), :mod:`.sockets` (socket
 directories and names), :mod:`.state` (the server record), :mod:`.sidecars`
 (files beside a database, layout checks, the broker lock), :mod:`.process` (is a recorded server alive, ours,
 answering), :mod:`.damage` (a database whose collection could not be
