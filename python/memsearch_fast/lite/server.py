@@ -6,6 +6,7 @@ broker lock); the engine it serves, 2.x or 3.x, in :mod:`.engine`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._os import locked
 from memsearch_fast.errors import DatabaseDamagedError, StoreError, one_line
 from memsearch_fast.lite import damage
 from memsearch_fast.lite.embedded import drop_unimplemented
@@ -285,22 +287,16 @@ def _idle_exit(db_path: str, pid: int, engine: Engine, activity: Activity, idle:
     """Withdraw the record and stop the engine under the broker lock, unless a
     client arrived meanwhile: a client that takes the lock next must find the
     database released, or the server it starts could not open it."""
-    import fcntl
-
-    try:
-        fd = open_lock(sidecar_paths(db_path)["lock"])
-    except (OSError, StoreError) as exc:
-        logger.warning("cannot take the broker lock of %s: %s", db_path, one_line(exc))
-        return False
-    try:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            held.enter_context(locked(sidecar_paths(db_path)["lock"], timeout=0, opener=open_lock))
+        except TimeoutError:
             return False  # someone is attaching right now
+        except (OSError, StoreError) as exc:
+            logger.warning("cannot take the broker lock of %s: %s", db_path, one_line(exc))
+            return False
         if count_connections(engine.address) or time.monotonic() - activity.last < idle:
             return False
         remove_state_if(db_path, pid)
         engine.stop()
         return True
-    finally:
-        os.close(fd)

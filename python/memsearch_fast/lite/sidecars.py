@@ -9,11 +9,11 @@ import json
 import logging
 import os
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._os import locked, write_atomic
 from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
 from memsearch_fast.lite.sockets import runtime_dir
 from memsearch_fast.lite.version import milvus_lite_major
@@ -235,44 +235,21 @@ def open_lock(path: str) -> int:
 @contextlib.contextmanager
 def flock(path: str, timeout: float) -> Iterator[None]:
     """Exclusive advisory lock on ``path``, waiting at most ``timeout`` seconds."""
-    import fcntl
-
-    fd = open_lock(path)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise StoreUnavailableError(
-                        f"timed out after {timeout:.0f}s waiting for {path} (another memsearch process is starting "
-                        "the database server)"
-                    ) from None
-                time.sleep(0.02)
+    with contextlib.ExitStack() as held:
         try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            held.enter_context(locked(path, timeout=timeout, opener=open_lock))
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"timed out after {timeout:.0f}s waiting for {path} (another memsearch process is starting "
+                "the database server)"
+            ) from None
+        yield
 
 
 def write_sidecar_json(target: str, data: dict[str, Any], *, what: str = "") -> None:
-    """Atomically replace the JSON file ``target`` beside a database (0600; see :func:`write_state`)."""
-    tmp = f"{target}.{os.getpid()}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
+    """Atomically replace the JSON file ``target`` beside a database (0600; see
+    :func:`memsearch_fast.lite.state.write_state`)."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        write_atomic(target, json.dumps(data).encode("utf-8"), temp=f"{target}.{os.getpid()}.tmp", fsync=False)
     except OSError as exc:
-        raise StoreUnavailableError(f"cannot write {what or target} {tmp}: {one_line(exc)}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        raise StoreUnavailableError(f"cannot write {what or target}: {one_line(exc)}") from None
