@@ -518,10 +518,10 @@ for method, name in [("upsert", "upsert"), ("insert", "upsert"), ("delete_ids", 
                      ("delete_sources", "delete sources"), ("flush", "flush")]:
     hook(MilvusStore, method, name)
 real_replace = os.replace
-def replace(src, dst):
+def replace(src, dst, **kw):
     if str(dst).endswith(".json") and ".manifest-" in str(dst):
         mark("replace")
-    return real_replace(src, dst)
+    return real_replace(src, dst, **kw)
 os.replace = replace
 
 p = get_provider("onnx", model=model_dir, workers=1)
