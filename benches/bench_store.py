@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.store import milvus as store_mod
 
@@ -85,7 +86,7 @@ def _rss_mb(pid: int) -> float | None:
 def populated(tmp_path_factory):
     """A ROWS-row index behind a shared server; yields (db path, build numbers)."""
     db = str(tmp_path_factory.mktemp("bench") / "milvus.db")
-    os.environ.pop(lite_paths.ENV_MODE, None)
+    os.environ.pop(lite_settings.ENV_MODE, None)
     rows = make_rows(ROWS)
     t0 = time.perf_counter()
     s = MilvusStore(db, dimension=DIM)
@@ -205,7 +206,7 @@ def test_hybrid_search_warm(benchmark, populated, monkeypatch, mode):
     db, _ = populated
     if mode == "embedded":
         lite_broker.stop_server(db)
-        monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+        monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
     s = MilvusStore(db)
     qs = _queries(40)
     for v, t in qs[:5]:
@@ -265,8 +266,8 @@ _CHILD = textwrap.dedent(
     t3 = time.perf_counter()
     s.search(v, "index flush")
     t4 = time.perf_counter()
-    from memsearch_fast.lite import paths as lite_paths
-    st = lite_paths.read_state(sys.argv[1]) or {{}}
+    from memsearch_fast.lite import state as lite_state
+    st = lite_state.read_state(sys.argv[1]) or {{}}
     def hwm(pid):
         try:
             for line in open(f"/proc/{{pid}}/status"):
@@ -286,9 +287,9 @@ _CHILD = textwrap.dedent(
 
 def _child(db: str, mode: str | None) -> dict:
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    env.pop(lite_paths.ENV_MODE, None)
+    env.pop(lite_settings.ENV_MODE, None)
     if mode:
-        env[lite_paths.ENV_MODE] = mode
+        env[lite_settings.ENV_MODE] = mode
     out = subprocess.run([sys.executable, "-c", _CHILD, db], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -325,6 +326,6 @@ def test_server_first_connect(benchmark, populated):
         MilvusStore(db).close()
 
     benchmark.pedantic(run, rounds=5, iterations=1)
-    st = lite_paths.read_state(db) or {}
+    st = lite_state.read_state(db) or {}
     rss = [_rss_mb(p) for p in (st.get("pid", -1), st.get("engine_pid") or -1)]
     benchmark.extra_info.update(engine=ENGINE, server_peak_rss_mb=round(sum(r for r in rss if r), 1))

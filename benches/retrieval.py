@@ -469,9 +469,9 @@ def main() -> None:
     if args.sparse_extra and args.tool != "ours":
         parser.error("--sparse-extra applies to --tool ours")
     if args.analyzer:
-        from memsearch_fast.store import milvus
+        from memsearch_fast.store import schema
 
-        milvus.CJK_ANALYZER = json.loads(args.analyzer)
+        schema.CJK_ANALYZER = json.loads(args.analyzer)
     options: dict[str, Any] = dict(
         tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard, seed=args.seed, by_key=args.by_key
     )

@@ -25,7 +25,7 @@ from memsearch_fast.index import run_index
 from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
 from memsearch_fast.store.manifest import Manifest, manifest_path
-from memsearch_fast.store.milvus import ROW_FIELDS
+from memsearch_fast.store.schema import ROW_FIELDS
 
 
 @pytest.fixture(scope="module")
@@ -496,7 +496,7 @@ from memsearch_fast.index import run_index
 from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.index.scan import scan_paths
 from memsearch_fast.store import MilvusStore
-from memsearch_fast.store.milvus import ROW_FIELDS
+from memsearch_fast.store.schema import ROW_FIELDS
 
 root, uri, model_dir, kill_at = sys.argv[1:5]
 
@@ -518,10 +518,10 @@ for method, name in [("upsert", "upsert"), ("insert", "upsert"), ("delete_ids", 
                      ("delete_sources", "delete sources"), ("flush", "flush")]:
     hook(MilvusStore, method, name)
 real_replace = os.replace
-def replace(src, dst):
+def replace(src, dst, **kw):
     if str(dst).endswith(".json") and ".manifest-" in str(dst):
         mark("replace")
-    return real_replace(src, dst)
+    return real_replace(src, dst, **kw)
 os.replace = replace
 
 p = get_provider("onnx", model=model_dir, workers=1)

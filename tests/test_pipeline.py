@@ -420,7 +420,7 @@ def test_a_new_database_opens_while_the_first_batches_embed(tmp_path: Path, mode
     2 s to start); a database that exists is opened first, as before."""
     import milvus_lite.server
 
-    from memsearch_fast.lite import paths as lite_paths
+    from memsearch_fast.lite import settings as lite_settings
 
     real = Path(milvus_lite.server.BIN_PATH)
     slow = tmp_path / "bin"
@@ -428,7 +428,7 @@ def test_a_new_database_opens_while_the_first_batches_embed(tmp_path: Path, mode
     engine = f'LD_LIBRARY_PATH="{real}:$LD_LIBRARY_PATH" exec "{real}/milvus" "$@"'
     (slow / "milvus").write_text(f"#!/bin/sh\nsleep 2\n{engine}\n")
     (slow / "milvus").chmod(0o755)
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
     monkeypatch.setenv("BIN_PATH", str(slow))
     root = tmp_path / "notes"
     write(root / "a.md", LONG)

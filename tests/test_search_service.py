@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
+from memsearch_fast.lite import sockets as lite_sockets
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.serve import search as search_service
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
@@ -58,7 +59,7 @@ def imported(stderr: str, module: str) -> bool:
 
 def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_dir, corpus):
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
-    st = lite_paths.read_state(str(db))
+    st = lite_state.read_state(str(db))
     assert st and st["search"].endswith("-search.sock")
     for flags in (
         ["-j"],
@@ -116,7 +117,7 @@ def test_missing_collection_and_bad_requests_leave_it_to_the_cli(env, db, model_
         out.stderr.strip()
         == f"Error: collection 'ghost' does not exist at {db}; run 'memsearch index PATH' to build it"
     )
-    path = lite_paths.read_state(str(db))["search"][len("unix:") :]
+    path = lite_state.read_state(str(db))["search"][len("unix:") :]
     for junk in (b"not json\n", b'{"v": 99, "op": "search"}\n', b"[]\n"):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
@@ -151,7 +152,7 @@ def test_a_server_from_before_an_upgrade_does_not_answer(env, db, model_dir, cor
 def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir, corpus, unload):
     env = dict(env, MEMSEARCH_LITE_IDLE_TIMEOUT="3", MEMSEARCH_SEARCH_UNLOAD_S=unload)
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
-    pid = lite_paths.read_state(str(db))["pid"]
+    pid = lite_state.read_state(str(db))["pid"]
     for _ in range(3):
         out = cli(env, db, model_dir, "search", "advisory lock timeout", "-j", "-k", "1", importtime=True)
         assert out.returncode == 0 and not imported(out.stderr, "pymilvus")
@@ -159,8 +160,8 @@ def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir,
     while time.monotonic() < deadline and lite_process.pid_alive(pid):
         time.sleep(0.2)
     assert not lite_process.pid_alive(pid)
-    assert lite_paths.read_state(str(db)) is None
-    assert not os.path.exists(lite_paths.search_socket(lite_paths.socket_path(str(db), pid)))
+    assert lite_state.read_state(str(db)) is None
+    assert not os.path.exists(lite_sockets.search_socket(lite_sockets.socket_path(str(db), pid)))
 
 
 def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch, model_dir):

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
+from memsearch_fast.lite import settings as lite_settings
 from memsearch_fast.store import (
     MAX_CONTENT_BYTES,
     DimensionMismatchError,
@@ -33,6 +33,7 @@ from memsearch_fast.store import (
     split_long_rows,
 )
 from memsearch_fast.store import milvus as store_mod
+from memsearch_fast.store import schema as schema_mod
 
 DIM = 8
 PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
@@ -88,7 +89,7 @@ def make_row(i: int, vec, content: str = "", source: str = "notes/a.md", **kw) -
 
 @pytest.fixture
 def embedded(monkeypatch):
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
 
 
 @pytest.fixture
@@ -329,7 +330,7 @@ FILLER = [f"unrelated filler paragraph number {i} about gardening" for i in rang
 
 
 def test_bm25_finds_chinese_keyword(store):
-    if store.analyzer != store_mod.CJK_ANALYZER:
+    if store.analyzer != schema_mod.CJK_ANALYZER:
         pytest.fail(
             f"CJK analyzer unavailable on this engine (got {store.analyzer}); install jieba for Milvus Lite 3.x"
         )
@@ -590,7 +591,7 @@ def _sparse_only(store, query: str) -> list[int]:
 def test_bm25_ignores_spaces_and_punctuation(store):
     """Words found nowhere find nothing on the sparse side (jieba alone made every chunk match
     through its spaces and punctuation); CJK splitting stays."""
-    assert store.analyzer == store_mod.CJK_ANALYZER
+    assert store.analyzer == schema_mod.CJK_ANALYZER
     texts = ["The sierra gateway listens on port 20000.", "数据库迁移完成，索引重建。", "   ...   ", "hello, world!"]
     vecs = unit(len(texts), seed=3)
     store.upsert([make_row(i, vecs[i], content=t, source=f"k/{i}.md") for i, t in enumerate(texts)])
@@ -602,11 +603,11 @@ def test_bm25_ignores_spaces_and_punctuation(store):
 def test_a_collection_with_the_older_analyzer_keeps_working(db):
     s = MilvusStore(db, dimension=DIM)
     s.drop()
-    s._create_with(store_mod.CJK_ANALYZER_PLAIN)
+    s._create_with(schema_mod.CJK_ANALYZER_PLAIN)
     s.close()
     s = MilvusStore(db, dimension=DIM)
     try:
-        assert s.analyzer == store_mod.CJK_ANALYZER_PLAIN
+        assert s.analyzer == schema_mod.CJK_ANALYZER_PLAIN
         vecs = unit(2, seed=4)
         s.upsert([make_row(i, vecs[i], content=t) for i, t in enumerate(["alpha beta", "gamma delta"])])
         assert s.search(list(vecs[1]), "gamma", top_k=1)[0]["content"] == "gamma delta"

@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 
 from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
 from memsearch_fast.lite import server as lite_server
+from memsearch_fast.lite import settings as lite_settings
+from memsearch_fast.lite import sockets as lite_sockets
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
 from memsearch_fast.store import milvus as store_mod
 
@@ -63,17 +65,17 @@ def wait_until(cond, timeout: float, step: float = 0.1) -> bool:
 
 @pytest.fixture
 def db(tmp_path, monkeypatch):
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     path = str(tmp_path / "milvus.db")
     yield path
     lite_broker.stop_server(path)
-    st = lite_paths.read_state(path)
+    st = lite_state.read_state(path)
     assert st is None, st
 
 
 def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.Popen:
     full_env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    full_env.pop(lite_paths.ENV_MODE, None)
+    full_env.pop(lite_settings.ENV_MODE, None)
     full_env.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
@@ -86,18 +88,18 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180)
 
 def test_first_open_spawns_server_others_attach(db):
     s = MilvusStore(db, dimension=DIM)
-    st = lite_paths.read_state(db)
+    st = lite_state.read_state(db)
     assert st and st["status"] == "ready"
-    assert st["uri"] == st["address"] == "unix:" + lite_paths.socket_path(db, st["pid"])
+    assert st["uri"] == st["address"] == "unix:" + lite_sockets.socket_path(db, st["pid"])
     assert lite_broker.server_status(db)["pid"] == st["pid"] != os.getpid()
     s.upsert(rows(0, 10))
     s2 = MilvusStore(db)  # attaches to the same server, no second engine
-    assert s2.count() == 10 and lite_paths.read_state(db)["pid"] == st["pid"]
+    assert s2.count() == 10 and lite_state.read_state(db)["pid"] == st["pid"]
     s.close()
     s2.close()
     assert lite_broker.server_status(db)["pid"] == st["pid"]  # outlives its clients until idle
     assert lite_broker.stop_server(db) is True
-    assert not lite_process.pid_alive(st["pid"]) and lite_paths.read_state(db) is None
+    assert not lite_process.pid_alive(st["pid"]) and lite_state.read_state(db) is None
 
 
 WRITER = """
@@ -109,8 +111,8 @@ s = MilvusStore(sys.argv[1], dimension=8)
 for b in range(20):
     s.upsert(rows(b * 25, 25, source=f"notes/{b}.md"))
 s.flush()
-from memsearch_fast.lite import paths as lite_paths
-print(json.dumps({"count": s.count(), "pid": lite_paths.read_state(sys.argv[1])["pid"]}))
+from memsearch_fast.lite import state as lite_state
+print(json.dumps({"count": s.count(), "pid": lite_state.read_state(sys.argv[1])["pid"]}))
 s.close()
 """
 
@@ -127,8 +129,8 @@ while time.monotonic() < deadline:
     if s.count() >= 500 and n >= 5:
         break
     s.close()
-from memsearch_fast.lite import paths as lite_paths
-print(json.dumps({"searches": n, "hits": len(hits), "pid": lite_paths.read_state(sys.argv[1])["pid"]}))
+from memsearch_fast.lite import state as lite_state
+print(json.dumps({"searches": n, "hits": len(hits), "pid": lite_state.read_state(sys.argv[1])["pid"]}))
 s.close()
 """
 
@@ -153,15 +155,15 @@ def test_kill_9_server_then_next_open_recovers(db):
     s.upsert(rows(0, 40))
     s.flush()
     s.upsert(rows(1000, 10))  # acknowledged but not flushed
-    old = lite_paths.read_state(db)["pid"]
-    sockets = [lite_paths.socket_path(db, old)]
-    sockets.append(lite_paths.search_socket(sockets[0]))
+    old = lite_state.read_state(db)["pid"]
+    sockets = [lite_sockets.socket_path(db, old)]
+    sockets.append(lite_sockets.search_socket(sockets[0]))
     assert all(os.path.exists(p) for p in sockets)
     os.kill(old, signal.SIGKILL)
     assert wait_until(lambda: not lite_process.pid_alive(old), 10)
     # the open store re-attaches on its own: a new server recovers the database
     assert s.count() == 50
-    new = lite_paths.read_state(db)["pid"]
+    new = lite_state.read_state(db)["pid"]
     assert new != old and lite_process.pid_alive(new)
     assert not any(os.path.exists(p) for p in sockets)  # the dead server's sockets are cleaned up
     hits = s.search(rows(1000, 10)[3]["embedding"], "", top_k=3)
@@ -190,7 +192,7 @@ def test_stale_record_with_dead_pid_is_replaced(db):
         json.dumps({"pid": dead.pid, "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
     )
     s = MilvusStore(db)
-    assert s.exists and lite_paths.read_state(db)["pid"] != dead.pid
+    assert s.exists and lite_state.read_state(db)["pid"] != dead.pid
     s.close()
 
 
@@ -200,42 +202,42 @@ def test_record_naming_a_foreign_live_pid_is_not_killed(db):
         json.dumps({"pid": os.getpid(), "status": "ready", "port": 1, "uri": "http://127.0.0.1:1"})
     )
     s = MilvusStore(db, dimension=DIM)  # our own pid is alive but is not a server for this db
-    assert lite_paths.read_state(db)["pid"] != os.getpid()
+    assert lite_state.read_state(db)["pid"] != os.getpid()
     s.close()
 
 
 def test_idle_server_exits_and_removes_its_record(db, monkeypatch):
-    monkeypatch.setenv(lite_paths.ENV_IDLE, "1.5")
+    monkeypatch.setenv(lite_settings.ENV_IDLE, "1.5")
     s = MilvusStore(db, dimension=DIM)
-    pid = lite_paths.read_state(db)["pid"]
+    pid = lite_state.read_state(db)["pid"]
     time.sleep(3.5)  # a connected client keeps it alive past the timeout
     assert lite_process.pid_alive(pid)
     assert s.count() == 0
     s.close()
     assert wait_until(lambda: not lite_process.pid_alive(pid), 20)
-    assert lite_paths.read_state(db) is None
+    assert lite_state.read_state(db) is None
     s2 = MilvusStore(db)  # and the next open starts a new one
-    assert s2.exists and lite_paths.read_state(db)["pid"] != pid
+    assert s2.exists and lite_state.read_state(db)["pid"] != pid
     s2.close()
 
 
 def test_database_held_elsewhere_is_a_clear_error(db, monkeypatch, capfd):
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
     holder = MilvusStore(db, dimension=DIM)  # this process holds the database
-    monkeypatch.delenv(lite_paths.ENV_MODE)
+    monkeypatch.delenv(lite_settings.ENV_MODE)
     try:
         with pytest.raises(StoreUnavailableError) as ei:
             MilvusStore(db)
         msg = str(ei.value)
         assert "\n" not in msg and db in msg
-        assert lite_paths.read_state(db) is None
+        assert lite_state.read_state(db) is None
     finally:
         holder.close()
     assert "Traceback" not in capfd.readouterr().err
 
 
 def test_embedded_second_process_fails_cleanly(db, monkeypatch):
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
 
     def open_elsewhere() -> tuple[int, str, str]:
         p = run_py(
@@ -248,7 +250,7 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
                 print("ERR", type(e).__name__, e)
             """,
             db,
-            env={lite_paths.ENV_MODE: "embedded"},
+            env={lite_settings.ENV_MODE: "embedded"},
         )
         out, err = p.communicate(timeout=120)
         return p.returncode, out, err
@@ -283,7 +285,7 @@ def test_embedded_waits_for_a_slow_engine(db, tmp_path, monkeypatch):
     script = wrapped / "milvus"
     script.write_text(f'#!/bin/sh\nsleep 3\nLD_LIBRARY_PATH="{real}:$LD_LIBRARY_PATH" exec "{real}/milvus" "$@"\n')
     script.chmod(0o755)
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
     monkeypatch.setenv("BIN_PATH", str(wrapped))
     t0 = time.monotonic()
     s = MilvusStore(db, dimension=DIM)
@@ -303,7 +305,7 @@ def test_embedded_waits_for_a_slow_engine(db, tmp_path, monkeypatch):
 
 
 def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     path = tmp_path / "old.db"
     if LITE_MAJOR >= 3:
         path.write_bytes(b"SQLite format 3\0")  # a 2.x database is a file
@@ -315,7 +317,7 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match=expected) as ei:
         MilvusStore(str(path), dimension=DIM)
     assert "memsearch index" in str(ei.value)
-    assert lite_paths.read_state(str(path)) is None
+    assert lite_state.read_state(str(path)) is None
 
 
 def test_cli_status_and_stop(db):
@@ -354,7 +356,7 @@ def test_server_is_reachable_only_by_this_user(db):
     """The shared server listens on a unix socket in a 0700 directory, on no TCP port."""
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 3))
-    st = lite_paths.read_state(db)
+    st = lite_state.read_state(db)
     sock = st["address"][len("unix:") :]
     folder = os.stat(os.path.dirname(sock))
     assert folder.st_uid == os.geteuid() and folder.st_mode & 0o777 == 0o700
@@ -371,38 +373,38 @@ def test_server_is_reachable_only_by_this_user(db):
 
 def test_socket_dir_is_private(tmp_path, monkeypatch):
     """A group/world-open or too-closed socket directory is set to 0700; a symlink planted there is refused."""
-    monkeypatch.setattr(lite_paths.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lite_sockets.tempfile, "tempdir", str(tmp_path))
     mine = tmp_path / f"memsearch-{os.geteuid()}"
     for mode in (0o777, 0o750, 0o500):
         mine.mkdir(exist_ok=True)
         os.chmod(mine, mode)
-        assert lite_paths.socket_dir() == mine and os.stat(mine).st_mode & 0o777 == 0o700
+        assert lite_sockets.socket_dir() == mine and os.stat(mine).st_mode & 0o777 == 0o700
     os.rmdir(mine)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     os.chmod(elsewhere, 0o777)
     os.symlink(elsewhere, mine)
-    chosen = lite_paths.socket_dir()  # falls back to /tmp
+    chosen = lite_sockets.socket_dir()  # falls back to /tmp
     assert chosen == Path("/tmp") / f"memsearch-{os.geteuid()}" and os.stat(chosen).st_mode & 0o777 == 0o700
     assert os.stat(elsewhere).st_mode & 0o777 == 0o777  # the symlink's target was not touched
     # a temp dir too long for sun_path falls back to /tmp as well
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
-    monkeypatch.setattr(lite_paths.tempfile, "tempdir", str(deep))
-    assert lite_paths.socket_path("/x/milvus.db", 123).startswith(str(chosen) + "/")
+    monkeypatch.setattr(lite_sockets.tempfile, "tempdir", str(deep))
+    assert lite_sockets.socket_path("/x/milvus.db", 123).startswith(str(chosen) + "/")
 
 
 def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
     """A temp cleaner that deletes the socket must not leave a server nobody can reach holding the database."""
-    monkeypatch.setenv(lite_paths.ENV_IDLE, "600")
+    monkeypatch.setenv(lite_settings.ENV_IDLE, "600")
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 4))
     s.close()
-    old = lite_paths.read_state(db)
+    old = lite_state.read_state(db)
     os.unlink(old["address"][len("unix:") :])
     assert wait_until(lambda: not lite_process.pid_alive(old["pid"]), 30)
     s2 = MilvusStore(db)  # a new server owns the database and serves its rows
-    assert s2.count() == 4 and lite_paths.read_state(db)["pid"] != old["pid"]
+    assert s2.count() == 4 and lite_state.read_state(db)["pid"] != old["pid"]
     s2.close()
 
 
@@ -410,20 +412,20 @@ def test_a_removed_database_is_never_served_in_place_of_the_new_one(db, monkeypa
     """`rm` of the database to rebuild the index: the next open gets a new database
     at the path, not the deleted file the old server still holds (whose writes
     nobody could read again); the old server exits."""
-    monkeypatch.setenv(lite_paths.ENV_IDLE, "600")
+    monkeypatch.setenv(lite_settings.ENV_IDLE, "600")
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 4))
     s.flush()
     s.close()
-    old = lite_paths.read_state(db)
-    assert old["db_id"] == lite_paths.database_id(db)
+    old = lite_state.read_state(db)
+    assert old["db_id"] == lite_state.database_id(db)
     os.unlink(db)
     s2 = MilvusStore(db, dimension=DIM)  # at once, before the old server notices
     try:
         assert s2.count() == 0
         s2.upsert(rows(100, 3))
         s2.flush()
-        assert lite_paths.read_state(db)["pid"] != old["pid"]
+        assert lite_state.read_state(db)["pid"] != old["pid"]
     finally:
         s2.close()
     assert wait_until(lambda: not lite_process.pid_alive(old["pid"]), 30)

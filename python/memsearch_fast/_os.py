@@ -1,5 +1,5 @@
 """Operating-system plumbing: files opened without following links, bounded
-reads, private appends, and giving heap back.
+reads, private appends, atomic replacement, advisory locks, and giving heap back.
 
 A project's ``.memsearch/`` folder arrives with the repository that holds it,
 and git stores symbolic links: a clone can carry ``.memsearch/sessions``
@@ -18,6 +18,8 @@ import gc
 import os
 import stat
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memsearch_fast.errors import MemsearchError
@@ -174,26 +176,41 @@ def _cut_to_newer_half(dfd: int, name: str, max_bytes: int) -> None:
     finally:
         os.close(fd)
     data = data[data.find(b"\n") + 1 :]
-    tmp = f".{name}.{os.getpid()}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dfd)
-    out = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, dir_fd=dfd)
-    try:
-        write_all(out, data)
-    finally:
-        os.close(out)
-    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    write_atomic(name, data, dir_fd=dfd, temp=f".{name}.{os.getpid()}.tmp", fsync=False)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, fsync: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    mode: int = 0o600,
+    fsync: bool = True,
+    temp: str | os.PathLike[str] | None = None,
+    dir_fd: int | None = None,
+) -> None:
     """Replace *path* with *data*: a hidden temp file beside it (``O_EXCL``,
     never through a link, *mode*), synced, then renamed over *path*, so a
     crash leaves the old file or the new one and a link at *path* is
-    replaced, never written through."""
-    import tempfile
+    replaced, never written through.
 
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    *temp* names the temp file instead of a fresh random one, for a writer
+    that alone uses that name (under a lock, or with its pid in it): a
+    leftover of a killed writer, or a link planted there, is removed first
+    (``unlink`` never follows it). With *dir_fd*, *path* and *temp* are names
+    in that directory (then *temp* is required).
+    """
+    if temp is None:
+        if dir_fd is not None:
+            raise ValueError("write_atomic: dir_fd needs a temp name")
+        import tempfile
+
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    else:
+        tmp = os.fspath(temp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         try:
             if mode != 0o600:
@@ -203,11 +220,64 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
+
+
+def open_lock(path: str | os.PathLike[str]) -> int:
+    """An fd of the lock file *path* (created 0600), refused when it is a link
+    or not a regular file of the user's (:func:`open_private`)."""
+    return open_private(path, os.O_RDWR | os.O_CREAT, single_link=False)
+
+
+@contextlib.contextmanager
+def locked(
+    path: str | os.PathLike[str],
+    *,
+    timeout: float | None = None,
+    shared: bool = False,
+    opener: Callable[[str], int] | None = None,
+) -> Iterator[int]:
+    """Hold an exclusive (or *shared*) ``flock`` on the lock file *path*; yields its fd.
+
+    *timeout* None waits as long as it takes (in the kernel), 0 tries once,
+    more polls until then; a lock not taken raises :class:`TimeoutError`.
+    The file is opened by *opener* (default :func:`open_lock`: never through
+    a link, only a regular file of the user's). The lock goes with the fd,
+    so it is released when the block ends, or by the kernel when the process dies.
+
+    ``filelock`` does not fit: it checks no owner, needs write access to the
+    file (the broker lock may be read-only for this user), and by default
+    removes its lock file on release (4.x), where these lock files stay.
+    """
+    import fcntl
+
+    fd = (opener or open_lock)(os.fspath(path))
+    try:
+        kind = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        if timeout is None:
+            fcntl.flock(fd, kind)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, kind | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(
+                            errno.EWOULDBLOCK, f"lock {os.fspath(path)} is held by another process"
+                        ) from None
+                    time.sleep(0.02)
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:

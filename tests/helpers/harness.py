@@ -200,9 +200,9 @@ def stop_servers(base: Path) -> None:
 
 def server_pids(db: Path) -> list[int]:
     """The pids of the Lite server of ``db`` and of its engine, when one runs."""
-    from memsearch_fast.lite import paths
+    from memsearch_fast.lite import state
 
-    st = paths.read_state(str(db)) or {}
+    st = state.read_state(str(db)) or {}
     return [p for p in (st.get("pid"), st.get("engine_pid")) if isinstance(p, int)]
 
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
 from tests.helpers.harness import stop_servers
 
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A temp directory for databases, in the default (shared server) mode; its servers stopped after."""
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     yield tmp_path
     stop_servers(tmp_path)

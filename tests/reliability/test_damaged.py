@@ -25,7 +25,7 @@ import pytest
 from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
 from memsearch_fast.lite import damage
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.lite.version import milvus_lite_major
 from tests.helpers.harness import (
     cli_env,
@@ -117,7 +117,7 @@ def test_a_load_failure_seen_by_another_client_stops_the_server(
     _notes, db, env, _chunks = indexed
     garble_middle(db)
     client = lite_broker.attach(str(db), lambda uri: MilvusClient(uri=uri))
-    pid = lite_paths.read_state(str(db))["pid"]
+    pid = lite_state.read_state(str(db))["pid"]
     try:
         # The engine answers with a segcore error, or with success on the part it read.
         with contextlib.suppress(Exception):
@@ -161,7 +161,7 @@ def test_markdown_file_given_as_the_database(work: Path, model_dir: Path) -> Non
         line = one_line_error(memsearch([*args, "--milvus-uri", str(md)], env), str(md), "not a Milvus Lite database")
         assert "exit code" not in line
     assert md.read_text(encoding="utf-8") == "# Notes\n\nNot a database.\n"
-    assert lite_paths.read_state(str(md)) is None
+    assert lite_state.read_state(str(md)) is None
 
 
 def test_parent_that_is_a_file_is_one_clear_line(work: Path, model_dir: Path) -> None:
@@ -199,7 +199,7 @@ def test_an_engine_error_that_is_not_damage_marks_nothing(work: Path) -> None:
     store = MilvusStore(db, dimension=8)
     try:
         assert store.search([1.0] + [0.0] * 7, "hello world") == []
-        pid = lite_paths.read_state(db)["pid"]
+        pid = lite_state.read_state(db)["pid"]
         time.sleep(2.5)  # more than the server's poll of its log
         assert pid_alive(pid) and lite_broker.server_status(db)
         assert not os.path.lexists(damage.marker_path(db))

@@ -31,7 +31,7 @@ import pytest
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
 from tests.helpers.harness import (
     Background,
     Window,
@@ -77,7 +77,7 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Lab]:
     base = tmp_path_factory.mktemp("kill")
-    saved = os.environ.pop(lite_paths.ENV_MODE, None)
+    saved = os.environ.pop(lite_settings.ENV_MODE, None)
     env = cli_env(base / "home")
     cold_tree = base / "cold" / "notes"
     corpus(cold_tree, CORPUS_BYTES, seed=SEED)
@@ -103,7 +103,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[L
     finally:
         stop_servers(base)
         if saved is not None:
-            os.environ[lite_paths.ENV_MODE] = saved
+            os.environ[lite_settings.ENV_MODE] = saved
 
 
 def _delay(seed: int, window: Window, from_writes: bool) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
 from tests.helpers.harness import cli_env, index_args, memsearch, ok, one_line_error, stop_servers
 
 Indexed = tuple[Path, dict[str, str]]
@@ -23,7 +23,7 @@ Indexed = tuple[Path, dict[str, str]]
 @pytest.fixture(scope="module")
 def long_line_db(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Indexed]:
     base = tmp_path_factory.mktemp("limits")
-    saved = os.environ.pop(lite_paths.ENV_MODE, None)
+    saved = os.environ.pop(lite_settings.ENV_MODE, None)
     notes = base / "notes"
     notes.mkdir()
     # One 20 MB line (repeated words: its length is the hazard, not its embeddings).
@@ -39,7 +39,7 @@ def long_line_db(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> I
     finally:
         stop_servers(base)
         if saved is not None:
-            os.environ[lite_paths.ENV_MODE] = saved
+            os.environ[lite_settings.ENV_MODE] = saved
 
 
 def test_top_k_above_the_engine_limit_gets_our_message(long_line_db: Indexed, model_dir: Path) -> None:

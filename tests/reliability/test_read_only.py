@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.lite.version import milvus_lite_major
 from tests.helpers.harness import cli_env, command, corpus, index_args, memsearch, ok, one_line_error, stop_servers
 
@@ -100,7 +101,7 @@ def stop_as_user(db: Path, env: dict[str, str]) -> None:
     prefix, why = restricted()
     if not why:
         subprocess.run(
-            [*prefix, sys.executable, "-m", lite_paths.SERVER_MARK, "stop", str(db)],
+            [*prefix, sys.executable, "-m", lite_settings.SERVER_MARK, "stop", str(db)],
             env=env,
             capture_output=True,
             timeout=60,
@@ -115,7 +116,7 @@ def listing(d: Path) -> dict[str, tuple[int, int]]:
 def indexed(tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path, dict]]:
     """Notes indexed into ``dbdir/m.db`` (its server stopped); the database and its sidecars
     made world-readable (another user may read them); restored afterwards."""
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     if restricted()[1]:
         pytest.skip(restricted()[1])
     notes = tmp_path / "notes"
@@ -165,7 +166,9 @@ def test_readers_work_on_a_read_only_database_directory(indexed: tuple[Path, Pat
     for args in (index_args([notes], db, model_dir, "-q"), ["reset", "--milvus-uri", str(db), "--yes"]):
         one_line_error(as_user(args, env), f"cannot write {db}", "read-only", "search, stats")
     # Embedded mode cannot open it (milvus-lite creates a lock file beside it) and says so.
-    one_line_error(as_user(["stats", "--milvus-uri", str(db)], {**env, lite_paths.ENV_MODE: "embedded"}), "read-only")
+    one_line_error(
+        as_user(["stats", "--milvus-uri", str(db)], {**env, lite_settings.ENV_MODE: "embedded"}), "read-only"
+    )
     assert listing(db.parent) == before  # nothing was created or changed beside the database
 
 
@@ -208,11 +211,11 @@ def test_a_directory_made_read_only_under_a_running_server(indexed: tuple[Path, 
     if restricted()[0] == AS_NOBODY:
         pytest.skip("the server must be started by the reading user, who cannot write this directory")
     first = ok(as_user(["stats", "--milvus-uri", str(db)], env)).stdout
-    pid = (lite_paths.read_state(str(db), beside=True) or {}).get("pid")
+    pid = (lite_state.read_state(str(db), beside=True) or {}).get("pid")
     assert isinstance(pid, int)
     db.parent.chmod(0o555)
     try:
         assert ok(as_user(["stats", "--milvus-uri", str(db)], env)).stdout == first
-        assert (lite_paths.read_state(str(db), beside=True) or {}).get("pid") == pid  # no second server
+        assert (lite_state.read_state(str(db), beside=True) or {}).get("pid") == pid  # no second server
     finally:
         db.parent.chmod(0o755)

@@ -27,8 +27,11 @@ import pytest
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.lite import broker as lite_broker
-from memsearch_fast.lite import paths as lite_paths
 from memsearch_fast.lite import process as lite_process
+from memsearch_fast.lite import settings as lite_settings
+from memsearch_fast.lite import sidecars as lite_sidecars
+from memsearch_fast.lite import sockets as lite_sockets
+from memsearch_fast.lite import state as lite_state
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
@@ -66,7 +69,7 @@ def fill(db: str, n: int, start: int = 0) -> dict[str, Any]:
     s.upsert(rows(start, n))
     s.flush()
     s.close()
-    st = lite_paths.read_state(db)
+    st = lite_state.read_state(db)
     assert st and pid_alive(st["pid"])
     return st
 
@@ -91,7 +94,7 @@ def finishes(fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
 @pytest.fixture
 def dbdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A directory for databases; every server started on one is stopped afterwards."""
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     yield tmp_path
     for state in tmp_path.rglob("*.server.json"):
         lite_broker.stop_server(str(state)[: -len(".server.json")])
@@ -128,7 +131,7 @@ def test_symlinked_broker_lock_is_refused(dbdir: Path) -> None:
         MilvusStore(db, dimension=DIM)
     msg = str(ei.value)
     assert "\n" not in msg and db + ".lock" in msg and "symbolic link" in msg
-    assert not target.exists() and lite_paths.read_state(db) is None
+    assert not target.exists() and lite_state.read_state(db) is None
     existing = victim(dbdir, "existing")
     os.unlink(db + ".lock")
     os.symlink(existing, db + ".lock")
@@ -144,12 +147,12 @@ def test_symlinked_record_temp_file_is_not_written_through(dbdir: Path) -> None:
     record_target = victim(dbdir, "record-target")
     os.symlink(tmp_target, f"{db}.server.json.{os.getpid()}.tmp")
     os.symlink(record_target, db + ".server.json")
-    assert lite_paths.read_state(db) is None  # a linked record is no record
-    lite_paths.write_state(db, {"pid": 1, "status": "starting"})
+    assert lite_state.read_state(db) is None  # a linked record is no record
+    lite_state.write_state(db, {"pid": 1, "status": "starting"})
     assert tmp_target.read_bytes() == VICTIM and record_target.read_bytes() == VICTIM
     record = db + ".server.json"
     assert stat.S_ISREG(os.lstat(record).st_mode) and mode(record) == 0o600
-    assert lite_paths.read_state(db) == {"pid": 1, "status": "starting"}
+    assert lite_state.read_state(db) == {"pid": 1, "status": "starting"}
     assert not os.path.lexists(f"{db}.server.json.{os.getpid()}.tmp")
     # a server started over a linked record replaces the link, not its target
     os.unlink(record)
@@ -178,7 +181,7 @@ def test_fifo_sidecars_do_not_hang(dbdir: Path) -> None:
     os.mkfifo(record)
     done = False
     try:
-        done, result = finishes(lambda: lite_paths.read_state(db), 10)
+        done, result = finishes(lambda: lite_state.read_state(db), 10)
         assert done and result is None
     finally:
         if not done:  # release the blocked reader
@@ -210,21 +213,21 @@ def test_forged_record_does_not_redirect_to_another_database(dbdir: Path) -> Non
     forged = {k: b_st[k] for k in ("pid", "status", "address", "uri")}
 
     # the live server of m.db with the address of m.db2.db's server
-    lite_paths.write_state(a, {**forged, "pid": a_st["pid"]})
+    lite_state.write_state(a, {**forged, "pid": a_st["pid"]})
     assert count(a) == 3
-    assert lite_paths.read_state(a)["pid"] == a_st["pid"]  # its own server, not restarted
+    assert lite_state.read_state(a)["pid"] == a_st["pid"]  # its own server, not restarted
 
     # m.db2.db's whole record copied over m.db's (m.db's own server stopped first)
     lite_broker.stop_server(a)
-    lite_paths.write_state(a, forged)
+    lite_state.write_state(a, forged)
     assert count(a) == 3
-    assert lite_paths.read_state(a)["pid"] != b_st["pid"]
+    assert lite_state.read_state(a)["pid"] != b_st["pid"]
 
     # a dead pid with m.db2.db's socket: cleaning up after it must not remove that socket
     lite_broker.stop_server(a)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    lite_paths.write_state(a, {**forged, "pid": dead.pid})
+    lite_state.write_state(a, {**forged, "pid": dead.pid})
     assert count(a) == 3
     assert os.path.exists(b_st["address"][len("unix:") :])
 
@@ -237,7 +240,7 @@ def test_stale_record_naming_another_databases_server_does_not_kill_it(dbdir: Pa
     """A stale record of `m.db` whose pid (and engine pid) now belong to `m.db2.db`'s server."""
     a, b = str(dbdir / "m.db"), str(dbdir / "m.db2.db")
     b_st = fill(b, 5)
-    lite_paths.write_state(
+    lite_state.write_state(
         a,
         {
             "pid": b_st["pid"],
@@ -249,12 +252,12 @@ def test_stale_record_naming_another_databases_server_does_not_kill_it(dbdir: Pa
     )
     s = MilvusStore(a, dimension=DIM)
     s.close()
-    a_pid = lite_paths.read_state(a)["pid"]
+    a_pid = lite_state.read_state(a)["pid"]
     assert a_pid != b_st["pid"]
     assert pid_alive(b_st["pid"])
     if b_st.get("engine_pid"):
         assert pid_alive(b_st["engine_pid"])
-    assert count(b) == 5 and lite_paths.read_state(b)["pid"] == b_st["pid"]
+    assert count(b) == 5 and lite_state.read_state(b)["pid"] == b_st["pid"]
 
 
 def test_socket_not_served_by_the_recorded_pid_is_not_used(dbdir: Path) -> None:
@@ -264,7 +267,7 @@ def test_socket_not_served_by_the_recorded_pid_is_not_used(dbdir: Path) -> None:
         pytest.skip("needs SO_PEERCRED")
     db = str(dbdir / "m.db")
     impostor = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(300)", "-m", lite_paths.SERVER_MARK, "serve", db]
+        [sys.executable, "-c", "import time; time.sleep(300)", "-m", lite_settings.SERVER_MARK, "serve", db]
     )
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -272,16 +275,16 @@ def test_socket_not_served_by_the_recorded_pid_is_not_used(dbdir: Path) -> None:
         while not lite_process.is_ours(impostor.pid, db) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert lite_process.is_ours(impostor.pid, db)  # its command line alone would pass
-        sock = lite_paths.socket_path(db, impostor.pid)
+        sock = lite_sockets.socket_path(db, impostor.pid)
         listener.bind(sock)
         listener.listen(8)
         address = "unix:" + sock
-        lite_paths.write_state(db, {"pid": impostor.pid, "status": "ready", "address": address, "uri": address})
+        lite_state.write_state(db, {"pid": impostor.pid, "status": "ready", "address": address, "uri": address})
         s = MilvusStore(db, dimension=DIM)
         s.upsert(rows(0, 2))
         assert s.count() == 2
         s.close()
-        assert lite_paths.read_state(db)["pid"] not in (impostor.pid, os.getpid())
+        assert lite_state.read_state(db)["pid"] not in (impostor.pid, os.getpid())
         listener.setblocking(False)
         received = b""
         while True:  # the check's probe connected; no client spoke to the socket
@@ -303,11 +306,11 @@ def test_socket_not_served_by_the_recorded_pid_is_not_used(dbdir: Path) -> None:
 def serve_tcp(db: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """``serve DB --port 0`` (TCP, as tools run it) and its ready record."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", lite_paths.SERVER_MARK, "serve", db, "--port", "0"], stderr=subprocess.DEVNULL
+        [sys.executable, "-m", lite_settings.SERVER_MARK, "serve", db, "--port", "0"], stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        st = lite_paths.read_state(db)
+        st = lite_state.read_state(db)
         if st and st.get("status") == "ready":
             return proc, st
         assert proc.poll() is None, "the TCP server exited"
@@ -326,10 +329,10 @@ def test_tcp_server_is_checked_by_its_listening_port(dbdir: Path) -> None:
             procs.append(proc)
             assert st["address"].startswith("127.0.0.1:")
             assert fill(db, n)["pid"] == st["pid"] == proc.pid  # attached, not replaced
-        a_st, b_st = lite_paths.read_state(a), lite_paths.read_state(b)
+        a_st, b_st = lite_state.read_state(a), lite_state.read_state(b)
         assert lite_process.verify_server(a, a_st)[0] == a_st["address"]
-        lite_paths.write_state(a, {**a_st, "address": b_st["address"], "uri": b_st["uri"]})
-        assert lite_process.verify_server(a, lite_paths.read_state(a))[0] is None
+        lite_state.write_state(a, {**a_st, "address": b_st["address"], "uri": b_st["uri"]})
+        assert lite_process.verify_server(a, lite_state.read_state(a))[0] is None
         assert count(a) == 3  # m.db's own data, from a server of m.db
         assert pid_alive(b_st["pid"]) and count(b) == 5
     finally:
@@ -350,7 +353,7 @@ def test_fresh_sidecars_and_database_are_private(dbdir: Path) -> None:
         assert mode(parent) == 0o700
         assert mode(db) == (0o700 if LITE_MAJOR >= 3 else 0o600)
         for name in ("lock", "state", "log"):
-            assert mode(lite_paths.sidecar_paths(db)[name]) == 0o600, name
+            assert mode(lite_sidecars.sidecar_paths(db)[name]) == 0o600, name
         assert lite_broker.stop_server(db) and not pid_alive(st["pid"])
         # an existing database keeps its modes; an older version's 0644 sidecar is tightened
         os.chmod(db, 0o750 if LITE_MAJOR >= 3 else 0o640)
@@ -369,7 +372,7 @@ def test_engine_lock_is_held_while_the_server_serves(dbdir: Path, monkeypatch: p
     db = str(dbdir / "m.db")
     fill(db, 2)
     assert os.path.isfile(dbdir / ".m.db.lock")
-    monkeypatch.setenv(lite_paths.ENV_MODE, "embedded")
+    monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
     with pytest.raises(StoreUnavailableError):
         MilvusStore(db)
 
@@ -379,7 +382,7 @@ def test_engine_lock_is_held_while_the_server_serves(dbdir: Path, monkeypatch: p
 
 @pytest.mark.parametrize("lite_mode", ["server", "embedded"])
 def test_parent_that_is_a_file_is_a_clear_error(dbdir: Path, monkeypatch: pytest.MonkeyPatch, lite_mode: str) -> None:
-    monkeypatch.setenv(lite_paths.ENV_MODE, lite_mode)
+    monkeypatch.setenv(lite_settings.ENV_MODE, lite_mode)
     (dbdir / "notes").write_text("a file")
     with pytest.raises(StoreError) as ei:
         MilvusStore(str(dbdir / "notes" / "m.db"), dimension=DIM)
@@ -400,7 +403,7 @@ def test_empty_path_of_the_wrong_kind_is_named_for_what_it_is(dbdir: Path) -> No
         MilvusStore(str(path), dimension=DIM)
     msg = str(ei.value)
     assert "\n" not in msg and expected in msg and "3.x database directory" not in msg
-    assert lite_paths.read_state(str(path)) is None
+    assert lite_state.read_state(str(path)) is None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="squatting a directory as another user needs root")
@@ -424,16 +427,16 @@ def test_a_squatted_socket_dir_falls_back_to_home(tmp_path: Path, monkeypatch: p
 def _squatted(tmp_path: Path, shared: Path, squat: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    monkeypatch.setattr(lite_paths, "SHARED_TMP", shared)
+    monkeypatch.setattr(lite_sockets, "SHARED_TMP", shared)
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
     monkeypatch.setenv("HOME", str(home))
-    sock = lite_paths.socket_path(str(tmp_path / "m.db"), 123)
+    sock = lite_sockets.socket_path(str(tmp_path / "m.db"), 123)
     assert Path(sock).parent == home / ".memsearch" / "run"
     assert stat.S_IMODE(os.stat(Path(sock).parent).st_mode) == 0o700
-    assert lite_paths.runtime_dir() == home / ".memsearch" / "run"
+    assert lite_sockets.runtime_dir() == home / ".memsearch" / "run"
 
     (home / ".memsearch" / "run").rmdir()
     (home / ".memsearch" / "run").symlink_to(squat)
     with pytest.raises(StoreUnavailableError) as err:
-        lite_paths.runtime_dir()
+        lite_sockets.runtime_dir()
     assert "MEMSEARCH_LITE_MODE=embedded" in str(err.value) and "TMPDIR" in str(err.value)

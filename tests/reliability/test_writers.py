@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.lite import paths as lite_paths
+from memsearch_fast.lite import settings as lite_settings
 from memsearch_fast.store.manifest import Manifest
 from tests.helpers.harness import (
     COLLECTION,
@@ -42,7 +42,7 @@ WAITING = "waiting for it to finish"
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.delenv(lite_paths.ENV_MODE, raising=False)
+    monkeypatch.delenv(lite_settings.ENV_MODE, raising=False)
     yield tmp_path
     stop_servers(tmp_path)
 

@@ -232,22 +232,16 @@ def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path |
 
 @contextlib.contextmanager
 def _file_lock(root: Path, key: str) -> Iterator[None]:
-    """Inter-process lock so two indexers never convert the same model at once."""
-    root.mkdir(parents=True, exist_ok=True)
-    lock_path = root / f".{key}.lock"
-    try:
-        from filelock import FileLock
-    except ImportError:  # pragma: no cover - filelock ships with huggingface-hub
-        import fcntl
+    """Inter-process lock so two indexers never convert the same model at once.
 
-        with open(lock_path, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-        return
-    with FileLock(str(lock_path)):
+    ``filelock`` (a dependency) rather than :func:`memsearch_fast._os.locked`:
+    a model cache may be shared by several users, whose lock files
+    :func:`~memsearch_fast._os.locked` would refuse as another user's.
+    """
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{key}.lock")):
         yield
 
 

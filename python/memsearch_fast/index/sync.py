@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memsearch_fast._os import open_private, write_atomic
+from memsearch_fast._os import locked, open_private, write_atomic
 from memsearch_fast.errors import describe, one_line
 from memsearch_fast.store.manifest import Manifest, manifest_path
 
@@ -299,15 +299,9 @@ class _NoWait(Manifest):
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on ``<record>.lock`` for a read-modify-write (held for microseconds)."""
-    import fcntl
-
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(path.with_name(path.name + ".lock")):
         yield
-    finally:
-        os.close(fd)
 
 
 def _inside(path: str, root: str) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsearch_fast._os import locked, write_atomic
 from memsearch_fast.errors import MemsearchError, one_line
 
 
@@ -83,28 +84,24 @@ class WatchLock:
 
     def held(self) -> bool:
         """Whether a live watcher holds the lock (tried, never kept)."""
-        import fcntl
+
+        def existing(path: str) -> int:
+            return os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
 
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with locked(self.lock_path, timeout=0, opener=existing):
+                return False
+        except TimeoutError:
+            return True
         except OSError:
             return False  # no lock file: no watcher ever ran here
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
 
     def _write_record(self, data: dict[str, Any]) -> None:
         tmp = self.record_path.with_name(f"{self.record_path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fd = _open_private(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.record_path)
+        try:
+            write_atomic(self.record_path, json.dumps(data).encode("utf-8"), temp=tmp, fsync=False)
+        except OSError as exc:
+            raise WatchLockError(f"cannot write {self.record_path}: {one_line(exc.strerror or exc)}") from None
 
     def holder(self) -> Holder:
         """The recorded holder (pid None when the record is missing or unreadable)."""

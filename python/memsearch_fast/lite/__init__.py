@@ -28,8 +28,9 @@ counts the stores using it and stops the engine when the last one closes).
 
 Modules: :mod:`.connection` (:func:`connect`, :class:`LiteConnection`),
 :mod:`.broker` (attach, spawn, stop: the client side), :mod:`.server` (the
-server process), :mod:`.paths` (settings, socket paths, the server record,
-the broker lock), :mod:`.process` (is a recorded server alive, ours,
+server process), :mod:`.engine` (the engine it serves), :mod:`.settings` (``MEMSEARCH_LITE_*``), :mod:`.sockets` (socket
+directories and names), :mod:`.state` (the server record), :mod:`.sidecars`
+(files beside a database, layout checks, the broker lock), :mod:`.process` (is a recorded server alive, ours,
 answering), :mod:`.damage` (a database whose collection could not be
 loaded is reported, never served in part), :mod:`.embedded`,
 :mod:`.version`. Nothing here imports

@@ -15,23 +15,6 @@ from typing import Any, TypeVar
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, one_line
-from memsearch_fast.lite.paths import (
-    DEFAULT_START_TIMEOUT,
-    ENV_MODE,
-    ENV_START,
-    SERVER_MARK,
-    address_uri,
-    env_seconds,
-    flock,
-    idle_timeout,
-    make_parent,
-    open_sidecar,
-    read_state,
-    relocated,
-    search_socket,
-    sidecar_paths,
-    socket_path,
-)
 from memsearch_fast.lite.process import (
     endpoint_open,
     is_engine_of,
@@ -41,6 +24,17 @@ from memsearch_fast.lite.process import (
     terminate,
     verify_server,
 )
+from memsearch_fast.lite.settings import (
+    DEFAULT_START_TIMEOUT,
+    ENV_MODE,
+    ENV_START,
+    SERVER_MARK,
+    env_seconds,
+    idle_timeout,
+)
+from memsearch_fast.lite.sidecars import flock, make_parent, open_sidecar, relocated, sidecar_paths
+from memsearch_fast.lite.sockets import address_uri, search_socket, socket_path
+from memsearch_fast.lite.state import read_state
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast.lite import broker, damage, embedded
-from memsearch_fast.lite.paths import check_layout, lite_mode
+from memsearch_fast.lite.settings import lite_mode
+from memsearch_fast.lite.sidecars import check_layout
 
 
 class LiteConnection:

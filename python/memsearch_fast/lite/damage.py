@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast.errors import DatabaseDamagedError, StoreError, one_line
-from memsearch_fast.lite.paths import flock, open_sidecar, sidecar_paths, write_sidecar_json
+from memsearch_fast.lite.sidecars import flock, open_sidecar, sidecar_paths, write_sidecar_json
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def log_cause(db_path: str, since: int = 0) -> str:
 
 def stated_since_start(db_path: str) -> str:
     """A damage the running server's engine has stated in its log ("" when none)."""
-    from memsearch_fast.lite.paths import read_state
+    from memsearch_fast.lite.state import read_state
 
     start = (read_state(db_path) or {}).get("log_offset")
     if not isinstance(start, int) or log_size(db_path) <= start:
@@ -198,7 +198,7 @@ def report(db_path: str, error: str, *, shared: bool) -> DatabaseDamagedError:
         mark(db_path, cause)
         return DatabaseDamagedError(message(db_path, cause))
     from memsearch_fast.lite import broker
-    from memsearch_fast.lite.paths import read_state
+    from memsearch_fast.lite.state import read_state
 
     st = read_state(db_path) or {}
     start = st.get("log_offset")

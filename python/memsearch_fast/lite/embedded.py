@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
-from memsearch_fast.lite.paths import make_parent, writable_dir
 from memsearch_fast.lite.process import endpoint_open
+from memsearch_fast.lite.sidecars import make_parent, writable_dir
 
 _T = TypeVar("_T")
 

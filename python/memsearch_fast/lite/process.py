@@ -14,16 +14,10 @@ from typing import Any, NoReturn
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import StoreError, one_line
-from memsearch_fast.lite.paths import (
-    HOST,
-    SERVER_MARKS,
-    open_sidecar,
-    record_address,
-    serves_current_database,
-    sidecar_paths,
-    socket_file,
-    socket_path,
-)
+from memsearch_fast.lite.settings import HOST, SERVER_MARKS
+from memsearch_fast.lite.sidecars import open_sidecar, sidecar_paths
+from memsearch_fast.lite.sockets import socket_file, socket_path
+from memsearch_fast.lite.state import record_address, serves_current_database
 
 
 def cmdline_args(pid: Any) -> list[str] | None:

@@ -17,9 +17,10 @@ from typing import Any
 
 from memsearch_fast.errors import one_line
 from memsearch_fast.lite.broker import server_status, stop_server
-from memsearch_fast.lite.paths import SERVER_MARK, idle_timeout, search_socket
 from memsearch_fast.lite.process import add_serve_arguments
 from memsearch_fast.lite.server import serve
+from memsearch_fast.lite.settings import SERVER_MARK, idle_timeout
+from memsearch_fast.lite.sockets import search_socket
 
 logger = logging.getLogger("memsearch_fast.lite.server")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast.config import DEFAULT_TOP_K
-from memsearch_fast.lite.paths import search_socket
+from memsearch_fast.lite.sockets import search_socket
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
     """The database path and request for a search the server can answer as this
     process would, or None (a remote Milvus, an embedded database, another
     provider, a reranker, a model not on this machine, the switch off)."""
-    from memsearch_fast.lite.paths import lite_mode
+    from memsearch_fast.lite.settings import lite_mode
     from memsearch_fast.store.compat import is_local_uri
 
     emb, milvus = cfg["embedding"], cfg["milvus"]
@@ -173,7 +173,8 @@ def ask(
     db_path, request = prepared
     request["render"] = dict(render or {})
     from memsearch_fast._os import pid_alive
-    from memsearch_fast.lite.paths import read_state, socket_path
+    from memsearch_fast.lite.sockets import socket_path
+    from memsearch_fast.lite.state import read_state
 
     st = read_state(db_path)
     pid = st.get("pid") if st else None
@@ -239,7 +240,7 @@ class Service:
     def __init__(self, path: str, engine_uri: str, touch: Callable[[], None], db_path: str | None = None) -> None:
         from collections import OrderedDict
 
-        from memsearch_fast.lite.paths import env_seconds
+        from memsearch_fast.lite.settings import env_seconds
 
         self.path = path
         self._engine_uri = engine_uri

@@ -14,13 +14,14 @@ from memsearch_fast.store.filters import (
     prefix_filter,
     quote_filter_value,
 )
-from memsearch_fast.store.milvus import EmbeddingModel, MilvusStore
+from memsearch_fast.store.milvus import MilvusStore
 from memsearch_fast.store.rows import (
     MAX_CONTENT_BYTES,
     MAX_HEADING_BYTES,
     MAX_SOURCE_BYTES,
     split_long_rows,
 )
+from memsearch_fast.store.schema import EmbeddingModel
 
 __all__ = [
     "MAX_CONTENT_BYTES",

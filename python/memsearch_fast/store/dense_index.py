@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from memsearch_fast.store.milvus import MAX_TOP_K, QUERY_FIELDS
+from memsearch_fast.store.schema import QUERY_FIELDS
+from memsearch_fast.store.search import MAX_TOP_K
 
 logger = logging.getLogger(__name__)
 

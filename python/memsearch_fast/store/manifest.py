@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast._os import open_private
+from memsearch_fast._os import locked, open_private, write_atomic
 from memsearch_fast.config import DEFAULT_MANIFEST_DIR
 
 logger = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class Manifest:
             return
         self._make_dir()
         if self.database is not None:
-            from memsearch_fast.lite.paths import check_writable
+            from memsearch_fast.lite.sidecars import check_writable
 
             check_writable(self.database)  # a read-only database: one line before any work
         try:
@@ -212,7 +212,7 @@ class Manifest:
 
     def _make_dir(self) -> None:
         if self.database is not None:
-            from memsearch_fast.lite.paths import make_parent
+            from memsearch_fast.lite.sidecars import make_parent
 
             make_parent(self.database)  # a parent that is a file: one clear line, not "[Errno 17]"
         else:
@@ -234,23 +234,19 @@ class Manifest:
         """Whether an index or watch run holds the writer lock now (for readers
         that must not trust the store mid-run). The probe is a shared lock taken
         and dropped at once; a run starting in that instant just waits for it."""
-        try:
-            import fcntl
-        except ImportError:  # no flock: the manifest's presence is the only sign
+        if os.name != "posix":  # no flock: the manifest's presence is the only sign
             return False
+
+        def existing(path: str) -> int:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
         try:
-            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with locked(self.lock_path, timeout=0, shared=True, opener=existing):
+                return False
         except FileNotFoundError:
             return False
         except OSError:
-            return True  # cannot tell: assume a run
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
+            return True  # held (TimeoutError), or cannot tell: assume a run
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -314,19 +310,8 @@ class Manifest:
             files[path] = [e.size, e.mtime, e.fingerprint, chunks, e.ino, e.ctime]
         body = json.dumps({**header.as_dict(), "rows": rows, "files": files}, separators=(",", ":"))
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._tmp)  # left by a run killed while saving (we hold the lock)
-        fd = os.open(self._tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(body.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(self._tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
-            raise
+        # A temp file left by a run killed while saving is removed first (we hold the lock).
+        write_atomic(self.path, body.encode("utf-8"), temp=self._tmp)
 
 
 def _holder(fd: int) -> int | None:

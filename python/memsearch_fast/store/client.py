@@ -1,0 +1,181 @@
+"""The store's connection: connect, re-attach, error translation.
+
+:class:`StoreClient` holds the client of one store and runs every call
+through :meth:`StoreClient._call`, which translates pymilvus errors into
+one-line :class:`~memsearch_fast.errors.StoreError` messages, stops a damaged
+local database's server (lite.damage), and re-attaches once when the shared
+Lite server went away. A local path's client comes from
+:func:`memsearch_fast.lite.connect` (shared through a per-database server, or
+embedded; the store does not need to know which), ``http(s)://`` is a Milvus
+server or Zilliz Cloud. pymilvus is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.store.compat import (
+    is_local_uri,
+    is_unavailable,
+    own_connection_kwargs,
+    quiet_pymilvus,
+    skip_client_varchar_check,
+)
+
+if TYPE_CHECKING:
+    from memsearch_fast.lite import LiteConnection
+
+_T = TypeVar("_T")
+
+
+class StoreClient:
+    """The connection half of :class:`~memsearch_fast.store.milvus.MilvusStore`.
+
+    The attributes are set by ``MilvusStore.__init__``.
+    """
+
+    uri: str
+    collection: str
+    _token: str | None
+    _client: Any
+    _conn: LiteConnection | None  # a local database's connection
+    _exists: bool
+    _shared: bool  # served by the per-database Lite server: re-attach if it dies
+    _conn_lock: threading.RLock
+    _local: bool
+    _path: str | None
+    _display: str
+
+    def _connect(self) -> None:
+        """Open the client: a Milvus server, or a local database through :func:`memsearch_fast.lite.connect`."""
+        import pymilvus  # noqa: F401 - loaded here (about 1 s), never while the Lite broker's lock is held
+
+        quiet_pymilvus()
+        skip_client_varchar_check()
+        if not self._local:
+            try:
+                self._client = self._new_client(self.uri, self._token)
+            except Exception as exc:  # noqa: BLE001 - every pymilvus failure is translated to a StoreError
+                raise self._translate(exc, "connect") from None
+            return
+
+        from memsearch_fast import lite
+
+        assert self._path is not None
+        self._conn = lite.connect(self._path, self._new_client)
+        self._client = self._conn.client
+        self._shared = self._conn.shared
+
+    @staticmethod
+    def _new_client(uri: str, token: str | None = None) -> Any:
+        """A client with a connection of its own to ``uri``.
+
+        A server (remote, or a database's Lite server) gets a 10 s connect
+        timeout; a database path is opened in this process with pymilvus's own.
+        """
+        from pymilvus import MilvusClient
+
+        kwargs: dict[str, Any] = {"uri": uri, **own_connection_kwargs()}
+        if not is_local_uri(uri):
+            kwargs["timeout"] = 10
+        if token:
+            kwargs["token"] = token
+        return MilvusClient(**kwargs)
+
+    def _reconnect(self) -> None:
+        """Re-attach after the shared server went away (idle exit, crash, kill)."""
+        self._close_client()
+        self._connect()
+        if self._exists:
+            self._load(retry=False)
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # also stops an embedded engine once its last store closes
+        elif client is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection is not an error
+                client.close()
+
+    def _call(self, op: str, fn: Callable[[Any], _T], *, retry: bool = True) -> _T:
+        """Run ``fn(client)``, translating errors; re-attach once if the Lite server died."""
+        client = self._client
+        if client is None:
+            if not self._local or self._path is None or not os.path.exists(self._path):
+                raise StoreUnavailableError(f"store for {self._display} is closed")
+            with self._conn_lock:
+                if self._client is None:
+                    self._connect()
+                client = self._client
+        try:
+            return fn(client)
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated to a StoreError, raised below
+            err = self._translate(exc, op)
+            raw = one_line(getattr(exc, "message", None) or exc)
+        if self._local and self._path is not None and _is_damage(err, op):
+            # A collection the engine could only partly load: never go on with
+            # that part. Stop its server and remember why (lite.damage).
+            from memsearch_fast.lite import damage
+
+            shared = self._shared
+            self._close_client()
+            raise damage.report(self._path, raw, shared=shared) from None
+        if retry and self._shared:
+            with self._conn_lock:
+                # Calls in flight on other threads fail together: the first
+                # re-attaches, the others (whatever their error, e.g. "closed
+                # channel") retry on its new client.
+                replaced = self._client is not client
+                if not replaced and isinstance(err, StoreUnavailableError):
+                    self._reconnect()
+                    replaced = True
+            if replaced:
+                return self._call(op, fn, retry=False)
+        raise err
+
+    def _translate(self, exc: BaseException, op: str) -> StoreError:
+        """Map a pymilvus/grpc error to a one-line StoreError."""
+        msg = one_line(getattr(exc, "message", None) or exc)
+        if is_unavailable(exc):
+            return StoreUnavailableError(f"Milvus at {self._display} is unreachable during {op}: {msg}")
+        code = getattr(exc, "code", None)
+        low = msg.lower()
+        if code == 100 or ("collection" in low and ("not exist" in low or "not found" in low)):
+            self._exists = False
+            return StoreError(
+                f"collection '{self.collection}' does not exist at {self._display}; run 'memsearch index' to build it"
+            )
+        return StoreError(f"Milvus {op} failed on {self._display}: {msg}")
+
+    def _load(self, *, retry: bool = True) -> None:
+        """Load the collection; on a shared Lite server, also make sure the engine
+        loaded all of it. Milvus Lite 2.x answers a load that stopped at a damaged
+        page with success and serves the rows read so far; only its log says
+        "Load data failed" (lite.damage)."""
+        self._call("load_collection", lambda c: c.load_collection(self.collection), retry=retry)
+        if self._shared and self._path is not None:
+            from memsearch_fast.lite import damage
+
+            cause = damage.stated_since_start(self._path)
+            if cause:
+                self._close_client()
+                raise damage.report(self._path, cause, shared=True)
+
+
+def _is_damage(err: StoreError, op: str) -> bool:
+    """Whether a failed call means the local database's content is unreadable:
+    SQLite says so, or loading the collection failed inside the engine."""
+    if isinstance(err, StoreUnavailableError):
+        return False
+    from memsearch_fast.lite.damage import is_damage
+
+    text = str(err)
+    return is_damage(text) or (op == "load_collection" and "segcore error" in text.lower())

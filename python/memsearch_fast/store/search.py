@@ -1,0 +1,109 @@
+"""Search: hybrid (dense and BM25 lists fused by :mod:`.fusion`), dense and sparse lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memsearch_fast.config import API_TOP_K
+from memsearch_fast.errors import StoreError, StoreUnavailableError
+from memsearch_fast.store.filters import prefix_filter
+from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema
+
+#: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
+MAX_TOP_K = 16384
+
+
+class StoreSearch(StoreSchema):
+    """The search half of :class:`~memsearch_fast.store.milvus.MilvusStore`."""
+
+    def search(
+        self,
+        dense: list[float],
+        query_text: str,
+        *,
+        top_k: int = API_TOP_K,
+        source_prefix: str | None = None,
+        explain: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Hybrid search: dense (COSINE) and BM25 lists fused by :mod:`.fusion`.
+
+        ``score`` is the fused score, 0..1 (1.0: first in both lists). With
+        *explain*, each hit also carries ``explain``: its rank and score in
+        the dense and the BM25 list (rank None: not in that list, which is
+        :func:`.fusion.depth` deep) and the fused score. An empty query text
+        searches by the dense vector alone.
+        """
+        if top_k > MAX_TOP_K:
+            raise StoreError(
+                f"top_k {top_k} is above {MAX_TOP_K}, the most results Milvus returns for one search; "
+                f"ask for {MAX_TOP_K} or fewer (-k/--top-k)"
+            )
+        if not self._exists or top_k <= 0:
+            return []
+        from memsearch_fast.store import fusion
+
+        deep = fusion.depth(top_k, MAX_TOP_K)
+        if hasattr(dense, "tolist"):
+            dense = dense.tolist()
+        try:
+            dense_hits = self._list_search([list(dense)], "embedding", "COSINE", deep, source_prefix)
+            sparse_hits = self.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
+        except StoreUnavailableError:
+            raise
+        except StoreError:
+            # Some engines fail BM25 on an empty collection (average doc length
+            # 0); an empty collection has no results rather than an error.
+            if self._exists and self.count() == 0:
+                return []
+            raise
+        rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
+        fused = fusion.fuse(
+            [(h["chunk_hash"], h["distance"]) for h in dense_hits],
+            [(h["chunk_hash"], h["distance"]) for h in sparse_hits],
+            top_k,
+        )
+        return [fusion.hit(f, rows[f.id], QUERY_FIELDS, explain) for f in fused]
+
+    def sparse_search(self, query_text: str, *, top_k: int, source_prefix: str | None = None) -> list[dict[str, Any]]:
+        """The BM25 list of :meth:`search`, best first, each row with its ``distance``."""
+        if not query_text.strip():
+            return []
+        try:
+            return self._list_search([query_text], "sparse_vector", "BM25", top_k, source_prefix)
+        except StoreUnavailableError:
+            raise
+        except StoreError as exc:
+            # Milvus Lite 2.5 scores BM25 against a snapshot with no documents (an
+            # empty collection, or one whose first rows are still being written
+            # while another process searches) as NaN and fails: no BM25 hits.
+            if "NaN or Inf" in str(exc):
+                return []
+            raise
+
+    def _list_search(
+        self, data: list[Any], field: str, metric: str, limit: int, source_prefix: str | None
+    ) -> list[dict[str, Any]]:
+        if not self._exists or limit <= 0:
+            return []
+        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                collection_name=self.collection,
+                data=data,
+                anns_field=field,
+                search_params={"metric_type": metric, "params": {}},
+                limit=limit,
+                filter=expr,
+                output_fields=QUERY_FIELDS,
+            ),
+        )
+        hits = []
+        for hit in res[0] if res else []:
+            entity = hit.get("entity", hit)
+            row = {f: entity.get(f) for f in QUERY_FIELDS}
+            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
+                continue
+            row["distance"] = float(hit["distance"])
+            hits.append(row)
+        return hits
