@@ -6,6 +6,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -482,3 +483,35 @@ def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     assert plan.stale == {"legacy-id", ids[1].upper()}
     assert Dedup("m", iter(stored)).orphans([str(tmp_path)]) == [fc.path]  # not seen yet
     assert dedup.orphans([str(tmp_path)]) == [] and sorted(dedup.by_source) == ["gone.md"]
+
+
+def test_drop_waits_for_a_running_writer(tmp_path: Path, model_dir: Path) -> None:
+    """The API gives the CLI's guarantee: a drop never cuts a running index of its collection."""
+    import threading
+
+    from memsearch_fast.store.manifest import Manifest
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# A\nalpha\n", encoding="utf-8")
+    uri = str(tmp_path / "m.db")
+    with MemSearch([str(root)], embedding_model=str(model_dir), milvus_uri=uri) as ms:
+        asyncio.run(ms.index())
+        held, release = threading.Event(), threading.Event()
+
+        def writer() -> None:
+            with Manifest.for_store(ms.uri, ms.collection).writer():
+                held.set()
+                release.wait(30)
+
+        other = threading.Thread(target=writer)
+        other.start()
+        held.wait(30)
+        heard: list[str] = []
+        threading.Timer(1.0, release.set).start()
+        started = time.monotonic()
+        assert ms.drop(on_wait=heard.append) is True
+        waited = time.monotonic() - started
+        other.join(30)
+        assert heard and waited >= 0.9, (heard, waited)
+        assert not ms.collection_exists()

@@ -9,9 +9,10 @@ never load a model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -431,16 +432,24 @@ class MemSearch:
             return None
         return {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
 
-    def drop(self) -> bool:
-        """Drop the collection; False when there was none."""
+    def drop(self, *, on_wait: Callable[[str], None] | None = None) -> bool:
+        """Drop the collection; False when there was none. Waits for a running
+        index of it (the writer lock; *on_wait* hears why), which would go on
+        writing into what is dropped."""
         from memsearch_fast.index import sync
 
-        store = self._read_store()
-        if not store.exists:
-            return False
-        store.drop()
-        sync.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
-        return True
+        writer = self._manifest()
+        if on_wait is not None:
+            writer.on_wait = on_wait
+        # A local database that does not exist gets no lock file beside it.
+        exists = writer.database is None or os.path.lexists(writer.database)
+        with writer.writer() if exists else contextlib.nullcontext(writer):
+            store = self._read_store()
+            if not store.exists:
+                return False
+            store.drop()
+            sync.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
+            return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
         """The stored chunk plus its context from the markdown file."""

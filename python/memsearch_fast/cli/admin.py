@@ -56,20 +56,9 @@ def reset(
             answer = sys.stdin.readline() if sys.stdin is not None else ""
             if answer.strip().lower() not in ("y", "yes"):
                 fail(f"refusing to drop collection '{name}' without confirmation; pass --yes (or pipe 'y')")
-    import contextlib
-    import os
-
-    from memsearch_fast.store.manifest import Manifest
-
     ms = memsearch(cfg)
-    writer = Manifest.for_store(ms.uri, ms.collection)
-    writer.on_wait = err
-    # Not under a running index (it would go on writing into what is dropped);
-    # a local database that does not exist gets no lock file beside it.
-    exists = writer.database is None or os.path.lexists(writer.database)
     try:
-        with writer.writer() if exists else contextlib.nullcontext(writer):
-            dropped = ms.drop()
+        dropped = ms.drop(on_wait=err)
     finally:
         ms.close()
     if not dropped:
