@@ -150,7 +150,7 @@ class MemSearch:
             from memsearch_fast.recall import rerank
 
             pools = self.parallelism
-            self._reranker = rerank.load(self.reranker_model, threads=pools.inference_workers * pools.intra_op_threads)
+            self._reranker = rerank.load(self.reranker_model, threads=pools.inference_threads)
         return self._reranker
 
     @property

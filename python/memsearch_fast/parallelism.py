@@ -38,6 +38,11 @@ class Parallelism:
     #: Concurrent requests to an HTTP embedding provider.
     remote_requests: int
 
+    @property
+    def inference_threads(self) -> int:
+        """Every inference core: what one session alone (the reranker) may use."""
+        return self.inference_workers * self.intra_op_threads
+
 
 def plan(workers: int | None = None, *, threads: int | None = None, cpus: int | None = None) -> Parallelism:
     """Resolve ``--workers`` (and an explicit intra-op ``threads``) against the CPUs.

@@ -119,19 +119,19 @@ def get_provider(
         raise ValueError(f"batch_size must be an integer >= 0 (0 = provider default), got {batch_size!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    if parallelism is not None:
-        if workers is not None or (key == "onnx" and "threads" in options):
-            raise ValueError("pass either parallelism or workers/threads, not both")
-        if key == "onnx":
-            workers = parallelism.inference_workers
-            options["threads"] = parallelism.intra_op_threads
-        elif key != "local":
-            workers = parallelism.remote_requests
     module_name, class_name = target
     cls = getattr(importlib.import_module(module_name), class_name)
     provider: EmbeddingProvider
     if key == "onnx":
-        provider = cls(model, batch_size=batch_size, workers=workers, **options)
+        provider = cls(model, batch_size=batch_size, workers=workers, parallelism=parallelism, **options)
     else:
-        provider = cls(model, batch_size=batch_size, base_url=base_url, api_key=api_key, workers=workers, **options)
+        provider = cls(
+            model,
+            batch_size=batch_size,
+            base_url=base_url,
+            api_key=api_key,
+            workers=workers,
+            parallelism=parallelism,
+            **options,
+        )
     return provider

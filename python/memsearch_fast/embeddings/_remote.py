@@ -23,7 +23,7 @@ from memsearch_fast.embeddings._http import (
     safe_url,
 )
 from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
-from memsearch_fast.parallelism import plan
+from memsearch_fast.parallelism import Parallelism, plan
 
 #: How HTTP providers count tokens (their tokenizer is on the server); the
 #: same name as ``memsearch_fast.recall.APPROX_TOKENIZER``.
@@ -53,6 +53,7 @@ class RemoteEmbedding:
         secret: Secret | None,
         batch_size: int,
         workers: int | None,
+        parallelism: Parallelism | None,
         dimension: int | None,
         timeout: float,
         max_retries: int,
@@ -67,7 +68,9 @@ class RemoteEmbedding:
         self._url = url
         self._secret = secret
         self._batch_size = batch_size if batch_size > 0 else self.default_batch_size
-        self._workers = plan(workers).remote_requests  # validates workers
+        if parallelism is not None and workers is not None:
+            raise ValueError("pass either parallelism or workers, not both")
+        self._workers = (parallelism or plan(workers)).remote_requests  # plan validates workers
         self._dimension = dimension
         self._max_retries = max_retries
         self._base_delay = retry_base_delay
@@ -273,6 +276,7 @@ class HostedEmbedding(RemoteEmbedding):
         base_url: str | None = None,
         api_key: str | None = None,
         workers: int | None = None,
+        parallelism: Parallelism | None = None,
         dimensions: int | None = None,
         timeout: float | None = None,
         max_retries: int | None = None,
@@ -295,6 +299,7 @@ class HostedEmbedding(RemoteEmbedding):
             secret=secret,
             batch_size=batch_size if self.max_batch is None else min(batch_size, self.max_batch),
             workers=workers,
+            parallelism=parallelism,
             dimension=self._dimensions if self._dimensions is not None else self.known_dimensions.get(name),
             timeout=self.default_timeout if timeout is None else timeout,
             max_retries=self.default_max_retries if max_retries is None else max_retries,

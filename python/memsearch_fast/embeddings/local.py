@@ -18,6 +18,7 @@ from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import check_texts
 from memsearch_fast.embeddings.models import is_offline
 from memsearch_fast.errors import EmbeddingError, one_line
+from memsearch_fast.parallelism import Parallelism
 
 DEFAULT_MODEL = DEFAULT_MODELS["local"]  # set in memsearch_fast.config
 DEFAULT_BATCH_SIZE = 512  # as memsearch 0.4.23
@@ -66,6 +67,7 @@ class LocalEmbedding:
         base_url: str | None = None,
         api_key: str | None = None,
         workers: int | None = None,
+        parallelism: Parallelism | None = None,
         device: str | None = None,
         trust_remote_code: bool = False,
         offline: bool | None = None,

@@ -32,7 +32,7 @@ from memsearch_fast.config import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import check_texts
 from memsearch_fast.embeddings.models import canonical_name, onnx_file, resolve_model
 from memsearch_fast.errors import EmbeddingError, ModelNotFoundError, one_line
-from memsearch_fast.parallelism import available_cpus, plan
+from memsearch_fast.parallelism import Parallelism, available_cpus, plan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,6 +84,7 @@ class OnnxEmbedding:
         batch_size: int = 0,
         workers: int | None = None,
         threads: int | None = None,
+        parallelism: Parallelism | None = None,
         quantized: bool = True,
         max_seq_length: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -95,7 +96,9 @@ class OnnxEmbedding:
         from tokenizers import Tokenizer
 
         cpus = available_cpus()
-        pools = plan(workers, threads=threads, cpus=cpus)  # validates workers and threads
+        if parallelism is not None and (workers is not None or threads is not None):
+            raise ValueError("pass either parallelism or workers/threads, not both")
+        pools = parallelism or plan(workers, threads=threads, cpus=cpus)  # validates workers and threads
         self._workers, self._threads = pools.inference_workers, pools.intra_op_threads
 
         self._model_dir = resolve_model(model, cache_dir=cache_dir, offline=offline)

@@ -78,8 +78,7 @@ def load(
     from memsearch_fast.parallelism import plan
 
     if threads is None:
-        pools = plan()
-        threads = pools.inference_workers * pools.intra_op_threads
+        threads = plan().inference_threads
     try:
         model_dir = resolve_model(model, cache_dir=cache_dir, offline=offline)
     except (EmbeddingError, ValueError) as exc:
