@@ -396,3 +396,19 @@ def test_bad_input_and_close() -> None:
     p.close()  # idempotent
     with pytest.raises(EmbeddingError, match="closed"):
         asyncio.run(p.embed(["after close"]))
+
+
+def test_providers_take_the_runs_parallelism(model_dir: Path) -> None:
+    """The plan is made once per run and handed down; workers/threads beside it are refused."""
+    pools = plan(3, threads=1)
+    onnx = get_provider("onnx", model=str(model_dir), parallelism=pools)
+    try:
+        assert onnx.workers == 3
+    finally:
+        onnx.close()
+    remote = get_provider("openai", model="m", api_key="k", base_url="http://127.0.0.1:9/v1", parallelism=plan(5))
+    assert remote.workers == 5
+    with pytest.raises(ValueError, match="not both"):
+        get_provider("onnx", model=str(model_dir), parallelism=pools, workers=2)
+    with pytest.raises(ValueError, match="not both"):
+        get_provider("openai", model="m", api_key="k", parallelism=pools, workers=2)
