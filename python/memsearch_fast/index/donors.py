@@ -29,6 +29,8 @@ from memsearch_fast.store.manifest import RECORD, pack
 if TYPE_CHECKING:
     import numpy as np
 
+    from memsearch_fast.index.protocol import IndexStore
+
 #: Fields fetched to learn what a stored row holds.
 LEARN_FIELDS = ["chunk_hash", "content", "source", "start_line", "end_line"]
 #: Fields fetched to reuse a row's vector: its id is checked against the one
@@ -78,7 +80,7 @@ class Donors:
                 out += bytes.fromhex(h[:16]) + bytes.fromhex(cid)
         return bytes(out)
 
-    async def learn(self, store: Any, sources: list[str]) -> None:
+    async def learn(self, store: IndexStore, sources: list[str]) -> None:
         """Add the stored rows of ``sources`` (read page by page in a worker thread)."""
         if sources:
             packed = await asyncio.to_thread(
@@ -138,7 +140,7 @@ class Donors:
                     out[i] = int(self._ids[pos[j]]).to_bytes(8, "big").hex()
         return out
 
-    async def resolve(self, store: Any, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+    async def resolve(self, store: IndexStore, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """Split ``items`` into those given a stored vector and those still to embed."""
         if not items:
             return [], []

@@ -24,16 +24,18 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from memsearch_fast import parallelism as par
 from memsearch_fast._core import FileChunks, ScannedFile
 from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES, MANIFEST_RACY_SECONDS
+from memsearch_fast.embeddings import EmbeddingProvider
 from memsearch_fast.errors import one_line
 from memsearch_fast.index.chunk import chunk_files
 from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
 from memsearch_fast.index.embed import EmbedStage, Pending
+from memsearch_fast.index.protocol import IndexStore
 from memsearch_fast.index.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
 from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
@@ -85,7 +87,7 @@ class NullProgress:
     def finish(self) -> None: ...
 
 
-def _embed_batch_size(provider: Any) -> int:
+def _embed_batch_size(provider: EmbeddingProvider) -> int:
     """Cross-file batches of a few provider batches: enough to keep the
     provider's workers busy, small enough that little work is lost when a
     run is interrupted. Padding is kept low by the embed stage's sort window
@@ -94,16 +96,16 @@ def _embed_batch_size(provider: Any) -> int:
     return max(32, min(512, own * 4))
 
 
-def _embed_in_flight(provider: Any) -> int:
+def _embed_in_flight(provider: EmbeddingProvider) -> int:
     """One batch per worker the provider really runs, plus one queued so a
     worker that finishes never waits for the next batch to be packed."""
     return max(1, int(getattr(provider, "workers", 1) or 1)) + 1
 
 
 async def run_index(
-    store: Any,
-    provider: Any,
-    files: Sequence[Any],
+    store: IndexStore,
+    provider: EmbeddingProvider,
+    files: Sequence[str | ScannedFile],
     *,
     cleanup_roots: Sequence[str] = (),
     unlisted: Sequence[str] = (),
@@ -164,9 +166,9 @@ class _Run:
 
     def __init__(
         self,
-        store: Any,
-        provider: Any,
-        files: Sequence[Any],
+        store: IndexStore,
+        provider: EmbeddingProvider,
+        files: Sequence[str | ScannedFile],
         *,
         cleanup_roots: Sequence[str],
         unlisted: Sequence[str],

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from memsearch_fast.index.embed import Pending
+from memsearch_fast.index.protocol import IndexStore
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4
@@ -51,7 +52,7 @@ class UpsertStage:
 
     def __init__(
         self,
-        store: Any,
+        store: IndexStore,
         *,
         batch_size: int = 1000,
         in_flight: int = IN_FLIGHT,
