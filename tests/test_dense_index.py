@@ -53,7 +53,7 @@ def loaded(ms: MemSearch) -> dense_index.DenseIndex:
 
 
 def vector(ms: MemSearch, text: str):
-    return asyncio.run(ms._query_vector(text))
+    return asyncio.run(ms._query_cache.vector(ms.provider, text))
 
 
 def assert_same_ranking(ours: list[dict], milvus: list[dict]) -> None:

@@ -138,3 +138,24 @@ def test_no_import_runs_up_the_floors() -> None:
         if _floor(dep) > _floor(name)
     ]
     assert not up, "\n".join(up)
+
+
+#: Modules at the top of the package, beside the rooms: the facade, the
+#: errors, the pool plan, the OS helpers and the package's own entry points.
+LOOSE = {"__init__", "__main__", "_os", "api", "errors", "parallelism"}
+#: A module past this many lines holds more than one role: split it by role.
+MAX_LINES = 500
+
+
+def test_rooms_hold_the_modules() -> None:
+    loose = {p.stem for p in PKG.glob("*.py")}
+    assert loose <= LOOSE, f"modules loose at the package top: {sorted(loose - LOOSE)}; give them a room"
+
+
+def test_no_module_holds_more_than_one_role() -> None:
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

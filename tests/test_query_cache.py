@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast import MemSearch
-from memsearch_fast.api import QUERY_CACHE_SIZE
+from memsearch_fast.embeddings.query_cache import SIZE as QUERY_CACHE_SIZE
 
 
 def test_repeated_queries_are_embedded_once(tmp_path: Path, model_dir: Path) -> None:

@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast import config
+from memsearch_fast.embeddings.query_cache import QueryCache
 from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
 
 #: Query embeddings kept per MemSearch (see ``_query_vector``).
-QUERY_CACHE_SIZE = 256
 
 if TYPE_CHECKING:
     from memsearch_fast.index.sync import SyncReport
@@ -85,7 +84,7 @@ class MemSearch:
         self._reranker: Any = None
         self._provider: Any = None
         self._store: Any = None
-        self._query_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._query_cache = QueryCache()
         #: Hold the collection's vectors in memory for dense ranking (:mod:`memsearch_fast.store.dense_index`):
         #: for processes that search many times. ``manifest_uri``: the local database whose manifest
         #: says when rows change, when ``milvus_uri`` is that database's server.
@@ -347,7 +346,7 @@ class MemSearch:
             return []  # nothing indexed yet
         # Loaded before the query is embedded: a bad model fails the search before any work.
         reranker = await asyncio.to_thread(lambda: self.reranker) if self.reranker_model else None
-        vector = await self._query_vector(query)
+        vector = await self._query_cache.vector(self.provider, query)
         fetch = top_k
         if reranker is not None:
             from memsearch_fast.recall.rerank import candidate_count
@@ -367,21 +366,6 @@ class MemSearch:
             return hits
         return list(await asyncio.to_thread(reranker.rerank, query, hits, top_k=top_k))
 
-    async def _query_vector(self, query: str) -> Any:
-        """The query's embedding, from a small LRU cache: agents and hooks repeat
-        their queries, and a long-lived process (``mcp``) should embed each once."""
-        provider = self.provider
-        key = (id(provider), query)
-        cache = self._query_cache
-        if key in cache:
-            cache.move_to_end(key)
-            return cache[key]
-        vector = await provider.embed_query(query)
-        cache[key] = vector
-        if len(cache) > QUERY_CACHE_SIZE:
-            cache.popitem(last=False)
-        return vector
-
     def chunks(self, *, source: str | None = None, fields: Sequence[str] = ("content",)) -> list[dict[str, Any]]:
         """Every stored chunk (of one *source* when given) with *fields* and ``source``."""
         store = self._read_store()
@@ -391,24 +375,12 @@ class MemSearch:
         return [row for page in pages for row in page]
 
     def _dense_index(self, store: Any) -> Any:
-        """The in-memory copy of the vectors; None for a server URI, whose writers
-        elsewhere would never touch the manifest on this machine."""
+        """The in-memory copy of the vectors; None for a server URI."""
         if self._dense is None:
-            from memsearch_fast.store import MilvusStore
-            from memsearch_fast.store.compat import is_local_uri
             from memsearch_fast.store.dense_index import DenseIndex
-            from memsearch_fast.store.manifest import manifest_path
 
-            if not is_local_uri(self._manifest_uri):
-                self._dense_wanted = False
-                return None
-
-            args = dict(self._store_args)
-            self._dense = DenseIndex(
-                lambda: MilvusStore(**args),
-                manifest_path(self._manifest_uri, self.collection),
-                store.dimension,
-            )
+            self._dense = DenseIndex.for_store(self._store_args, self._manifest_uri, store)
+            self._dense_wanted = self._dense is not None
         return self._dense
 
     def _search_store(self) -> Any:

@@ -185,6 +185,20 @@ class DenseIndex:
     thread, which closes it); ``manifest`` is the collection's manifest path.
     """
 
+    @classmethod
+    def for_store(cls, store_args: dict[str, Any], manifest_uri: str, store: Any) -> DenseIndex | None:
+        """The copy of the collection that ``MilvusStore(**store_args)`` opens (*store*
+        is one open on it); None for a server URI, whose writers elsewhere never
+        touch this machine's manifest."""
+        from memsearch_fast.store import MilvusStore
+        from memsearch_fast.store.compat import is_local_uri
+        from memsearch_fast.store.manifest import manifest_path
+
+        if not is_local_uri(manifest_uri):
+            return None
+        args = dict(store_args)
+        return cls(lambda: MilvusStore(**args), manifest_path(manifest_uri, str(args["collection"])), store.dimension)
+
     def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
         self._open_store = open_store
         from memsearch_fast.store.manifest import Manifest
