@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import config as cfgmod
+from memsearch_fast.config import display, files, schema
 
 
 @pytest.fixture
@@ -139,11 +140,11 @@ def test_env_references_and_masking(dirs: tuple[Path, Path], monkeypatch: pytest
     monkeypatch.setenv("TEST_MS_KEY", "sk-live-0123456789")
     cfg = cfgmod.resolve()
     assert cfg["embedding"]["api_key"] == "sk-live-0123456789"
-    shown = cfgmod.for_display(cfgmod.resolve(resolve_env=False))
+    shown = display.for_display(cfgmod.resolve(resolve_env=False))
     assert shown["embedding"]["api_key"] == "env:TEST_MS_KEY"
     assert shown["milvus"]["token"] == "roo***"
-    assert cfgmod.mask("sk-abcdefghijklmnop") == "sk-***"
-    assert cfgmod.mask("short") == "***" and cfgmod.mask("") == ""
+    assert display.mask("sk-abcdefghijklmnop") == "sk-***"
+    assert display.mask("short") == "***" and display.mask("") == ""
 
 
 def test_config_commands(tmp_path: Path) -> None:
@@ -208,16 +209,16 @@ def test_config_init_without_terminal(tmp_path: Path) -> None:
     project.mkdir()
     proc = cli(["config", "init"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(home / ".memsearch" / "config.toml"))
+    written = files.flatten(files.load_file(home / ".memsearch" / "config.toml"))
     assert written["embedding.provider"] == "onnx" and written["indexing.ignore_files"] == [".gitignore"]
     proc = cli(["config", "init", "--project"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(project / ".memsearch.toml"))
-    assert set(written) == set(cfgmod.PROJECT_ALLOWED)
+    written = files.flatten(files.load_file(project / ".memsearch.toml"))
+    assert set(written) == set(schema.PROJECT_ALLOWED)
 
 
 def test_project_file_cannot_read_the_environment() -> None:
-    from memsearch_fast.config import filter_project
+    from memsearch_fast.config.files import filter_project
 
     allowed, rejected = filter_project({"milvus": {"collection": "env:SECRET_TOKEN"}, "chunking": {"overlap_lines": 3}})
     assert rejected == ["milvus.collection"]
@@ -225,7 +226,8 @@ def test_project_file_cannot_read_the_environment() -> None:
 
 
 def test_chunking_values_are_bounded() -> None:
-    from memsearch_fast.config import ConfigError, filter_project
+    from memsearch_fast.config.files import filter_project
+    from memsearch_fast.config.schema import ConfigError
 
     for key, value in (("max_chunk_size", 100_000), ("overlap_lines", 10**6)):
         with pytest.raises(ConfigError):
@@ -233,7 +235,7 @@ def test_chunking_values_are_bounded() -> None:
 
 
 def test_saved_config_is_owner_only(tmp_path) -> None:
-    from memsearch_fast.config import save_file
+    from memsearch_fast.config.files import save_file
 
     path = tmp_path / "config.toml"
     save_file({"embedding": {"api_key": "sk-test"}}, path)
@@ -327,7 +329,7 @@ def test_llm_secrets_are_masked_and_read_late(dirs: tuple[Path, Path], monkeypat
     # Unset variables in the LLM sections do not break indexing or search: they are read when an LLM is called.
     cfg = cfgmod.resolve()
     assert cfg["llm"]["base_url"] == "env:UNSET_LLM_URL"
-    shown = cfgmod.for_display(cfgmod.resolve(resolve_env=False))
+    shown = display.for_display(cfgmod.resolve(resolve_env=False))
     assert shown["llm"]["api_key"] == "sk-***" and shown["llm"]["providers"]["work"]["api_key"] == "sk-***"
     assert shown["llm"]["base_url"] == "env:UNSET_LLM_URL" and shown["compact"]["api_key"] == "env:UNSET_COMPACT_KEY"
     # Elsewhere an unset variable is still an error.
@@ -363,7 +365,7 @@ def test_llm_config_commands(tmp_path: Path) -> None:
     # The wizard writes the summarize routing and [llm], not the deprecated [compact] or the advanced tasks.
     proc = cli(["config", "init"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(home / ".memsearch" / "config.toml"))
+    written = files.flatten(files.load_file(home / ".memsearch" / "config.toml"))
     assert written["plugins.claude-code.summarize.provider"] == "work" and written["llm.provider"] == "anthropic"
     assert written["llm.providers.work.api_key"] == secret
     assert not any(k.startswith(("compact.", "plugins.dsh.")) or ".project_review." in k for k in written)

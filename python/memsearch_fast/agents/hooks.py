@@ -101,7 +101,7 @@ def _config() -> dict[str, Any]:
 
 
 def _uri(cfg: Mapping[str, Any]) -> str:
-    from memsearch_fast.config import resolve_env_ref
+    from memsearch_fast.config.schema import resolve_env_ref
 
     return str(resolve_env_ref(cfg["milvus"]["uri"], "milvus.uri"))
 
@@ -139,7 +139,7 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
 
 
 def _default_model(provider: str) -> str:
-    from memsearch_fast.config import DEFAULT_MODELS
+    from memsearch_fast.config.schema import DEFAULT_MODELS
 
     return DEFAULT_MODELS.get(provider, "default")
 

@@ -5,7 +5,6 @@ from typing import Annotated, Any
 
 import typer
 
-from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
@@ -20,6 +19,7 @@ from memsearch_fast.cli.options import (
     text,
     uses,
 )
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 
 
 @app.command()
@@ -27,7 +27,7 @@ from memsearch_fast.cli.options import (
 @uses(MILVUS, EMBEDDING)
 def search(
     query: Annotated[str, typer.Argument(show_default=False, help="What to look for, in words.")],
-    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = cfgmod.DEFAULT_TOP_K,
+    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = DEFAULT_TOP_K,
     source_prefix: Annotated[
         str | None,
         typer.Option(
@@ -93,7 +93,7 @@ def search(
 
         tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
         served = search_service.ask(
-            cfg, query, render=tiers, top_k=top_k or cfgmod.DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
+            cfg, query, render=tiers, top_k=top_k or DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
         )
         if served is not None:
             typer.echo(served)
@@ -106,7 +106,7 @@ def search(
         return await recall.tiered_search(
             ms,
             query,
-            top_k=top_k or cfgmod.DEFAULT_TOP_K,  # -k 0 is the default, as in memsearch 0.4.23
+            top_k=top_k or DEFAULT_TOP_K,  # -k 0 is the default, as in memsearch 0.4.23
             source_prefix=source_prefix,
             json_output=json_output,
             digest=digest,

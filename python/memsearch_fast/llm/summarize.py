@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.config import PLUGIN_PLATFORMS, canonical_key
+from memsearch_fast.config.schema import PLUGIN_PLATFORMS, canonical_key
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_TOP_K
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 from memsearch_fast.lite.paths import search_socket
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
     try:
         # Resolved here, as this process would (its directory, its environment);
         # never downloaded here: a missing model is this process's job.
-        from memsearch_fast.config import DEFAULT_MODELS
+        from memsearch_fast.config.schema import DEFAULT_MODELS
         from memsearch_fast.embeddings.models import canonical_name, resolve_model
 
         model_dir = str(resolve_model(model, offline=True).expanduser().resolve())

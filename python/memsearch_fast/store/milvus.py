@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from memsearch_fast.config import API_TOP_K, DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
+from memsearch_fast.config.schema import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
+from memsearch_fast.config.tuning import API_TOP_K
 from memsearch_fast.errors import (
     DimensionMismatchError,
     ModelMismatchError,
