@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config import schema, tuning
+from memsearch_fast.config.settings import Settings
 from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
 
@@ -95,7 +96,7 @@ class MemSearch:
     @classmethod
     def from_config(
         cls,
-        cfg: Mapping[str, Any],
+        cfg: Settings,
         paths: Sequence[str | os.PathLike[str]] = (),
         *,
         description: str = "",
@@ -106,25 +107,24 @@ class MemSearch:
     ) -> MemSearch:
         """The instance a resolved configuration (``config.resolve()``) describes;
         *ignore_files* and *exclude* add to the configured lists."""
-        emb, milvus, chunking, indexing = cfg["embedding"], cfg["milvus"], cfg["chunking"], cfg["indexing"]
-        reranker = cfg.get("reranker") or {}
+        emb, milvus, chunking, indexing = cfg.embedding, cfg.milvus, cfg.chunking, cfg.indexing
         return cls(
             list(paths),
-            embedding_provider=emb["provider"],
-            embedding_model=emb["model"] or None,
-            embedding_batch_size=emb["batch_size"],
-            embedding_base_url=emb["base_url"] or None,
-            embedding_api_key=emb["api_key"] or None,
-            milvus_uri=milvus["uri"],
-            milvus_token=milvus["token"] or None,
-            collection=milvus["collection"],
+            embedding_provider=emb.provider,
+            embedding_model=emb.model or None,
+            embedding_batch_size=emb.batch_size,
+            embedding_base_url=emb.base_url or None,
+            embedding_api_key=emb.api_key or None,
+            milvus_uri=milvus.uri,
+            milvus_token=milvus.token or None,
+            collection=milvus.collection,
             description=description,
-            max_chunk_size=chunking["max_chunk_size"],
-            overlap_lines=chunking["overlap_lines"],
-            ignore_files=list(dict.fromkeys([*indexing["ignore_files"], *ignore_files])),
-            exclude=list(dict.fromkeys([*indexing["exclude"], *exclude])),
+            max_chunk_size=chunking.max_chunk_size,
+            overlap_lines=chunking.overlap_lines,
+            ignore_files=list(dict.fromkeys([*indexing.ignore_files, *ignore_files])),
+            exclude=list(dict.fromkeys([*indexing.exclude, *exclude])),
             workers=workers,
-            reranker_model=reranker.get("model") or "",
+            reranker_model=cfg.reranker.model,
             dense_index=dense_index,
         )
 

@@ -25,10 +25,10 @@ def stats(opts: Flags, json_output: JsonOutput = False) -> None:
         fail(missing_collection(cfg))
     info = {
         **counts,
-        "collection": cfg["milvus"]["collection"],
-        "uri": cfg["milvus"]["uri"],
-        "provider": cfg["embedding"]["provider"],
-        "model": cfg["embedding"]["model"],
+        "collection": cfg.milvus.collection,
+        "uri": cfg.milvus.uri,
+        "provider": cfg.embedding.provider,
+        "model": cfg.embedding.model,
     }
     typer.echo(display.to_json(info) if json_output else display.format_stats(info))
 
@@ -42,7 +42,7 @@ def reset(
 ) -> None:
     """Drop all indexed data."""
     cfg = settings(opts)
-    name = cfg["milvus"]["collection"]
+    name = cfg.milvus.collection
     if not yes:
         question = f"This will delete all indexed data in collection '{name}'. Continue?"
         if stdin_is_tty():

@@ -36,7 +36,7 @@ def config_get(
     ] = None,
 ) -> None:
     """Get a resolved config value (e.g. memsearch config get milvus.uri)."""
-    cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
+    cfg = cfgmod.merged(default_collection=default_collection, resolve_env=False, warn=err)
     typer.echo(_show_value(cfgmod.get_value(config_display.for_display(cfg), key)))
 
 
@@ -99,7 +99,7 @@ def config_list(
         data = config_display.masked(files.load_file(path, check=False))
         label = f"Project ({files.PROJECT_CONFIG_NAME})"  # always the current directory's, as 0.4.23 names it
     else:
-        cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
+        cfg = cfgmod.merged(default_collection=default_collection, resolve_env=False, warn=err)
         data, label = config_display.for_display(cfg), "Resolved (all sources merged)"
     if json_output:
         import json

@@ -136,7 +136,7 @@ def watch(
             f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}); Ctrl-C to stop",
             {"event": "watching", "pid": os.getpid(), "roots": roots},
         )
-        run(_watch(ms, cfg["watch"]["debounce_ms"], out, early_stop))
+        run(_watch(ms, cfg.watch.debounce_ms, out, early_stop))
     finally:
         lock.release()
         ms.close()

@@ -15,6 +15,7 @@ import typer
 
 from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import err
+from memsearch_fast.config.settings import Settings
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -164,14 +165,14 @@ def uses(*groups: dict[str, tuple[Any, Any]]) -> Callable[[_F], _F]:
     return decorate
 
 
-def settings(opts: Flags, **flags: Any) -> dict[str, Any]:
+def settings(opts: Flags, **flags: Any) -> Settings:
     """Resolved configuration: defaults < global file < project file < flags."""
     given = {**opts, **flags}
     overrides = {FLAG_KEYS[name]: value for name, value in given.items() if name in FLAG_KEYS and value is not None}
     return cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
 
 
-def memsearch(cfg: dict[str, Any], paths: Sequence[str] = (), opts: Flags | None = None, **extra: Any) -> Any:
+def memsearch(cfg: Settings, paths: Sequence[str] = (), opts: Flags | None = None, **extra: Any) -> Any:
     """A :class:`~memsearch_fast.api.MemSearch` for the resolved settings.
 
     ``opts`` may carry the scan flags (``exclude``, ``ignore_file``), which
@@ -191,8 +192,8 @@ def memsearch(cfg: dict[str, Any], paths: Sequence[str] = (), opts: Flags | None
     )
 
 
-def missing_collection(cfg: dict[str, Any]) -> str:
+def missing_collection(cfg: Settings) -> str:
     return (
-        f"collection '{cfg['milvus']['collection']}' does not exist at {cfg['milvus']['uri']}; "
+        f"collection '{cfg.milvus.collection}' does not exist at {cfg.milvus.uri}; "
         "run 'memsearch index PATH' to build it"
     )

@@ -85,7 +85,7 @@ def search(
     from memsearch_fast.recall import search as recall
 
     cfg = settings(opts, reranker_model=reranker_model)
-    lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
+    lazy = sync if sync is not None else cfg.search.sync == "lazy"
     if not lazy:
         # The database's running server answers it with pymilvus and the model
         # already loaded; None: it cannot, and this process searches itself.

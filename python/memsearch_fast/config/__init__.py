@@ -46,6 +46,16 @@ from memsearch_fast.config.schema import (
     resolve_env_ref,
     unknown_key,
 )
+from memsearch_fast.config.settings import Settings
+
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "get_value",
+    "merged",
+    "resolve",
+    "set_value",
+]
 
 
 def resolve(
@@ -54,8 +64,22 @@ def resolve(
     default_collection: str | None = None,
     resolve_env: bool = True,
     warn: Callable[[str], None] | None = None,
+) -> Settings:
+    """The effective configuration (arguments as :func:`merged` takes them)."""
+    return Settings.from_dict(
+        merged(overrides, default_collection=default_collection, resolve_env=resolve_env, warn=warn)
+    )
+
+
+def merged(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    default_collection: str | None = None,
+    resolve_env: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The effective configuration as a nested dict.
+    """The effective configuration as a nested dict, as ``config get`` and
+    ``config list`` show it (keys the schema does not know included).
 
     *overrides* maps dotted keys to command-line values (``None`` = not
     given). *warn* receives one line when the project file sets keys it may

@@ -16,14 +16,17 @@ or the built-in one, then a blank line, ``Transcript:`` and the turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memsearch_fast.config.schema import PLUGIN_PLATFORMS, canonical_key
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 AGENT_PLACEHOLDER = "{{AGENT_NAME}}"
 #: Who the notes call the agent when ``--agent-name`` is not given.
@@ -69,14 +72,12 @@ def platform_of(plugin: str) -> str:
     return platform
 
 
-def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
+def route(cfg: Settings, platform: str) -> LLMSettings:
     """The LLM that summarizes for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
-    task = cfg["plugins"][platform]["summarize"]
-    name = resolve_env(task["provider"], f"plugins.{platform}.summarize.provider")
-    model = resolve_env(task["model"], f"plugins.{platform}.summarize.model")
-    llm = cfg.get("llm", {})
-    providers = llm.get("providers")
-    providers = providers if isinstance(providers, Mapping) else {}
+    task = cfg.plugins[platform].summarize
+    name = resolve_env(task.provider, f"plugins.{platform}.summarize.provider")
+    model = resolve_env(task.model, f"plugins.{platform}.summarize.model")
+    llm = cfg.llm
     if not name or name == "native":
         protocol = NATIVE_PROTOCOL.get(platform)
         if protocol is None:
@@ -84,23 +85,23 @@ def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
                 f"plugin {platform!r} is configured for native summarization; no memsearch-managed provider selected"
             )
         return LLMSettings(protocol, model)
-    if name in providers:
-        entry = providers[name]
-        if not isinstance(entry, Mapping):
-            raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
-        protocol = resolve_env(entry.get("type", ""), f"llm.providers.{name}.type") or name
+    if name in llm.malformed_providers:
+        raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
+    if name in llm.providers:
+        entry = llm.providers[name]
+        protocol = resolve_env(entry.type, f"llm.providers.{name}.type") or name
         return LLMSettings(
             _known(protocol, f"llm.providers.{name}.type"),
-            model or resolve_env(entry.get("model", ""), f"llm.providers.{name}.model"),
-            entry.get("base_url", ""),
-            entry.get("api_key", ""),
+            model or resolve_env(entry.model, f"llm.providers.{name}.model"),
+            entry.base_url,
+            entry.api_key,
         )
     if name in PROTOCOLS:
-        top = resolve_env(llm.get("provider", ""), "llm.provider")
+        top = resolve_env(llm.provider, "llm.provider")
         if _SAME_PROTOCOL.get(top, top) != _SAME_PROTOCOL.get(name, name):
             return LLMSettings(name, model)
-        model = model or resolve_env(llm.get("model", ""), "llm.model")
-        return LLMSettings(name, model, llm.get("base_url", ""), llm.get("api_key", ""))
+        model = model or resolve_env(llm.model, "llm.model")
+        return LLMSettings(name, model, llm.base_url, llm.api_key)
     raise LLMError(
         f"unknown LLM provider {name!r} (plugins.{platform}.summarize.provider); configure [llm.providers.{name}] "
         f"or use one of {', '.join(PROTOCOLS)}"
@@ -113,11 +114,11 @@ def _known(protocol: str, where: str) -> str:
     return protocol
 
 
-def load_prompt(cfg: Mapping[str, Any], agent_name: str, warn: Callable[[str], None] | None = None) -> str:
+def load_prompt(cfg: Settings, agent_name: str, warn: Callable[[str], None] | None = None) -> str:
     """``prompts.summarize`` with ``{{AGENT_NAME}}`` replaced by *agent_name*, or the
     built-in prompt when none is set or the file cannot be read (*warn* is told)."""
     template = PROMPT
-    configured = resolve_env(cfg.get("prompts", {}).get("summarize", ""), "prompts.summarize")
+    configured = resolve_env(cfg.prompts.summarize, "prompts.summarize")
     if configured:
         path = Path(configured).expanduser()
         try:

@@ -43,13 +43,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm import PROTOCOLS, LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
 from memsearch_fast.skills import store
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import MemoryToSkillTask, Settings
 
 TASK = "memory_to_skill"
 MAX_PROMPT_CHARS = 80_000
@@ -127,14 +130,13 @@ class DistillResult:
 # -- configuration ---------------------------------------------------------------------------
 
 
-def task_config(cfg: Mapping[str, Any], platform: str) -> Mapping[str, Any]:
+def task_config(cfg: Settings, platform: str) -> MemoryToSkillTask:
     """``plugins.<platform>.memory_to_skill`` of a resolved configuration."""
-    task: Mapping[str, Any] = cfg["plugins"][platform][TASK]
-    return task
+    return cfg.plugins[platform].memory_to_skill
 
 
-def provider_name(cfg: Mapping[str, Any], platform: str) -> str:
-    raw = str(task_config(cfg, platform).get("provider") or "")
+def provider_name(cfg: Settings, platform: str) -> str:
+    raw = task_config(cfg, platform).provider
     return resolve_env(raw, f"plugins.{platform}.{TASK}.provider") or "native"
 
 
@@ -146,21 +148,19 @@ def native_refusal(platform: str) -> str:
     )
 
 
-def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
+def route(cfg: Settings, platform: str) -> LLMSettings:
     """The LLM that distills for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
     where = f"plugins.{platform}.{TASK}"
     name = provider_name(cfg, platform)
-    model = resolve_env(str(task_config(cfg, platform).get("model") or ""), f"{where}.model")
+    model = resolve_env(task_config(cfg, platform).model, f"{where}.model")
     if name == "native":
         raise NeedsAPIProvider(native_refusal(platform))
-    llm = cfg.get("llm", {})
-    providers = llm.get("providers") if isinstance(llm, Mapping) else None
-    providers = providers if isinstance(providers, Mapping) else {}
-    if name in providers:
-        entry = providers[name]
-        if not isinstance(entry, Mapping):
-            raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
-        protocol = resolve_env(str(entry.get("type") or ""), f"llm.providers.{name}.type") or name
+    llm = cfg.llm
+    if name in llm.malformed_providers:
+        raise LLMError(f"llm.providers.{name} must be a table ([llm.providers.{name}] with type, model...)")
+    if name in llm.providers:
+        entry = llm.providers[name]
+        protocol = resolve_env(entry.type, f"llm.providers.{name}.type") or name
         if protocol not in PROTOCOLS:
             raise LLMError(
                 f"unknown LLM provider type {protocol!r} (llm.providers.{name}.type); "
@@ -168,16 +168,16 @@ def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
             )
         return LLMSettings(
             protocol,
-            model or resolve_env(str(entry.get("model") or ""), f"llm.providers.{name}.model"),
-            str(entry.get("base_url") or ""),
-            str(entry.get("api_key") or ""),
+            model or resolve_env(entry.model, f"llm.providers.{name}.model"),
+            entry.base_url,
+            entry.api_key,
         )
     if name in PROTOCOLS:
-        top = resolve_env(str(llm.get("provider") or ""), "llm.provider") if isinstance(llm, Mapping) else ""
+        top = resolve_env(llm.provider, "llm.provider")
         if _SAME_PROTOCOL.get(top, top) != _SAME_PROTOCOL.get(name, name):
             return LLMSettings(name, model)
-        model = model or resolve_env(str(llm.get("model") or ""), "llm.model")
-        return LLMSettings(name, model, str(llm.get("base_url") or ""), str(llm.get("api_key") or ""))
+        model = model or resolve_env(llm.model, "llm.model")
+        return LLMSettings(name, model, llm.base_url, llm.api_key)
     raise LLMError(
         f"unknown LLM provider {name!r} ({where}.provider); configure [llm.providers.{name}] "
         f"or use one of {', '.join(PROTOCOLS)}"
@@ -261,12 +261,10 @@ def recent_journals(input_dir: Path, budget: int) -> str:
     return marker + text[-(budget - len(marker)) :]
 
 
-def load_template(cfg: Mapping[str, Any], warn: Callable[[str], None] | None = None) -> str:
+def load_template(cfg: Settings, warn: Callable[[str], None] | None = None) -> str:
     """``prompts.memory_to_skill`` (a file), or the built-in instructions when it is
     unset or unreadable (*warn* is told)."""
-    prompts = cfg.get("prompts", {})
-    configured = str(prompts.get(TASK) or "") if isinstance(prompts, Mapping) else ""
-    configured = resolve_env(configured, f"prompts.{TASK}")
+    configured = resolve_env(cfg.prompts.memory_to_skill, f"prompts.{TASK}")
     if configured:
         path = Path(configured).expanduser()
         try:
@@ -463,7 +461,7 @@ def _call_llm(settings: LLMSettings, prompt: str) -> str:
 
 
 def distill(
-    cfg: Mapping[str, Any],
+    cfg: Settings,
     platform: str,
     *,
     project_dir: str | Path | None = None,
@@ -480,11 +478,11 @@ def distill(
     the LLM call (``(settings, prompt) -> answer``).
     """
     task = task_config(cfg, platform)
-    if require_enabled and not task.get("enabled"):
+    if require_enabled and not task.enabled:
         return DistillResult("disabled", skipped=True)
     project, mem_root = store.resolve_roots(project_dir, memsearch_dir)
     store.make_private_dir(mem_root)
-    raw_input = resolve_env(str(task.get("input_dir") or ""), f"plugins.{platform}.{TASK}.input_dir")
+    raw_input = resolve_env(task.input_dir, f"plugins.{platform}.{TASK}.input_dir")
     input_dir = resolve_task_path(raw_input or str(mem_root / "memory"), project, mem_root)
 
     state_path = mem_root / ".maintenance-state.json"
@@ -492,7 +490,7 @@ def distill(
     digest = input_digest(input_dir)
     previous = load_state(state_path).get(key)
     previous = previous if isinstance(previous, dict) else {}
-    due, reason = is_due(int(task.get("min_interval_hours") or 0), previous, digest, force)
+    due, reason = is_due(task.min_interval_hours, previous, digest, force)
     if not due:
         return DistillResult("skip", reason=reason, skipped=True)
     if not _journals(input_dir):
@@ -510,7 +508,7 @@ def distill(
                 agent=platform,
                 project=project,
                 input_dir=input_dir,
-                min_occurrences=int(task.get("min_occurrences") or 0),
+                min_occurrences=task.min_occurrences,
                 existing=store.existing_candidates(mem_root, MAX_EXISTING_BODY_CHARS),
             )
             answer = (complete or _call_llm)(settings, prompt)
