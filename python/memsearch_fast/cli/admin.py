@@ -5,17 +5,28 @@ from typing import Annotated
 import typer
 
 from memsearch_fast.cli.app import app, err, fail, guard, stdin_is_tty
-from memsearch_fast.cli.options import MILVUS, Flags, JsonOutput, memsearch, missing_collection, settings, uses
+from memsearch_fast.cli.options import (
+    MILVUS,
+    JsonOutput,
+    MilvusOptions,
+    flatten,
+    memsearch,
+    missing_collection,
+    settings,
+)
 
 
 @app.command()
 @guard
-@uses(MILVUS)
-def stats(opts: Flags, json_output: JsonOutput = False) -> None:
+@flatten
+def stats(
+    milvus: MilvusOptions = MILVUS,
+    json_output: JsonOutput = False,
+) -> None:
     """Show statistics about the index."""
     from memsearch_fast.cli import display
 
-    cfg = settings(opts)
+    cfg = settings(milvus)
     ms = memsearch(cfg)
     try:
         counts = ms.stats()
@@ -35,13 +46,13 @@ def stats(opts: Flags, json_output: JsonOutput = False) -> None:
 
 @app.command()
 @guard
-@uses(MILVUS)
+@flatten
 def reset(
-    opts: Flags,
+    milvus: MilvusOptions = MILVUS,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm the action without prompting.")] = False,
 ) -> None:
     """Drop all indexed data."""
-    cfg = settings(opts)
+    cfg = settings(milvus)
     name = cfg.milvus.collection
     if not yes:
         question = f"This will delete all indexed data in collection '{name}'. Continue?"
