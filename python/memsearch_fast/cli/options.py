@@ -11,13 +11,15 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import err
-from memsearch_fast.config.settings import Settings
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -191,7 +193,7 @@ def flatten(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> Settings:
+def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> "Settings":
     """Resolved configuration: defaults < global file < project file < flags."""
     given = {f.name: getattr(g, f.name) for g in groups for f in fields(g)}
     given.update(flags)
@@ -200,7 +202,7 @@ def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> Setting
 
 
 def memsearch(
-    cfg: Settings,
+    cfg: "Settings",
     paths: Sequence[str] = (),
     files: FileOptions = FILES,
     description: str | None = None,
@@ -223,7 +225,7 @@ def memsearch(
     )
 
 
-def missing_collection(cfg: Settings) -> str:
+def missing_collection(cfg: "Settings") -> str:
     return (
         f"collection '{cfg.milvus.collection}' does not exist at {cfg.milvus.uri}; "
         "run 'memsearch index PATH' to build it"

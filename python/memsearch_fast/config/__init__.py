@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.files import (
     deep_merge,
@@ -46,11 +46,13 @@ from memsearch_fast.config.schema import (
     resolve_env_ref,
     unknown_key,
 )
-from memsearch_fast.config.settings import Settings
+
+if TYPE_CHECKING:
+    # Loaded when a configuration is resolved: building its dataclasses costs start-up time.
+    from memsearch_fast.config.settings import Settings
 
 __all__ = [
     "ConfigError",
-    "Settings",
     "get_value",
     "merged",
     "resolve",
@@ -66,6 +68,8 @@ def resolve(
     warn: Callable[[str], None] | None = None,
 ) -> Settings:
     """The effective configuration (arguments as :func:`merged` takes them)."""
+    from memsearch_fast.config.settings import Settings
+
     return Settings.from_dict(
         merged(overrides, default_collection=default_collection, resolve_env=resolve_env, warn=warn)
     )
