@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import config as cfgmod
+from memsearch_fast.config import display, files, schema
 
 
 @pytest.fixture
@@ -50,33 +51,33 @@ def cli(args: list[str], home: Path, cwd: Path, **env: str) -> subprocess.Comple
 
 def test_defaults(dirs: tuple[Path, Path]) -> None:
     cfg = cfgmod.resolve()
-    assert cfg["embedding"]["provider"] == "onnx"
-    assert cfg["embedding"]["model"] == "all-MiniLM-L6-v2"
-    assert cfg["milvus"] == {"uri": "~/.memsearch/milvus.db", "token": "", "collection": "memsearch_chunks"}
-    assert cfg["chunking"] == {"max_chunk_size": 1500, "overlap_lines": 2}
+    assert cfg.embedding.provider == "onnx"
+    assert cfg.embedding.model == "all-MiniLM-L6-v2"
+    assert cfg.to_dict()["milvus"] == {"uri": "~/.memsearch/milvus.db", "token": "", "collection": "memsearch_chunks"}
+    assert cfg.to_dict()["chunking"] == {"max_chunk_size": 1500, "overlap_lines": 2}
     # Another provider gets its own default model, not the onnx one.
-    assert cfgmod.resolve({"embedding.provider": "openai"})["embedding"]["model"] == "text-embedding-3-small"
+    assert cfgmod.resolve({"embedding.provider": "openai"}).embedding.model == "text-embedding-3-small"
 
 
 def test_precedence(dirs: tuple[Path, Path]) -> None:
     home, project = dirs
     assert cfgmod.global_config_path() == home / ".memsearch" / "config.toml"
     # --default-collection only replaces the built-in default.
-    assert cfgmod.resolve(default_collection="fallback")["milvus"]["collection"] == "fallback"
+    assert cfgmod.resolve(default_collection="fallback").milvus.collection == "fallback"
 
     global_file(home, '[milvus]\ncollection = "global"\nuri = "/g.db"\n[chunking]\nmax_chunk_size = 900\n')
     cfg = cfgmod.resolve(default_collection="fallback")
-    assert cfg["milvus"]["collection"] == "global" and cfg["milvus"]["uri"] == "/g.db"
+    assert cfg.milvus.collection == "global" and cfg.milvus.uri == "/g.db"
 
     write(project / ".memsearch.toml", '[milvus]\ncollection = "project"\n[chunking]\noverlap_lines = 5\n')
     cfg = cfgmod.resolve(default_collection="fallback")
-    assert cfg["milvus"]["collection"] == "project"
-    assert cfg["chunking"] == {"max_chunk_size": 900, "overlap_lines": 5}
+    assert cfg.milvus.collection == "project"
+    assert cfg.to_dict()["chunking"] == {"max_chunk_size": 900, "overlap_lines": 5}
 
     cfg = cfgmod.resolve({"milvus.collection": "flag", "chunking.max_chunk_size": None, "embedding.batch_size": "64"})
-    assert cfg["milvus"]["collection"] == "flag"
-    assert cfg["chunking"]["max_chunk_size"] == 900  # None means "flag not given"
-    assert cfg["embedding"]["batch_size"] == 64
+    assert cfg.milvus.collection == "flag"
+    assert cfg.chunking.max_chunk_size == 900  # None means "flag not given"
+    assert cfg.embedding.batch_size == 64
 
 
 def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path]) -> None:
@@ -90,15 +91,15 @@ def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path
     )
     warnings: list[str] = []
     cfg = cfgmod.resolve(warn=warnings.append)
-    assert cfg["milvus"] == {"uri": "~/.memsearch/milvus.db", "token": "", "collection": "ok"}
-    assert cfg["embedding"] == {
+    assert cfg.to_dict()["milvus"] == {"uri": "~/.memsearch/milvus.db", "token": "", "collection": "ok"}
+    assert cfg.to_dict()["embedding"] == {
         "provider": "onnx",
         "model": "all-MiniLM-L6-v2",
         "batch_size": 16,
         "base_url": "",
         "api_key": "",
     }
-    assert cfg["indexing"]["exclude"] == ["drafts/"]
+    assert cfg.indexing.exclude == ("drafts/",)
     assert len(warnings) == 1 and "\n" not in warnings[0]
     for key in ("milvus.uri", "milvus.token", "embedding.provider", "embedding.model", "embedding.base_url"):
         assert key in warnings[0]
@@ -108,7 +109,7 @@ def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path
         cfgmod.set_value("milvus.uri", "http://x", project=True)
     value, path = cfgmod.set_value("chunking.max_chunk_size", "700", project=True)
     assert value == 700 and path == project / ".memsearch.toml"
-    assert cfgmod.resolve()["chunking"]["max_chunk_size"] == 700
+    assert cfgmod.resolve().chunking.max_chunk_size == 700
 
 
 def test_values_are_checked(dirs: tuple[Path, Path]) -> None:
@@ -121,7 +122,7 @@ def test_values_are_checked(dirs: tuple[Path, Path]) -> None:
         cfgmod.resolve({"embedding.batch_size": "many"})
     assert cfgmod.set_value("indexing.exclude", "a/, b/")[0] == ["a/", "b/"]
     assert cfgmod.set_value("indexing.ignore_files", '[".gitignore", ".mdignore"]')[0] == [".gitignore", ".mdignore"]
-    assert cfgmod.resolve()["indexing"]["ignore_files"] == [".gitignore", ".mdignore"]
+    assert cfgmod.resolve().indexing.ignore_files == (".gitignore", ".mdignore")
 
     global_file(home, '[chunking]\nmax_chunk_size = "big"\n')
     with pytest.raises(cfgmod.ConfigError, match=r"chunking\.max_chunk_size.*config\.toml"):
@@ -138,12 +139,12 @@ def test_env_references_and_masking(dirs: tuple[Path, Path], monkeypatch: pytest
         cfgmod.resolve()
     monkeypatch.setenv("TEST_MS_KEY", "sk-live-0123456789")
     cfg = cfgmod.resolve()
-    assert cfg["embedding"]["api_key"] == "sk-live-0123456789"
-    shown = cfgmod.for_display(cfgmod.resolve(resolve_env=False))
+    assert cfg.embedding.api_key == "sk-live-0123456789"
+    shown = display.for_display(cfgmod.merged(resolve_env=False))
     assert shown["embedding"]["api_key"] == "env:TEST_MS_KEY"
     assert shown["milvus"]["token"] == "roo***"
-    assert cfgmod.mask("sk-abcdefghijklmnop") == "sk-***"
-    assert cfgmod.mask("short") == "***" and cfgmod.mask("") == ""
+    assert display.mask("sk-abcdefghijklmnop") == "sk-***"
+    assert display.mask("short") == "***" and display.mask("") == ""
 
 
 def test_config_commands(tmp_path: Path) -> None:
@@ -208,16 +209,16 @@ def test_config_init_without_terminal(tmp_path: Path) -> None:
     project.mkdir()
     proc = cli(["config", "init"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(home / ".memsearch" / "config.toml"))
+    written = files.flatten(files.load_file(home / ".memsearch" / "config.toml"))
     assert written["embedding.provider"] == "onnx" and written["indexing.ignore_files"] == [".gitignore"]
     proc = cli(["config", "init", "--project"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(project / ".memsearch.toml"))
-    assert set(written) == set(cfgmod.PROJECT_ALLOWED)
+    written = files.flatten(files.load_file(project / ".memsearch.toml"))
+    assert set(written) == set(schema.PROJECT_ALLOWED)
 
 
 def test_project_file_cannot_read_the_environment() -> None:
-    from memsearch_fast.config import filter_project
+    from memsearch_fast.config.files import filter_project
 
     allowed, rejected = filter_project({"milvus": {"collection": "env:SECRET_TOKEN"}, "chunking": {"overlap_lines": 3}})
     assert rejected == ["milvus.collection"]
@@ -225,7 +226,8 @@ def test_project_file_cannot_read_the_environment() -> None:
 
 
 def test_chunking_values_are_bounded() -> None:
-    from memsearch_fast.config import ConfigError, filter_project
+    from memsearch_fast.config.files import filter_project
+    from memsearch_fast.config.schema import ConfigError
 
     for key, value in (("max_chunk_size", 100_000), ("overlap_lines", 10**6)):
         with pytest.raises(ConfigError):
@@ -233,7 +235,7 @@ def test_chunking_values_are_bounded() -> None:
 
 
 def test_saved_config_is_owner_only(tmp_path) -> None:
-    from memsearch_fast.config import save_file
+    from memsearch_fast.config.files import save_file
 
     path = tmp_path / "config.toml"
     save_file({"embedding": {"api_key": "sk-test"}}, path)
@@ -246,12 +248,12 @@ def test_saved_config_is_owner_only(tmp_path) -> None:
 def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
     home, _ = dirs
     cfg = cfgmod.resolve()
-    assert cfg["llm"] == {"provider": "", "model": "", "base_url": "", "api_key": "", "providers": {}}
-    assert cfg["compact"]["llm_provider"] == "openai" and cfg["prompts"]["summarize"] == ""
+    assert cfg.to_dict()["llm"] == {"provider": "", "model": "", "base_url": "", "api_key": "", "providers": {}}
+    assert cfg.compact.llm_provider == "openai" and cfg.prompts.summarize == ""
     for platform in ("claude-code", "codex", "opencode", "openclaw", "dsh"):
-        assert cfg["plugins"][platform]["summarize"] == {"enabled": True, "provider": "", "model": ""}
-        assert cfg["plugins"][platform]["project_review"]["output_file"] == ".memsearch/PROJECT.md"
-        assert cfg["plugins"][platform]["memory_to_skill"]["min_occurrences"] == 3
+        assert cfg.to_dict()["plugins"][platform]["summarize"] == {"enabled": True, "provider": "", "model": ""}
+        assert cfg.plugins[platform].project_review.output_file == ".memsearch/PROJECT.md"
+        assert cfg.plugins[platform].memory_to_skill.min_occurrences == 3
 
     assert cfgmod.set_value("plugins.codex.summarize.enabled", "false")[0] is False
     assert cfgmod.set_value("plugins.claude_code.summarize.provider", "work")[0] == "work"  # the reference's alias
@@ -261,10 +263,12 @@ def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
         ".codex/skills",
     ]
     cfg = cfgmod.resolve()
-    assert cfg["plugins"]["codex"]["summarize"]["enabled"] is False
-    assert cfg["plugins"]["claude-code"]["summarize"]["provider"] == "work"
-    assert cfgmod.get_value(cfg, "plugins.claude_code.summarize.provider") == "work"
-    assert cfg["llm"]["providers"] == {"work": {"type": "anthropic", "model": "", "base_url": "", "api_key": ""}}
+    assert cfg.plugins["codex"].summarize.enabled is False
+    assert cfg.plugins["claude-code"].summarize.provider == "work"
+    assert cfgmod.get_value(cfgmod.merged(), "plugins.claude_code.summarize.provider") == "work"
+    assert cfg.to_dict()["llm"]["providers"] == {
+        "work": {"type": "anthropic", "model": "", "base_url": "", "api_key": ""}
+    }
 
     for key, value, message in (
         ("plugins.codex.summarize.enabled", "maybe", "expected true or false"),
@@ -285,7 +289,7 @@ def test_llm_prompt_and_plugin_keys(dirs: tuple[Path, Path]) -> None:
         '[llm.providers.a]\ntype = "openai"\nextra = 1\n',
     )
     cfg = cfgmod.resolve()
-    assert cfg["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "b", "model": "m"}
+    assert cfg.to_dict()["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "b", "model": "m"}
     global_file(home, '[plugins.codex.summarize]\nenabled = "sometimes"\n')
     with pytest.raises(cfgmod.ConfigError, match=r"plugins\.codex\.summarize\.enabled"):
         cfgmod.resolve()
@@ -302,9 +306,9 @@ def test_project_file_cannot_set_llm_keys(dirs: tuple[Path, Path]) -> None:
     )
     warnings: list[str] = []
     cfg = cfgmod.resolve(warn=warnings.append)
-    assert cfg["llm"]["provider"] == "" and cfg["llm"]["providers"] == {}
-    assert cfg["compact"]["base_url"] == "" and cfg["prompts"]["summarize"] == ""
-    assert cfg["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "", "model": ""}
+    assert cfg.llm.provider == "" and cfg.to_dict()["llm"]["providers"] == {}
+    assert cfg.compact.base_url == "" and cfg.prompts.summarize == ""
+    assert cfg.to_dict()["plugins"]["claude-code"]["summarize"] == {"enabled": True, "provider": "", "model": ""}
     for key in (
         "llm.provider",
         "llm.providers.evil.type",
@@ -326,8 +330,8 @@ def test_llm_secrets_are_masked_and_read_late(dirs: tuple[Path, Path], monkeypat
     )
     # Unset variables in the LLM sections do not break indexing or search: they are read when an LLM is called.
     cfg = cfgmod.resolve()
-    assert cfg["llm"]["base_url"] == "env:UNSET_LLM_URL"
-    shown = cfgmod.for_display(cfgmod.resolve(resolve_env=False))
+    assert cfg.llm.base_url == "env:UNSET_LLM_URL"
+    shown = display.for_display(cfgmod.merged(resolve_env=False))
     assert shown["llm"]["api_key"] == "sk-***" and shown["llm"]["providers"]["work"]["api_key"] == "sk-***"
     assert shown["llm"]["base_url"] == "env:UNSET_LLM_URL" and shown["compact"]["api_key"] == "env:UNSET_COMPACT_KEY"
     # Elsewhere an unset variable is still an error.
@@ -363,7 +367,18 @@ def test_llm_config_commands(tmp_path: Path) -> None:
     # The wizard writes the summarize routing and [llm], not the deprecated [compact] or the advanced tasks.
     proc = cli(["config", "init"], home, project)
     assert proc.returncode == 0, proc.stderr
-    written = cfgmod.flatten(cfgmod.load_file(home / ".memsearch" / "config.toml"))
+    written = files.flatten(files.load_file(home / ".memsearch" / "config.toml"))
     assert written["plugins.claude-code.summarize.provider"] == "work" and written["llm.provider"] == "anthropic"
     assert written["llm.providers.work.api_key"] == secret
     assert not any(k.startswith(("compact.", "plugins.dsh.")) or ".project_review." in k for k in written)
+
+
+def test_settings_mirror_the_schema(dirs: tuple[Path, Path]) -> None:
+    """Every configuration key is a settings attribute, and the settings cannot be changed."""
+    import dataclasses
+
+    cfg = cfgmod.resolve()
+    assert set(files.flatten(cfg.to_dict())) == set(schema.SCHEMA)
+    assert cfg.to_dict() == cfgmod.merged()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.milvus.uri = "/elsewhere.db"  # type: ignore[misc]

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast import config
+from memsearch_fast.config import schema, tuning
+from memsearch_fast.config.settings import Settings
 from memsearch_fast.embeddings.query_cache import QueryCache
 from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
@@ -33,17 +34,17 @@ class MemSearch:
         self,
         paths: Sequence[str | os.PathLike[str]] | None = None,
         *,
-        embedding_provider: str = config.DEFAULT_PROVIDER,
+        embedding_provider: str = schema.DEFAULT_PROVIDER,
         embedding_model: str | None = None,
         embedding_batch_size: int = 0,
         embedding_base_url: str | None = None,
         embedding_api_key: str | None = None,
-        milvus_uri: str = config.DEFAULT_MILVUS_URI,
+        milvus_uri: str = schema.DEFAULT_MILVUS_URI,
         milvus_token: str | None = None,
-        collection: str = config.DEFAULT_COLLECTION,
+        collection: str = schema.DEFAULT_COLLECTION,
         description: str = "",
-        max_chunk_size: int = config.DEFAULT_MAX_CHUNK_SIZE,
-        overlap_lines: int = config.DEFAULT_OVERLAP_LINES,
+        max_chunk_size: int = schema.DEFAULT_MAX_CHUNK_SIZE,
+        overlap_lines: int = schema.DEFAULT_OVERLAP_LINES,
         ignore_files: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         workers: int | None = None,
@@ -52,10 +53,10 @@ class MemSearch:
         dense_index: bool = False,
         manifest_uri: str | None = None,
     ) -> None:
-        if not 1 <= max_chunk_size <= config.MAX_CHUNK_SIZE_LIMIT:
-            raise ValueError(f"max_chunk_size must be between 1 and {config.MAX_CHUNK_SIZE_LIMIT}")
-        if not 0 <= overlap_lines <= config.MAX_OVERLAP_LINES:
-            raise ValueError(f"overlap_lines must be between 0 and {config.MAX_OVERLAP_LINES}")
+        if not 1 <= max_chunk_size <= schema.MAX_CHUNK_SIZE_LIMIT:
+            raise ValueError(f"max_chunk_size must be between 1 and {schema.MAX_CHUNK_SIZE_LIMIT}")
+        if not 0 <= overlap_lines <= schema.MAX_OVERLAP_LINES:
+            raise ValueError(f"overlap_lines must be between 0 and {schema.MAX_OVERLAP_LINES}")
         self.paths = [os.fspath(p) for p in (paths or [])]
         self.max_chunk_size = max_chunk_size
         self.overlap_lines = overlap_lines
@@ -95,7 +96,7 @@ class MemSearch:
     @classmethod
     def from_config(
         cls,
-        cfg: Mapping[str, Any],
+        cfg: Settings,
         paths: Sequence[str | os.PathLike[str]] = (),
         *,
         description: str = "",
@@ -106,25 +107,24 @@ class MemSearch:
     ) -> MemSearch:
         """The instance a resolved configuration (``config.resolve()``) describes;
         *ignore_files* and *exclude* add to the configured lists."""
-        emb, milvus, chunking, indexing = cfg["embedding"], cfg["milvus"], cfg["chunking"], cfg["indexing"]
-        reranker = cfg.get("reranker") or {}
+        emb, milvus, chunking, indexing = cfg.embedding, cfg.milvus, cfg.chunking, cfg.indexing
         return cls(
             list(paths),
-            embedding_provider=emb["provider"],
-            embedding_model=emb["model"] or None,
-            embedding_batch_size=emb["batch_size"],
-            embedding_base_url=emb["base_url"] or None,
-            embedding_api_key=emb["api_key"] or None,
-            milvus_uri=milvus["uri"],
-            milvus_token=milvus["token"] or None,
-            collection=milvus["collection"],
+            embedding_provider=emb.provider,
+            embedding_model=emb.model or None,
+            embedding_batch_size=emb.batch_size,
+            embedding_base_url=emb.base_url or None,
+            embedding_api_key=emb.api_key or None,
+            milvus_uri=milvus.uri,
+            milvus_token=milvus.token or None,
+            collection=milvus.collection,
             description=description,
-            max_chunk_size=chunking["max_chunk_size"],
-            overlap_lines=chunking["overlap_lines"],
-            ignore_files=list(dict.fromkeys([*indexing["ignore_files"], *ignore_files])),
-            exclude=list(dict.fromkeys([*indexing["exclude"], *exclude])),
+            max_chunk_size=chunking.max_chunk_size,
+            overlap_lines=chunking.overlap_lines,
+            ignore_files=list(dict.fromkeys([*indexing.ignore_files, *ignore_files])),
+            exclude=list(dict.fromkeys([*indexing.exclude, *exclude])),
             workers=workers,
-            reranker_model=reranker.get("model") or "",
+            reranker_model=cfg.reranker.model,
             dense_index=dense_index,
         )
 
@@ -326,7 +326,7 @@ class MemSearch:
     async def search(
         self,
         query: str,
-        top_k: int = config.API_TOP_K,
+        top_k: int = tuning.API_TOP_K,
         source_prefix: str | os.PathLike[str] | None = None,
         *,
         explain: bool = False,
@@ -452,7 +452,7 @@ class MemSearch:
             raise GetError(f"not an indexed file: {os.fspath(path)} (only files under indexed roots can be read)")
         return read_lines(source, start=start, count=count, shown=os.fspath(path))
 
-    def watch(self, *, debounce_ms: int = config.DEFAULT_DEBOUNCE_MS, stop: asyncio.Event | None = None) -> Any:
+    def watch(self, *, debounce_ms: int = schema.DEFAULT_DEBOUNCE_MS, stop: asyncio.Event | None = None) -> Any:
         """Index the paths now and after every burst of file changes.
 
         An async iterator of :class:`memsearch_fast.index.watch.WatchEvent`

@@ -15,14 +15,16 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error, log_info
 from memsearch_fast.agents.project import check_folder
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 #: The summarizer's own deadline (seconds), under the agents' 120 s hook timeout.
 DEFAULT_TIMEOUT_S = 100.0
@@ -78,7 +80,7 @@ def _timeout() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
-def summarize(cfg: Mapping[str, Any], job: Job) -> list[str]:
+def summarize(cfg: Settings, job: Job) -> list[str]:
     """The notes for the job's text; raises :class:`LLMError` when there are none."""
     import dataclasses
 
@@ -110,7 +112,7 @@ def run(job_file: Path) -> int:
         os.chdir(job.project_dir)  # the project's .memsearch.toml applies
     try:
         cfg = cfgmod.resolve(resolve_env=False)
-        if not cfg["plugins"][job.platform]["summarize"]["enabled"]:
+        if not cfg.plugins[job.platform].summarize.enabled:
             return 0
     except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
         log_error(where, f"capture: configuration: {exc}")

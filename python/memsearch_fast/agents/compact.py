@@ -24,12 +24,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.agents import prompts
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 PLACEHOLDER = "{chunks}"
 SEPARATOR = "\n\n---\n\n"
@@ -51,36 +54,36 @@ class CompactResult:
     indexed: int
 
 
-def settings(cfg: Mapping[str, Any], overrides: Mapping[str, str | None]) -> LLMSettings:
+def settings(cfg: Settings, overrides: Mapping[str, str | None]) -> LLMSettings:
     """The LLM: flags, then ``[llm]``, then the deprecated ``[compact]`` keys (as 0.4.23)."""
-    llm, old = cfg.get("llm", {}), cfg.get("compact", {})
+    llm, old = cfg.llm, cfg.compact
 
     def pick(flag: str, new_key: str, old_key: str) -> str:
         value = overrides.get(flag)
         if value:
             return value
         return str(
-            resolve_env(llm.get(new_key, ""), f"llm.{new_key}")
-            or resolve_env(old.get(old_key, ""), f"compact.{old_key}")
+            resolve_env(getattr(llm, new_key), f"llm.{new_key}")
+            or resolve_env(getattr(old, old_key), f"compact.{old_key}")
         )
 
     protocol = pick("provider", "provider", "llm_provider") or "openai"
     return LLMSettings(
         protocol,
         pick("model", "model", "llm_model"),
-        overrides.get("base_url") or llm.get("base_url", "") or old.get("base_url", ""),
-        overrides.get("api_key") or llm.get("api_key", "") or old.get("api_key", ""),
+        overrides.get("base_url") or llm.base_url or old.base_url,
+        overrides.get("api_key") or llm.api_key or old.api_key,
     )
 
 
-def template(cfg: Mapping[str, Any], prompt: str | None, prompt_file: str | None) -> str:
+def template(cfg: Settings, prompt: str | None, prompt_file: str | None) -> str:
     """The prompt template, which must contain ``{chunks}``."""
     text, where = prompt, "--prompt"
     if not text:
         for path, name in (
             (prompt_file, "--prompt-file"),
-            (resolve_env(cfg.get("prompts", {}).get("compact", ""), "prompts.compact"), "prompts.compact"),
-            (resolve_env(cfg.get("compact", {}).get("prompt_file", ""), "compact.prompt_file"), "compact.prompt_file"),
+            (resolve_env(cfg.prompts.compact, "prompts.compact"), "prompts.compact"),
+            (resolve_env(cfg.compact.prompt_file, "compact.prompt_file"), "compact.prompt_file"),
         ):
             if path:
                 try:
@@ -170,7 +173,7 @@ def chunk_texts(rows: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def run(
     ms: Any,
-    cfg: Mapping[str, Any],
+    cfg: Settings,
     *,
     source: str | None,
     output_dir: str | None,

@@ -22,12 +22,15 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
 from memsearch_fast.errors import MemsearchError
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Embedding, Settings
 
 PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
@@ -94,16 +97,16 @@ def project_of(payload: Mapping[str, Any]) -> Project:
     return locate(cwd if cwd and is_absolute(cwd) else None)
 
 
-def _config() -> dict[str, Any]:
+def _config() -> Settings:
     from memsearch_fast import config as cfgmod
 
     return cfgmod.resolve(resolve_env=False)
 
 
-def _uri(cfg: Mapping[str, Any]) -> str:
-    from memsearch_fast.config import resolve_env_ref
+def _uri(cfg: Settings) -> str:
+    from memsearch_fast.config.schema import resolve_env_ref
 
-    return str(resolve_env_ref(cfg["milvus"]["uri"], "milvus.uri"))
+    return str(resolve_env_ref(cfg.milvus.uri, "milvus.uri"))
 
 
 # -- the events ---------------------------------------------------------------------------
@@ -113,10 +116,10 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     from memsearch_fast.agents import watcher
 
     cfg = _config()
-    emb = cfg["embedding"]
+    emb = cfg.embedding
     uri = _uri(cfg)
-    model = emb["model"] or _default_model(emb["provider"])
-    status = f"[memsearch] embedding: {emb['provider']}/{model} | milvus: {uri} | collection: {project.collection}"
+    model = emb.model or _default_model(emb.provider)
+    status = f"[memsearch] embedding: {emb.provider}/{model} | milvus: {uri} | collection: {project.collection}"
     problem = _key_problem(emb) or _milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{status} | ERROR: {problem}"}
@@ -139,14 +142,14 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
 
 
 def _default_model(provider: str) -> str:
-    from memsearch_fast.config import DEFAULT_MODELS
+    from memsearch_fast.config.schema import DEFAULT_MODELS
 
     return DEFAULT_MODELS.get(provider, "default")
 
 
-def _key_problem(emb: Mapping[str, Any]) -> str:
-    var = API_KEY_VARS.get(emb["provider"])
-    if var and not os.environ.get(var) and not emb["api_key"]:
+def _key_problem(emb: Embedding) -> str:
+    var = API_KEY_VARS.get(emb.provider)
+    if var and not os.environ.get(var) and not emb.api_key:
         return f"{var} not set — memory search disabled (local model: memsearch config set embedding.provider onnx)"
     return ""
 

@@ -15,13 +15,16 @@ or the built-in one (``agents/prompts/summarize.txt``), then a blank line,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from memsearch_fast.agents import prompts, routing
-from memsearch_fast.config import PLUGIN_PLATFORMS, canonical_key
+from memsearch_fast.config.schema import PLUGIN_PLATFORMS, canonical_key
 from memsearch_fast.errors import MemsearchError
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 AGENT_PLACEHOLDER = "{{AGENT_NAME}}"
 #: Who the notes call the agent when ``--agent-name`` is not given.
@@ -52,7 +55,7 @@ def platform_of(plugin: str) -> str:
     return platform
 
 
-def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
+def route(cfg: Settings, platform: str) -> LLMSettings:
     """The LLM that summarizes for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
     return routing.route(cfg, platform, "summarize", lambda model: _native(platform, model))
 
@@ -67,7 +70,7 @@ def _native(platform: str, model: str) -> LLMSettings:
     return LLMSettings(protocol, model)
 
 
-def load_prompt(cfg: Mapping[str, Any], agent_name: str, warn: Callable[[str], None] | None = None) -> str:
+def load_prompt(cfg: Settings, agent_name: str, warn: Callable[[str], None] | None = None) -> str:
     """``prompts.summarize`` with ``{{AGENT_NAME}}`` replaced by *agent_name*, or the
     built-in prompt when none is set or the file cannot be read (*warn* is told)."""
     return prompts.configured(cfg, "summarize", warn).replace(AGENT_PLACEHOLDER, agent_name)

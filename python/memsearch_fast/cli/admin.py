@@ -5,17 +5,28 @@ from typing import Annotated
 import typer
 
 from memsearch_fast.cli.app import app, err, fail, guard, stdin_is_tty
-from memsearch_fast.cli.options import MILVUS, Flags, JsonOutput, memsearch, missing_collection, settings, uses
+from memsearch_fast.cli.options import (
+    MILVUS,
+    JsonOutput,
+    MilvusOptions,
+    flatten,
+    memsearch,
+    missing_collection,
+    settings,
+)
 
 
 @app.command()
 @guard
-@uses(MILVUS)
-def stats(opts: Flags, json_output: JsonOutput = False) -> None:
+@flatten
+def stats(
+    milvus: MilvusOptions = MILVUS,
+    json_output: JsonOutput = False,
+) -> None:
     """Show statistics about the index."""
     from memsearch_fast.cli import display
 
-    cfg = settings(opts)
+    cfg = settings(milvus)
     ms = memsearch(cfg)
     try:
         counts = ms.stats()
@@ -25,24 +36,24 @@ def stats(opts: Flags, json_output: JsonOutput = False) -> None:
         fail(missing_collection(cfg))
     info = {
         **counts,
-        "collection": cfg["milvus"]["collection"],
-        "uri": cfg["milvus"]["uri"],
-        "provider": cfg["embedding"]["provider"],
-        "model": cfg["embedding"]["model"],
+        "collection": cfg.milvus.collection,
+        "uri": cfg.milvus.uri,
+        "provider": cfg.embedding.provider,
+        "model": cfg.embedding.model,
     }
     typer.echo(display.to_json(info) if json_output else display.format_stats(info))
 
 
 @app.command()
 @guard
-@uses(MILVUS)
+@flatten
 def reset(
-    opts: Flags,
+    milvus: MilvusOptions = MILVUS,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm the action without prompting.")] = False,
 ) -> None:
     """Drop all indexed data."""
-    cfg = settings(opts)
-    name = cfg["milvus"]["collection"]
+    cfg = settings(milvus)
+    name = cfg.milvus.collection
     if not yes:
         question = f"This will delete all indexed data in collection '{name}'. Continue?"
         if stdin_is_tty():

@@ -5,12 +5,21 @@ from typing import Annotated
 import typer
 
 from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, skills_app, stdin_is_tty
-from memsearch_fast.cli.options import EMBEDDING, MILVUS, PLUGIN_HELP, SPLICED, Flags, JsonOutput, text, uses
+from memsearch_fast.cli.options import (
+    EMBEDDING,
+    MILVUS,
+    PLUGIN_HELP,
+    EmbeddingOptions,
+    JsonOutput,
+    MilvusOptions,
+    flatten,
+    text,
+)
 
 
 @app.command()
 @guard
-@uses(MILVUS, EMBEDDING)
+@flatten
 def compact(
     source: Annotated[str | None, text("--source", "-s", help="Only compact chunks from this source.")] = None,
     output_dir: Annotated[
@@ -25,7 +34,8 @@ def compact(
     prompt_file: Annotated[
         str | None, typer.Option("--prompt-file", metavar="PATH", help="Read prompt template from file.")
     ] = None,
-    opts: Flags = SPLICED,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
 ) -> None:
     """Compress stored memories into a summary.
 
@@ -36,7 +46,7 @@ def compact(
     from memsearch_fast.agents import compact as compacting
     from memsearch_fast.cli.options import memsearch, settings
 
-    cfg = settings(opts)
+    cfg = settings(milvus, embedding)
     llm = {"provider": llm_provider, "model": llm_model, "base_url": llm_base_url, "api_key": llm_api_key}
     ms = memsearch(cfg)
     try:

@@ -12,6 +12,8 @@ from memsearch_fast.cli.app import (
     stdin_is_tty,
 )
 from memsearch_fast.cli.options import JsonOutput, text
+from memsearch_fast.config import display as config_display
+from memsearch_fast.config import files, schema
 
 
 def _show_value(value: Any) -> str:
@@ -34,8 +36,8 @@ def config_get(
     ] = None,
 ) -> None:
     """Get a resolved config value (e.g. memsearch config get milvus.uri)."""
-    cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
-    typer.echo(_show_value(cfgmod.get_value(cfgmod.for_display(cfg), key)))
+    cfg = cfgmod.merged(default_collection=default_collection, resolve_env=False, warn=err)
+    typer.echo(_show_value(cfgmod.get_value(config_display.for_display(cfg), key)))
 
 
 @config_app.command("set", short_help="Set a config value (e.g. memsearch config set milvus.uri http://host:19530).")
@@ -47,7 +49,7 @@ def config_set(
 ) -> None:
     """Set a config value (e.g. memsearch config set milvus.uri http://host:19530)."""
     stored, path = cfgmod.set_value(key, value, project=project)
-    shown = cfgmod.mask(stored) if cfgmod.is_secret(key) else stored
+    shown = config_display.mask(stored) if schema.is_secret(key) else stored
     typer.echo(f"Set {key} = {_show_value(shown)} in {path}")
 
 
@@ -90,15 +92,15 @@ def config_list(
 
     mode = ctx.meta.get("config_list_mode", "resolved")
     if mode == "global":
-        path = cfgmod.global_config_path()
-        data, label = cfgmod.masked(cfgmod.load_file(path, check=False)), f"Global ({path})"
+        path = files.global_config_path()
+        data, label = config_display.masked(files.load_file(path, check=False)), f"Global ({path})"
     elif mode == "project":
-        path = cfgmod.project_config_path()
-        data = cfgmod.masked(cfgmod.load_file(path, check=False))
-        label = f"Project ({cfgmod.PROJECT_CONFIG_NAME})"  # always the current directory's, as 0.4.23 names it
+        path = files.project_config_path()
+        data = config_display.masked(files.load_file(path, check=False))
+        label = f"Project ({files.PROJECT_CONFIG_NAME})"  # always the current directory's, as 0.4.23 names it
     else:
-        cfg = cfgmod.resolve(default_collection=default_collection, resolve_env=False, warn=err)
-        data, label = cfgmod.for_display(cfg), "Resolved (all sources merged)"
+        cfg = cfgmod.merged(default_collection=default_collection, resolve_env=False, warn=err)
+        data, label = config_display.for_display(cfg), "Resolved (all sources merged)"
     if json_output:
         import json
 
@@ -120,13 +122,13 @@ def config_init(
     default) as the answer to keep. When stdin is not a terminal nothing is
     asked: the current values are written.
     """
-    target = cfgmod.project_config_path() if project else cfgmod.global_config_path()
-    existing = cfgmod.load_file(target)
+    target = files.project_config_path() if project else files.global_config_path()
+    existing = files.load_file(target)
     # The wizard edits the target file: its own values over the defaults.
-    current = cfgmod.deep_merge(cfgmod.defaults(), existing)
+    current = files.deep_merge(files.defaults(), existing)
     ask = stdin_is_tty()
-    keys = sorted(cfgmod.PROJECT_ALLOWED) if project else [k for k in cfgmod.SCHEMA if _asked(k)]
-    flat_existing = cfgmod.flatten(existing)
+    keys = sorted(schema.PROJECT_ALLOWED) if project else [k for k in schema.SCHEMA if _asked(k)]
+    flat_existing = files.flatten(existing)
     typer.echo(f"Writing {'project' if project else 'global'} configuration to {target}")
     if not ask:
         typer.echo("stdin is not a terminal: writing the current values without prompting.")
@@ -137,10 +139,10 @@ def config_init(
             value = [".gitignore"]  # new configurations respect .gitignore
         if ask:
             value = _prompt_value(key, value)
-        if cfgmod.is_secret(key) and not value:
+        if schema.is_secret(key) and not value:
             continue
-        cfgmod.set_path(data, key, cfgmod.parse_value(key, value, str(target)))
-    cfgmod.save_file(data, target)
+        files.set_path(data, key, files.parse_value(key, value, str(target)))
+    files.save_file(data, target)
     typer.echo(f"Config saved to {target}")
 
 
@@ -158,7 +160,7 @@ def _asked(key: str) -> bool:
 
 def _prompt_value(key: str, current: Any) -> Any:
     """One prompt; secrets are hidden and never echoed as the default."""
-    if cfgmod.is_secret(key):
+    if schema.is_secret(key):
         entered = typer.prompt(
             f"  {key} (env:VAR recommended; empty keeps the current value)",
             default="",

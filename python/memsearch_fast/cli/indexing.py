@@ -14,12 +14,14 @@ from memsearch_fast.cli.options import (
     FILES,
     MILVUS,
     Description,
-    Flags,
+    EmbeddingOptions,
+    FileOptions,
     MaxChunkSize,
+    MilvusOptions,
+    flatten,
     integer,
     memsearch,
     settings,
-    uses,
 )
 
 Paths = Annotated[list[str], typer.Argument(show_default=False, help="Markdown files or directories.")]
@@ -33,10 +35,12 @@ WORKERS_HELP = (
 
 @app.command()
 @guard
-@uses(MILVUS, EMBEDDING, FILES)
+@flatten
 def index(
     paths: Paths,
-    opts: Flags,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
+    files: FileOptions = FILES,
     force: Annotated[bool, typer.Option("--force", help="Re-index all files.")] = False,
     max_chunk_size: MaxChunkSize = None,
     description: Description = None,
@@ -60,8 +64,8 @@ def index(
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             fail(f"path does not exist: {p}", EXIT_USAGE)
-    cfg = settings(opts, max_chunk_size=max_chunk_size)
-    ms = memsearch(cfg, paths, {**opts, "description": description}, workers=workers)
+    cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size)
+    ms = memsearch(cfg, paths, files, description, workers=workers)
     writer = Manifest.for_store(ms.uri, ms.collection)
     writer.on_wait = err
     progress = display.make_progress(quiet=quiet, json_lines=json_output)
@@ -85,10 +89,12 @@ def index(
 
 @app.command()
 @guard
-@uses(MILVUS, EMBEDDING, FILES)
+@flatten
 def watch(
     paths: Paths,
-    opts: Flags,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
+    files: FileOptions = FILES,
     debounce_ms: Annotated[
         int | None, integer("--debounce-ms", min=0, help="Debounce delay in ms (quiet time before a re-index).")
     ] = None,
@@ -117,8 +123,8 @@ def watch(
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             fail(f"path does not exist: {p}", EXIT_USAGE)
-    cfg = settings(opts, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
-    ms = memsearch(cfg, paths, {**opts, "description": description})
+    cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
+    ms = memsearch(cfg, paths, files, description)
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
     lock = WatchLock(lock_base(ms.uri, ms.collection, roots))
     out = _Events(quiet=quiet, json_lines=json_output)
@@ -136,7 +142,7 @@ def watch(
             f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}); Ctrl-C to stop",
             {"event": "watching", "pid": os.getpid(), "roots": roots},
         )
-        run(_watch(ms, cfg["watch"]["debounce_ms"], out, early_stop))
+        run(_watch(ms, cfg.watch.debounce_ms, out, early_stop))
     finally:
         lock.release()
         ms.close()

@@ -1,18 +1,29 @@
 """`mcp`: the recall verbs as a stdio MCP server for agents."""
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
 from memsearch_fast.cli.app import EXIT_USAGE, app, fail, guard, run
-from memsearch_fast.cli.options import EMBEDDING, MILVUS, Flags, memsearch, missing_collection, settings, uses
+from memsearch_fast.cli.options import (
+    EMBEDDING,
+    MILVUS,
+    EmbeddingOptions,
+    MilvusOptions,
+    flatten,
+    memsearch,
+    missing_collection,
+    settings,
+)
 
 
 @app.command("mcp")
 @guard
-@uses(MILVUS, EMBEDDING)
+@flatten
 def mcp_command(
-    opts: Flags,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
     project: Annotated[
         bool,
         typer.Option(
@@ -34,10 +45,10 @@ def mcp_command(
     from memsearch_fast.serve import mcp as mcp_server
 
     if project:
-        if opts.get("collection"):
+        if milvus.collection:
             fail("--project and --collection both name the collection; give one", EXIT_USAGE)
         from memsearch_fast.agents.project import locate
 
-        opts = {**opts, "collection": locate().collection}
-    cfg = settings(opts)
+        milvus = dataclasses.replace(milvus, collection=locate().collection)
+    cfg = settings(milvus, embedding)
     run(mcp_server.serve(lambda: memsearch(cfg, dense_index=True), missing=missing_collection(cfg)))

@@ -1,28 +1,30 @@
 """Options shared by several commands, declared once, and turning flags into settings.
 
-A command lists the groups it takes with :func:`uses`; their options are
-spliced into its signature where its ``opts`` parameter stands, and reach it
-as one dict. Flags left unset are ``None`` and fall through to the config
-files and then the defaults (:func:`memsearch_fast.config.resolve`).
+A command takes an option group as one parameter (``milvus: MilvusOptions``);
+:func:`flatten` splices the group's options into its signature where that
+parameter stands, and hands it the group as one frozen value. Flags left
+unset are ``None`` and fall through to the config files and then the
+defaults (:func:`memsearch_fast.config.resolve`).
 """
 
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import err
 
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: What a command receives in its ``opts`` parameter: flag name -> value (None when unset).
-Flags = dict[str, Any]
-#: Default for an ``opts`` parameter that follows options with defaults; :func:`uses`
-#: always passes the real dict.
-SPLICED: Flags = {}
+#: Where an option group's field keeps its typer declaration.
+OPTION = "option"
 
 #: CLI flag (parameter name) -> dotted config key.
 FLAG_KEYS = {
@@ -108,91 +110,123 @@ Description = Annotated[
     ),
 ]
 
-#: Where the index lives: name -> (annotation, default).
-MILVUS: dict[str, tuple[Any, Any]] = {
-    "milvus_token": (MilvusToken, None),
-    "milvus_uri": (MilvusUri, None),
-    "default_collection": (DefaultCollection, None),
-    "collection": (Collection, None),
-}
-#: Which model turns text into vectors.
-EMBEDDING: dict[str, tuple[Any, Any]] = {
-    "api_key": (ApiKey, None),
-    "base_url": (BaseUrl, None),
-    "batch_size": (BatchSize, None),
-    "model": (Model, None),
-    "provider": (Provider, None),
-}
-#: Which files an index or watch run reads.
-FILES: dict[str, tuple[Any, Any]] = {"exclude": (Exclude, None), "ignore_file": (IgnoreFile, None)}
+
+@dataclass(frozen=True)
+class MilvusOptions:
+    """Where the index lives."""
+
+    milvus_token: str | None = field(default=None, metadata={OPTION: MilvusToken})
+    milvus_uri: str | None = field(default=None, metadata={OPTION: MilvusUri})
+    default_collection: str | None = field(default=None, metadata={OPTION: DefaultCollection})
+    collection: str | None = field(default=None, metadata={OPTION: Collection})
 
 
-def uses(*groups: dict[str, tuple[Any, Any]]) -> Callable[[_F], _F]:
-    """Splice the options of *groups* into a command where its ``opts`` parameter stands.
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """Which model turns text into vectors."""
 
-    The command is called with ``opts`` holding every group option by name,
-    so each option is declared once here instead of in every command.
+    api_key: str | None = field(default=None, metadata={OPTION: ApiKey})
+    base_url: str | None = field(default=None, metadata={OPTION: BaseUrl})
+    batch_size: int | None = field(default=None, metadata={OPTION: BatchSize})
+    model: str | None = field(default=None, metadata={OPTION: Model})
+    provider: str | None = field(default=None, metadata={OPTION: Provider})
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """Which files an index or watch run reads, beyond the configured lists."""
+
+    exclude: tuple[str, ...] = field(default=(), metadata={OPTION: Exclude})
+    ignore_file: tuple[str, ...] = field(default=(), metadata={OPTION: IgnoreFile})
+
+
+#: Each group with every flag unset: the default of a group parameter (a command
+#: called through :func:`flatten` always gets the groups the flags make).
+MILVUS = MilvusOptions()
+EMBEDDING = EmbeddingOptions()
+FILES = FileOptions()
+#: What :func:`flatten` splices into a command.
+Group = MilvusOptions | EmbeddingOptions | FileOptions
+GROUPS: tuple[type[Group], ...] = (MilvusOptions, EmbeddingOptions, FileOptions)
+
+
+def _group(value: Any) -> type[Group] | None:
+    return value if isinstance(value, type) and value in GROUPS else None
+
+
+def flatten(func: _F) -> _F:
+    """Splice the options of each option-group parameter (``milvus: MilvusOptions``)
+    into the command where that parameter stands.
+
+    Each option is declared once, on its group's field, instead of in every
+    command; the command receives the group as one frozen value.
     """
-    names = [name for group in groups for name in group]
+    sig = inspect.signature(func)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, type[Group]] = {}
+    for p in sig.parameters.values():
+        group = _group(p.annotation)
+        if group is None:
+            params.append(p)
+            continue
+        groups[p.name] = group
+        for f in fields(group):
+            params.append(
+                inspect.Parameter(
+                    f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=f.metadata[OPTION]
+                )
+            )
+    if not groups:
+        raise TypeError(f"{func.__name__} takes no option group")
 
-    def decorate(func: _F) -> _F:
-        sig = inspect.signature(func)
-        params: list[inspect.Parameter] = []
-        for p in sig.parameters.values():
-            if p.name != "opts":
-                params.append(p)
-                continue
-            for group in groups:
-                for name, (annotation, default) in group.items():
-                    params.append(
-                        inspect.Parameter(
-                            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation
-                        )
-                    )
-        if len(params) != len(sig.parameters) - 1 + len(names):
-            raise TypeError(f"{func.__name__} must take an 'opts' parameter")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name, group in groups.items():
+            given = {f.name: kwargs.pop(f.name, None) for f in fields(group)}
+            if group is FileOptions:
+                given = {k: tuple(v or ()) for k, v in given.items()}
+            kwargs[name] = group(**given)
+        return func(*args, **kwargs)
 
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            opts = {name: kwargs.pop(name, None) for name in names}
-            return func(*args, opts=opts, **kwargs)
-
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
+    return wrapper  # type: ignore[return-value]
 
 
-def settings(opts: Flags, **flags: Any) -> dict[str, Any]:
+def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> "Settings":
     """Resolved configuration: defaults < global file < project file < flags."""
-    given = {**opts, **flags}
+    given = {f.name: getattr(g, f.name) for g in groups for f in fields(g)}
+    given.update(flags)
     overrides = {FLAG_KEYS[name]: value for name, value in given.items() if name in FLAG_KEYS and value is not None}
     return cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
 
 
-def memsearch(cfg: dict[str, Any], paths: Sequence[str] = (), opts: Flags | None = None, **extra: Any) -> Any:
+def memsearch(
+    cfg: "Settings",
+    paths: Sequence[str] = (),
+    files: FileOptions = FILES,
+    description: str | None = None,
+    **extra: Any,
+) -> Any:
     """A :class:`~memsearch_fast.api.MemSearch` for the resolved settings.
 
-    ``opts`` may carry the scan flags (``exclude``, ``ignore_file``), which
-    add to the configured lists, and ``description``; ``extra`` goes to
-    ``MemSearch`` as is (``workers``).
+    The scan flags in *files* add to the configured lists; ``extra`` goes to
+    ``MemSearch`` as is (``workers``, ``dense_index``).
     """
     from memsearch_fast.api import MemSearch
 
-    opts = opts or {}
     return MemSearch.from_config(
         cfg,
         paths,
-        description=opts.get("description") or "",
-        ignore_files=opts.get("ignore_file") or (),
-        exclude=opts.get("exclude") or (),
+        description=description or "",
+        ignore_files=files.ignore_file,
+        exclude=files.exclude,
         **extra,
     )
 
 
-def missing_collection(cfg: dict[str, Any]) -> str:
+def missing_collection(cfg: "Settings") -> str:
     return (
-        f"collection '{cfg['milvus']['collection']}' does not exist at {cfg['milvus']['uri']}; "
+        f"collection '{cfg.milvus.collection}' does not exist at {cfg.milvus.uri}; "
         "run 'memsearch index PATH' to build it"
     )

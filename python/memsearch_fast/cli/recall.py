@@ -5,36 +5,37 @@ from typing import Annotated, Any
 
 import typer
 
-from memsearch_fast import config as cfgmod
 from memsearch_fast.cli.app import app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
     MILVUS,
-    SPLICED,
-    Flags,
+    EmbeddingOptions,
     JsonOutput,
+    MilvusOptions,
+    flatten,
     integer,
     memsearch,
     missing_collection,
     settings,
     text,
-    uses,
 )
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 
 
 @app.command()
 @guard
-@uses(MILVUS, EMBEDDING)
+@flatten
 def search(
     query: Annotated[str, typer.Argument(show_default=False, help="What to look for, in words.")],
-    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = cfgmod.DEFAULT_TOP_K,
+    top_k: Annotated[int, integer("--top-k", "-k", min=0, help="Number of results.")] = DEFAULT_TOP_K,
     source_prefix: Annotated[
         str | None,
         typer.Option(
             "--source-prefix", metavar="PATH", help="Only search chunks whose source path starts with this prefix."
         ),
     ] = None,
-    opts: Flags = SPLICED,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
     reranker_model: Annotated[
         str | None,
         text(
@@ -84,8 +85,8 @@ def search(
     """
     from memsearch_fast.recall import search as recall
 
-    cfg = settings(opts, reranker_model=reranker_model)
-    lazy = sync if sync is not None else cfg["search"]["sync"] == "lazy"
+    cfg = settings(milvus, embedding, reranker_model=reranker_model)
+    lazy = sync if sync is not None else cfg.search.sync == "lazy"
     if not lazy:
         # The database's running server answers it with pymilvus and the model
         # already loaded; None: it cannot, and this process searches itself.
@@ -93,7 +94,7 @@ def search(
 
         tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
         served = search_service.ask(
-            cfg, query, render=tiers, top_k=top_k or cfgmod.DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
+            cfg, query, render=tiers, top_k=top_k or DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
         )
         if served is not None:
             typer.echo(served)
@@ -106,7 +107,7 @@ def search(
         return await recall.tiered_search(
             ms,
             query,
-            top_k=top_k or cfgmod.DEFAULT_TOP_K,  # -k 0 is the default, as in memsearch 0.4.23
+            top_k=top_k or DEFAULT_TOP_K,  # -k 0 is the default, as in memsearch 0.4.23
             source_prefix=source_prefix,
             json_output=json_output,
             digest=digest,
@@ -140,7 +141,7 @@ async def _sync(ms: Any, json_output: bool) -> None:
 
 @app.command()
 @guard
-@uses(MILVUS, EMBEDDING)
+@flatten
 def expand(
     chunk_hash: Annotated[str, typer.Argument(show_default=False, help="A chunk_hash from search results.")],
     section: Annotated[
@@ -153,7 +154,8 @@ def expand(
         int | None, integer("--lines", "-n", min=0, help="Show N lines before/after instead of full section.")
     ] = None,
     json_output: JsonOutput = False,
-    opts: Flags = SPLICED,
+    milvus: MilvusOptions = MILVUS,
+    embedding: EmbeddingOptions = EMBEDDING,
 ) -> None:
     """Expand a memory chunk to show full context.
 
@@ -166,7 +168,7 @@ def expand(
     """
     from memsearch_fast.cli import display
 
-    cfg = settings(opts)
+    cfg = settings(milvus, embedding)
     ms = memsearch(cfg)
     try:
         result = ms.expand(chunk_hash, section=section, lines=lines)
@@ -184,7 +186,7 @@ def expand(
 
 @app.command()
 @guard
-@uses(MILVUS)
+@flatten
 def get(
     path: Annotated[str, typer.Argument(show_default=False, help="An indexed markdown file.")],
     start: Annotated[int, integer("--from", min=1, help="First line to print (1-based).")] = 1,
@@ -192,7 +194,7 @@ def get(
         int | None, integer("--lines", "-n", min=0, show_default=False, help="Number of lines (default: to the end).")
     ] = None,
     json_output: JsonOutput = False,
-    opts: Flags = SPLICED,
+    milvus: MilvusOptions = MILVUS,
 ) -> None:
     """Print lines of an indexed markdown file (OpenClaw's memory_get).
 
@@ -202,7 +204,7 @@ def get(
     """
     from memsearch_fast.cli import display
 
-    cfg = settings(opts)
+    cfg = settings(milvus)
     ms = memsearch(cfg)
     try:
         result = ms.get(path, start=start, count=count)

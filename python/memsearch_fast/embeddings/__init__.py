@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from memsearch_fast.config import DEFAULT_PROVIDER
+from memsearch_fast.config.schema import DEFAULT_PROVIDER
 from memsearch_fast.errors import (
     EmbeddingAPIError,
     EmbeddingError,

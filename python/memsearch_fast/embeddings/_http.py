@@ -52,7 +52,7 @@ def resolve_api_key(api_key: str | None, default_env: str | None) -> Secret | No
     if api_key is None:
         value = os.environ.get(default_env) if default_env else None
         return Secret(value) if value else None
-    from memsearch_fast.config import resolve_env_ref
+    from memsearch_fast.config.schema import resolve_env_ref
 
     value = resolve_env_ref(api_key, "api_key")  # ConfigError (a ValueError) when unset
     return Secret(value) if value else None

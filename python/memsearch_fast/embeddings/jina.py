@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import HostedEmbedding
 
 DEFAULT_MODEL = DEFAULT_MODELS["jina"]  # set in memsearch_fast.config

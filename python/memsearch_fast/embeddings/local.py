@@ -14,7 +14,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import check_texts
 from memsearch_fast.embeddings.models import is_offline
 from memsearch_fast.errors import EmbeddingError, one_line

@@ -8,7 +8,7 @@ query/document input type. ``dimensions=N`` becomes ``output_dimension``
 
 from __future__ import annotations
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import HostedEmbedding
 
 DEFAULT_MODEL = DEFAULT_MODELS["mistral"]  # set in memsearch_fast.config

@@ -23,7 +23,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.errors import ModelConversionError, ModelNotFoundError
 
 DEFAULT_MODEL = DEFAULT_MODELS["onnx"]  # set in memsearch_fast.config

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import check_texts
 from memsearch_fast.embeddings.models import canonical_name, onnx_file, resolve_model
 from memsearch_fast.errors import EmbeddingError, ModelNotFoundError, one_line

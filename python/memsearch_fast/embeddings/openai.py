@@ -7,7 +7,7 @@ reads another variable); it is sent only in the Authorization header.
 
 from __future__ import annotations
 
-from memsearch_fast.config import DEFAULT_MODELS
+from memsearch_fast.config.schema import DEFAULT_MODELS
 from memsearch_fast.embeddings._remote import HostedEmbedding
 
 DEFAULT_MODEL = DEFAULT_MODELS["openai"]  # set in memsearch_fast.config

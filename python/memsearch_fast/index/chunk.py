@@ -18,7 +18,7 @@ from memsearch_fast._core import (
 )
 from memsearch_fast._core import chunk_files as _chunk_files
 from memsearch_fast._core import chunk_markdown as _chunk_markdown
-from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
+from memsearch_fast.config.schema import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
 from memsearch_fast.parallelism import plan
 
 __all__ = [

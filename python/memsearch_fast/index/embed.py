@@ -16,7 +16,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from memsearch_fast._core import Chunk, clean_content_for_embedding
-from memsearch_fast.config import EMBED_SORT_WINDOW
+
+#: Chunks the embed stage sorts by length before cutting them into batches:
+#: chunks of similar length share a batch, so the provider pads little.
+EMBED_SORT_WINDOW = 2048
 
 
 @dataclass(slots=True)

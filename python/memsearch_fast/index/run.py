@@ -28,7 +28,7 @@ from typing import Protocol
 
 from memsearch_fast import parallelism as par
 from memsearch_fast._core import FileChunks, ScannedFile
-from memsearch_fast.config import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES, MANIFEST_RACY_SECONDS
+from memsearch_fast.config.schema import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP_LINES
 from memsearch_fast.embeddings import EmbeddingProvider
 from memsearch_fast.errors import one_line
 from memsearch_fast.index.chunk import chunk_files
@@ -41,6 +41,11 @@ from memsearch_fast.store import MAX_SOURCE_BYTES
 from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
 
 logger = logging.getLogger(__name__)
+
+#: A file modified less than this many seconds before an index run started is
+#: recorded without its mtime, so the next run reads it again: a second write
+#: within the file system's timestamp granularity would keep size and mtime.
+MANIFEST_RACY_SECONDS = 2.0
 
 
 @dataclass
@@ -91,7 +96,7 @@ def _embed_batch_size(provider: EmbeddingProvider) -> int:
     """Cross-file batches of a few provider batches: enough to keep the
     provider's workers busy, small enough that little work is lost when a
     run is interrupted. Padding is kept low by the embed stage's sort window
-    (``config.EMBED_SORT_WINDOW``), not by larger batches."""
+    (``index.embed.EMBED_SORT_WINDOW``), not by larger batches."""
     own = int(getattr(provider, "batch_size", 0) or 32)
     return max(32, min(512, own * 4))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import give_back_memory
-from memsearch_fast.config import DEFAULT_DEBOUNCE_MS
+from memsearch_fast.config.schema import DEFAULT_DEBOUNCE_MS
 
 if TYPE_CHECKING:
     from memsearch_fast.index import IndexReport

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_LLM_MODELS
+from memsearch_fast.config.schema import DEFAULT_LLM_MODELS
 from memsearch_fast.errors import MemsearchError, one_line
 
 
@@ -159,8 +159,8 @@ class HttpLLM(LLM):
 
 
 def resolve_env(value: str, what: str) -> str:
-    """``env:VAR`` → ``$VAR`` (a :class:`~memsearch_fast.config.ConfigError` when unset); stripped."""
-    from memsearch_fast.config import resolve_env_ref
+    """``env:VAR`` → ``$VAR`` (a :class:`~memsearch_fast.config.schema.ConfigError` when unset); stripped."""
+    from memsearch_fast.config.schema import resolve_env_ref
 
     return resolve_env_ref(value.strip(), what).strip()
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_TOP_K
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 
 #: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
 SNIPPET_CHARS = 500

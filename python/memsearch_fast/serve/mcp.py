@@ -40,7 +40,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from memsearch_fast import __version__
-from memsearch_fast.config import DEFAULT_TOP_K
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 from memsearch_fast.errors import MemsearchError, StoreError, describe, one_line
 from memsearch_fast.recall import search as recall
 

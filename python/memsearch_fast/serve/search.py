@@ -28,10 +28,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.config import DEFAULT_TOP_K
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 from memsearch_fast.lite.sockets import search_socket
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -102,27 +105,26 @@ def code_id() -> str:
 # -- client ------------------------------------------------------------------------------
 
 
-def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str, dict[str, Any]] | None:
+def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[str, Any]] | None:
     """The database path and request for a search the server can answer as this
     process would, or None (a remote Milvus, an embedded database, another
     provider, a reranker, a model not on this machine, the switch off)."""
     from memsearch_fast.lite.settings import lite_mode
     from memsearch_fast.store.compat import is_local_uri
 
-    emb, milvus = cfg["embedding"], cfg["milvus"]
-    reranker = (cfg.get("reranker") or {}).get("model") or ""
-    uri = str(milvus["uri"])
-    if emb["provider"] != "onnx" or reranker or milvus.get("token") or not is_local_uri(uri):
+    emb, milvus = cfg.embedding, cfg.milvus
+    uri = str(milvus.uri)
+    if emb.provider != "onnx" or cfg.reranker.model or milvus.token or not is_local_uri(uri):
         return None
     if lite_mode() != "server":
         return None
     if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         return None
-    model = emb["model"] or None
+    model = emb.model or None
     try:
         # Resolved here, as this process would (its directory, its environment);
         # never downloaded here: a missing model is this process's job.
-        from memsearch_fast.config import DEFAULT_MODELS
+        from memsearch_fast.config.schema import DEFAULT_MODELS
         from memsearch_fast.embeddings.models import canonical_name, resolve_model
 
         model_dir = str(resolve_model(model, offline=True).expanduser().resolve())
@@ -139,7 +141,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
     request = {
         "v": VERSION,
         "op": "search",
-        "collection": milvus["collection"],
+        "collection": milvus.collection,
         "code": code_id(),
         "model_dir": model_dir,
         "model_name": name,
@@ -152,7 +154,7 @@ def request_for(cfg: Mapping[str, Any], query: str, **options: Any) -> tuple[str
 
 
 def ask(
-    cfg: Mapping[str, Any],
+    cfg: Settings,
     query: str,
     *,
     render: Mapping[str, Any] | None = None,

@@ -42,9 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import locked, open_private, write_atomic
-from memsearch_fast.config import DEFAULT_MANIFEST_DIR
 
 logger = logging.getLogger(__name__)
+
+#: Where the manifest of a collection on a Milvus server lives (a local
+#: database keeps its manifests beside the database file).
+DEFAULT_MANIFEST_DIR = "~/.memsearch/manifests"
 
 FORMAT = 1
 

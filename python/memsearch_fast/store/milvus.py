@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memsearch_fast.config import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
+from memsearch_fast.config.schema import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import DimensionMismatchError, StoreError
 from memsearch_fast.store.compat import is_local_uri
 from memsearch_fast.store.filters import prefix_filter, quote_filter_value

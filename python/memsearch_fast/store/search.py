@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsearch_fast.config import API_TOP_K
+from memsearch_fast.config.tuning import API_TOP_K
 from memsearch_fast.errors import StoreError, StoreUnavailableError
 from memsearch_fast.store.filters import prefix_filter
 from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema

@@ -8,9 +8,12 @@ The newline that ends a file is not part of its prompt.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import Settings
 
 
 @functools.cache
@@ -22,14 +25,12 @@ def builtin(task: str) -> str:
     return text.removesuffix("\n")
 
 
-def configured(cfg: Mapping[str, Any], task: str, warn: Callable[[str], None] | None = None) -> str:
+def configured(cfg: Settings, task: str, warn: Callable[[str], None] | None = None) -> str:
     """The text of the file ``prompts.<task>`` names, or the built-in prompt when it is
     unset or unreadable (*warn* is told)."""
     from memsearch_fast.llm.base import resolve_env
 
-    table = cfg.get("prompts", {})
-    raw = str(table.get(task) or "") if isinstance(table, Mapping) else ""
-    name = resolve_env(raw, f"prompts.{task}")
+    name = resolve_env(getattr(cfg.prompts, task), f"prompts.{task}")
     if name:
         path = Path(name).expanduser()
         try:

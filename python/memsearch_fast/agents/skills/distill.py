@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.agents import prompts, routing
@@ -51,6 +51,9 @@ from memsearch_fast.agents.skills import history, store
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm import LLMError, LLMSettings, get_llm
 from memsearch_fast.llm.base import resolve_env
+
+if TYPE_CHECKING:
+    from memsearch_fast.config.settings import MemoryToSkillTask, Settings
 
 TASK = "memory_to_skill"
 MAX_PROMPT_CHARS = 80_000
@@ -78,13 +81,12 @@ class DistillResult:
 # -- configuration ---------------------------------------------------------------------------
 
 
-def task_config(cfg: Mapping[str, Any], platform: str) -> Mapping[str, Any]:
+def task_config(cfg: Settings, platform: str) -> MemoryToSkillTask:
     """``plugins.<platform>.memory_to_skill`` of a resolved configuration."""
-    task: Mapping[str, Any] = cfg["plugins"][platform][TASK]
-    return task
+    return cfg.plugins[platform].memory_to_skill
 
 
-def provider_name(cfg: Mapping[str, Any], platform: str) -> str:
+def provider_name(cfg: Settings, platform: str) -> str:
     return routing.provider_name(cfg, platform, TASK)
 
 
@@ -96,7 +98,7 @@ def native_refusal(platform: str) -> str:
     )
 
 
-def route(cfg: Mapping[str, Any], platform: str) -> LLMSettings:
+def route(cfg: Settings, platform: str) -> LLMSettings:
     """The LLM that distills for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
 
     def refuse(_model: str) -> LLMSettings:
@@ -182,7 +184,7 @@ def recent_journals(input_dir: Path, budget: int) -> str:
     return marker + text[-(budget - len(marker)) :]
 
 
-def load_template(cfg: Mapping[str, Any], warn: Callable[[str], None] | None = None) -> str:
+def load_template(cfg: Settings, warn: Callable[[str], None] | None = None) -> str:
     """``prompts.memory_to_skill`` (a file), or the built-in instructions when it is
     unset or unreadable (*warn* is told)."""
     return prompts.configured(cfg, TASK, warn)
@@ -373,7 +375,7 @@ def _call_llm(settings: LLMSettings, prompt: str) -> str:
 
 
 def distill(
-    cfg: Mapping[str, Any],
+    cfg: Settings,
     platform: str,
     *,
     project_dir: str | Path | None = None,
@@ -390,11 +392,11 @@ def distill(
     the LLM call (``(settings, prompt) -> answer``).
     """
     task = task_config(cfg, platform)
-    if require_enabled and not task.get("enabled"):
+    if require_enabled and not task.enabled:
         return DistillResult("disabled", skipped=True)
     project, mem_root = store.resolve_roots(project_dir, memsearch_dir)
     store.make_private_dir(mem_root)
-    raw_input = resolve_env(str(task.get("input_dir") or ""), f"plugins.{platform}.{TASK}.input_dir")
+    raw_input = resolve_env(task.input_dir, f"plugins.{platform}.{TASK}.input_dir")
     input_dir = resolve_task_path(raw_input or str(mem_root / "memory"), project, mem_root)
 
     state_path = mem_root / ".maintenance-state.json"
@@ -402,7 +404,7 @@ def distill(
     digest = input_digest(input_dir)
     previous = load_state(state_path).get(key)
     previous = previous if isinstance(previous, dict) else {}
-    due, reason = is_due(int(task.get("min_interval_hours") or 0), previous, digest, force)
+    due, reason = is_due(task.min_interval_hours, previous, digest, force)
     if not due:
         return DistillResult("skip", reason=reason, skipped=True)
     if not _journals(input_dir):
@@ -420,7 +422,7 @@ def distill(
                 agent=platform,
                 project=project,
                 input_dir=input_dir,
-                min_occurrences=int(task.get("min_occurrences") or 0),
+                min_occurrences=task.min_occurrences,
                 existing=store.existing_candidates(mem_root, MAX_EXISTING_BODY_CHARS),
             )
             answer = (complete or _call_llm)(settings, prompt)
