@@ -25,6 +25,7 @@ from memsearch_fast.parallelism import plan
 
 if TYPE_CHECKING:
     from memsearch_fast.index.sync import SyncReport
+    from memsearch_fast.store.schema import EmbeddingModel
 
 
 class MemSearch:
@@ -178,28 +179,13 @@ class MemSearch:
         return self._store
 
     def _check_dimension(self, store: Any) -> None:
-        """The collection's vectors must come from this instance's model: same
-        dimension, and the same model (``MilvusStore.check_model``)."""
-        if store.dimension != self.provider.dimension:
-            from memsearch_fast.store import DimensionMismatchError
+        """The collection's vectors must come from this instance's model."""
+        store.check_embedder(self._embedding_model(), self.provider.dimension, self.provider.model_name)
 
-            raise DimensionMismatchError(
-                f"collection {self._store_args['collection']!r} has dimension {store.dimension} but the "
-                f"embedding model produces {self.provider.dimension}; run 'memsearch reset' or use the "
-                "model it was built with"
-            )
-        store.check_model(self._embedding_model(), self.provider.model_name)
+    def _embedding_model(self) -> EmbeddingModel:
+        from memsearch_fast.store.schema import embedding_model
 
-    def _embedding_model(self) -> Any:
-        """Provider and model name as a collection records them; a model directory by its
-        absolute path, so ``./m`` and ``/abs/m`` are one model."""
-        from memsearch_fast.store import EmbeddingModel
-
-        name = str(self.provider.model_name)
-        provider = str(self._provider_args["name"])
-        if provider in ("onnx", "local") and Path(name).expanduser().is_dir():
-            name = str(Path(name).expanduser().resolve())
-        return EmbeddingModel(provider, name)
+        return embedding_model(str(self._provider_args["name"]), str(self.provider.model_name))
 
     # -- indexing --------------------------------------------------------------------
 

@@ -134,7 +134,7 @@ def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[st
         name = DEFAULT_MODELS["onnx"]
     else:
         path = Path(os.fspath(model)).expanduser()
-        # The name the collection records: a directory by its absolute path (MemSearch._embedding_model).
+        # The name the collection records: a directory by its absolute path (store.schema.embedding_model).
         name = os.path.abspath(path) if path.exists() else canonical_name(os.fspath(model))
     db_path = str(Path(uri).expanduser().resolve())
     prefix = options.get("source_prefix")

@@ -88,6 +88,16 @@ class EmbeddingModel(NamedTuple):
         return cls(provider if isinstance(provider, str) else "", name)
 
 
+def embedding_model(provider: str, model_name: str) -> EmbeddingModel:
+    """Provider and model name as a collection records them; a model directory by its
+    absolute path, so ``./m`` and ``/abs/m`` are one model."""
+    from pathlib import Path
+
+    if provider in ("onnx", "local") and Path(model_name).expanduser().is_dir():
+        model_name = str(Path(model_name).expanduser().resolve())
+    return EmbeddingModel(provider, model_name)
+
+
 class StoreSchema(StoreClient):
     """The collection half of :class:`~memsearch_fast.store.milvus.MilvusStore`:
     open, create or adopt it, and check the model its vectors come from."""
@@ -216,6 +226,16 @@ class StoreSchema(StoreClient):
     def exists(self) -> bool:
         """Whether the collection exists (False for a read-only open of an empty location)."""
         return self._exists
+
+    def check_embedder(self, model: EmbeddingModel, dimension: int, id_model: str) -> None:
+        """The collection's vectors must come from this model: same *dimension*, and
+        the same model (:meth:`check_model`)."""
+        if self.dimension != dimension:
+            raise DimensionMismatchError(
+                f"collection {self.collection!r} has dimension {self.dimension} but the embedding model "
+                f"produces {dimension}; run 'memsearch reset' or use the model it was built with"
+            )
+        self.check_model(model, id_model)
 
     def check_model(self, model: EmbeddingModel, id_model: str) -> None:
         """Raise :class:`ModelMismatchError` when the collection was built with another model.
