@@ -159,3 +159,17 @@ def test_no_module_holds_more_than_one_role() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_architecture_table_names_every_module() -> None:
+    """docs/architecture.md says where a change belongs: a new module gets its place there."""
+    doc = (PKG.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    unnamed = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if path.stem == "__init__" and len(rel.parts) > 1:
+            continue  # a room is named by its folder
+        names = (f"`{rel.as_posix()}`", rel.as_posix(), f"`{path.stem}`", f"`{path.stem}.py`")
+        if not any(n in doc for n in names):
+            unnamed.append(rel.as_posix())
+    assert not unnamed, f"modules docs/architecture.md does not place: {unnamed}"
