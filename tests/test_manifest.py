@@ -67,6 +67,13 @@ class RecordingStore(MilvusStore):
         return super().iter_ids_by_source(sources)
 
 
+@pytest.fixture(autouse=True)
+def _chunks_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count the texts the chunk pipeline embeds; span vectors (and how
+    they survive kills, renames and repairs) are tested in test_spans.py."""
+    monkeypatch.setenv("MEMSEARCH_SPANS", "0")
+
+
 @pytest.fixture
 def uri(tmp_path: Path) -> str:
     return str(tmp_path / "m.db")

@@ -77,7 +77,10 @@ LONG = "\n\n".join(
 )
 
 
-def test_index_search_and_noop_reindex(tmp_path: Path, store, provider, sample_dir: Path) -> None:
+def test_index_search_and_noop_reindex(
+    tmp_path: Path, store, provider, sample_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSEARCH_SPANS", "0")  # the chunk pipeline's embeddings alone (spans: test_spans.py)
     root = tmp_path / "notes"
     import shutil
 

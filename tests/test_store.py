@@ -523,6 +523,8 @@ def milvus_server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def test_server_uri_roundtrip(milvus_server):

@@ -132,8 +132,9 @@ def index_args(paths: list[Path], db: Path, model: Path, *more: str) -> list[str
 
 
 def census(db: Path, collection: str = COLLECTION, settle: float = 10.0) -> tuple[dict[str, Row], int]:
-    """Every row of the collection by id (source, start, end, heading, level, content),
-    and count(*): more than the distinct ids when a primary key is stored twice.
+    """Every row of the collection by id (source, start, end, heading, level, content)
+    and of its span collection (``span:<span id>``), and count(*) plus the span rows:
+    more than the distinct ids when a primary key is stored twice.
 
     A killed client's last upsert may still be applied by the server while the
     rows are read (the iterator reads at the moment it starts, count(*) later),
@@ -164,7 +165,19 @@ def census(db: Path, collection: str = COLLECTION, settle: float = 10.0) -> tupl
             )
             for r in rows
         }
-        return out, max(count, len(ids))
+        # Span rows follow their chunks: (source, lines, chunk id, -1, text hash) by span id.
+        for page in store.spans.iter_rows():
+            for r in page:
+                out[f"span:{r['span_id']}"] = (
+                    r["source"],
+                    int(r["start_line"]),
+                    int(r["end_line"]),
+                    r["chunk_hash"],
+                    -1,
+                    r["text_hash"],
+                )
+        spans = sum(1 for k in out if k.startswith("span:"))
+        return out, max(count, len(ids)) + spans
     finally:
         store.close()
 

@@ -36,6 +36,7 @@ from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
 from memsearch_fast.index.embed import EmbedStage, Pending
 from memsearch_fast.index.protocol import IndexStore
+from memsearch_fast.index.span_pass import SpanReport
 from memsearch_fast.index.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
 from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
@@ -67,6 +68,8 @@ class IndexReport:
     read: int = 0
     #: Whether a manifest was trusted (False: a full run, which writes a fresh one).
     manifest: bool = False
+    #: The span pass (:mod:`memsearch_fast.index.span_pass`); None when it did not run.
+    spans: SpanReport | None = None
 
     @property
     def indexed(self) -> int:
@@ -205,6 +208,7 @@ class _Run:
         self.old: dict[str, Entry] = {}  # the manifest's entries, when it is trusted
         self.new: dict[str, Entry] = {}  # entries this run establishes
         self.loaded: Loaded | None = None
+        self.written_ids: list[str] = []  # chunk ids this run wrote: the span pass's work
         self.header: Header | None = None
         self.donors = Donors(self.model)
         self.dedup = Dedup(self.model, force=force)
@@ -257,6 +261,8 @@ class _Run:
                     await self._batch(batch)
             await self.embed.finish()
             await self.upsert.finish()
+            # Before the deletes: a moved chunk's spans take the vectors of its old spans.
+            report.spans = await self._spans()
             await self.upsert.delete_ids(self.stale)
             if self.unsettled and self.gone and not self.force:
                 logger.info(
@@ -292,6 +298,16 @@ class _Run:
         report.deleted = self.upsert.deleted
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _spans(self) -> SpanReport | None:
+        """Span vectors for what this run wrote; the whole collection after a run
+        with no trusted manifest (it may follow a killed one)."""
+        from memsearch_fast.index import span_pass
+
+        if not span_pass.enabled() or getattr(self.store, "spans", None) is None:
+            return None
+        full = self.loaded is None and self.only_sources is None
+        return await span_pass.write_spans(self.store, self.provider, self.written_ids, full=full)  # type: ignore[arg-type]
 
     async def _plan(self) -> list[str]:
         """The files to read, and (in ``self.gone``) the sources whose rows go: from
@@ -472,6 +488,7 @@ class _Run:
         self.progress.chunks_embedded(len(items))
 
     def _written(self, pairs: list[tuple[str, str]]) -> None:
+        self.written_ids.extend(cid for _, cid in pairs)
         self.embed.release(h for h, _ in pairs)
         if not self.force:
             self.donors.written(pairs)

@@ -393,17 +393,25 @@ class DenseIndex:
                 self._stale()
                 return None
             copy.checked = now
-        from memsearch_fast.store import fusion
+        from memsearch_fast.store import fusion, spans
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         dense = self._dense(copy, by_source, vector, deep, source_prefix)
+        span_hits = store.spans.search(list(map(float, vector)), min(MAX_TOP_K, deep * spans.FANOUT), source_prefix)
+        ranked, matched = spans.merge_dense(dense, span_hits, deep)
         sparse = store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
         if any(h["chunk_hash"] not in pos for h in sparse):
             self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
             return None
         rows = {h["chunk_hash"]: h for h in sparse}
-        fused = fusion.fuse(dense, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
-        return [fusion.hit(f, rows.get(f.id) or copy.row(pos[f.id]), QUERY_FIELDS, explain) for f in fused]
+        ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
+        fused = fusion.fuse(ranked, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
+        return [
+            spans.explain_span(
+                fusion.hit(f, rows.get(f.id) or copy.row(pos[f.id]), QUERY_FIELDS, explain), matched.get(f.id)
+            )
+            for f in fused
+        ]
 
     def _dense(
         self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None

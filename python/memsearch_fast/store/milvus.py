@@ -36,6 +36,7 @@ from memsearch_fast.store.rows import (
 )
 from memsearch_fast.store.schema import QUERY_FIELDS, EmbeddingModel
 from memsearch_fast.store.search import StoreSearch
+from memsearch_fast.store.spans import SpanStore
 
 # Values per ``IN [...]`` filter and rows per iterator page: keeps every
 # expression and response bounded whatever the size of the input set.
@@ -78,6 +79,7 @@ class MilvusStore(StoreSearch):
         self.collection = collection
         self.dimension = dimension
         self.description = description
+        self._spans: SpanStore | None = None
         self.model = model
         #: The model the collection records (None: created by an older version or another tool).
         self.recorded_model: EmbeddingModel | None = None
@@ -248,6 +250,7 @@ class MilvusStore(StoreSearch):
             return 0
         ids = list(dict.fromkeys(ids))
         with self._write_lock:
+            self.spans.delete_chunks(ids)  # first: a span left behind would outlive its chunk
             for i in range(0, len(ids), FILTER_BATCH):
                 expr = f"chunk_hash in [{', '.join(quote_filter_value(v) for v in ids[i : i + FILTER_BATCH])}]"
 
@@ -278,9 +281,17 @@ class MilvusStore(StoreSearch):
         if self._client is None:
             return
         with self._write_lock:
+            self.spans.drop()
             if self._call("has_collection", lambda c: c.has_collection(self.collection)):
                 self._call("drop_collection", lambda c: c.drop_collection(self.collection))
         self._exists = False
+
+    @property
+    def spans(self) -> SpanStore:
+        """The span vectors of this collection (:mod:`.spans`)."""
+        if self._spans is None:
+            self._spans = SpanStore(self)
+        return self._spans
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.tuning import API_TOP_K
 from memsearch_fast.errors import StoreError, StoreUnavailableError
 from memsearch_fast.store.filters import prefix_filter
 from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.spans import SpanStore
 
 #: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
 MAX_TOP_K = 16384
@@ -40,7 +43,7 @@ class StoreSearch(StoreSchema):
             )
         if not self._exists or top_k <= 0:
             return []
-        from memsearch_fast.store import fusion
+        from memsearch_fast.store import fusion, spans
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         if hasattr(dense, "tolist"):
@@ -56,13 +59,25 @@ class StoreSearch(StoreSchema):
             if self._exists and self.count() == 0:
                 return []
             raise
+        span_hits = self.spans.search(list(dense), min(MAX_TOP_K, deep * spans.FANOUT), source_prefix)
+        ranked, matched = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
+        missing = [cid for cid, _ in ranked if cid not in rows]
+        if missing:
+            rows.update((r["chunk_hash"], r) for r in self.rows_for_ids(missing, QUERY_FIELDS))
         fused = fusion.fuse(
-            [(h["chunk_hash"], h["distance"]) for h in dense_hits],
+            [(cid, score) for cid, score in ranked if cid in rows],  # a span whose chunk is gone: skipped
             [(h["chunk_hash"], h["distance"]) for h in sparse_hits],
             top_k,
         )
-        return [fusion.hit(f, rows[f.id], QUERY_FIELDS, explain) for f in fused]
+        return [spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id)) for f in fused]
+
+    @property
+    def spans(self) -> SpanStore:
+        raise NotImplementedError
+
+    def rows_for_ids(self, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+        raise NotImplementedError
 
     def sparse_search(self, query_text: str, *, top_k: int, source_prefix: str | None = None) -> list[dict[str, Any]]:
         """The BM25 list of :meth:`search`, best first, each row with its ``distance``."""

@@ -1,0 +1,138 @@
+"""The span pass: after an index run's chunks are written, their span vectors.
+
+Spans (:mod:`memsearch_fast.index.spans`) are read back from the chunks the
+run wrote, so they follow whatever the run decided (new, moved, reused
+chunks) without another path through the stages. A span whose text was
+embedded before (a moved or copied chunk, an identical line elsewhere) takes
+the stored vector. A chunk's row 0 (its own vector) is written after its
+spans, so a chunk with row 0 has all its spans.
+
+A run with no trusted manifest (a first run, a repair after a killed run, a
+collection indexed before spans existed) reconciles the whole collection:
+every chunk without its rows gets them, and rows of chunks that are gone go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memsearch_fast._core import content_hash
+from memsearch_fast.index.spans import spans
+from memsearch_fast.store.spans import span_id
+
+if TYPE_CHECKING:
+    from memsearch_fast.embeddings import EmbeddingProvider
+    from memsearch_fast.store.milvus import MilvusStore
+
+#: Chunks read back and given their spans per step.
+PAGE = 256
+#: Span texts per provider call.
+EMBED_BATCH = 64
+_FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"]
+
+
+def enabled() -> bool:
+    """``MEMSEARCH_SPANS=0`` writes no spans (search then ranks by chunk vectors alone)."""
+    return os.environ.get("MEMSEARCH_SPANS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass
+class SpanReport:
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+    removed: int = 0
+
+
+async def write_spans(
+    store: MilvusStore, provider: EmbeddingProvider, written: Iterable[str], *, full: bool
+) -> SpanReport:
+    """Give the chunks *written* (every chunk lacking them when *full*) their span rows."""
+    report = SpanReport()
+    spans_store = store.spans
+    written = list(written)
+    if not full and not written and await asyncio.to_thread(lambda: spans_store.exists):
+        return report  # nothing written, nothing to add
+    created = await asyncio.to_thread(spans_store.create)
+    if full or created:
+        todo = await asyncio.to_thread(_reconcile, store, report)
+    else:
+        todo = list(dict.fromkeys(written))
+    for i in range(0, len(todo), PAGE):
+        rows = await asyncio.to_thread(store.rows_for_ids, todo[i : i + PAGE], _FIELDS)
+        await _page(store, provider, rows, report)
+    await asyncio.to_thread(spans_store.flush)
+    return report
+
+
+def _reconcile(store: MilvusStore, report: SpanReport) -> list[str]:
+    """The chunks without their span rows; rows of chunks no longer stored are deleted."""
+    stored = {cid for cid, _ in store.iter_ids_by_source(None)}
+    spans_store = store.spans
+    gone = {cid for _, cid in spans_store.iter_chunk_rows() if cid not in stored}
+    if gone:
+        spans_store.delete_chunks(gone)
+        report.removed += len(gone)
+    have = spans_store.chunk_hashes()
+    return sorted(stored - have)
+
+
+async def _page(
+    store: MilvusStore, provider: EmbeddingProvider, rows: list[dict[str, Any]], report: SpanReport
+) -> None:
+    pieces = [
+        (row, s)
+        for row in rows
+        for s in spans(str(row.get("content") or ""), str(row.get("heading") or ""), int(row.get("start_line") or 0))
+    ]
+    hashes = [content_hash(s.text) for _, s in pieces]
+    known = await asyncio.to_thread(store.spans.vectors_for, hashes)
+    wanted = list(dict.fromkeys(h for h in hashes if h not in known))
+    texts = {h: s.text for (_, s), h in zip(pieces, hashes, strict=True)}
+    if wanted:
+        known.update(await _embed(provider, wanted, texts))
+    report.embedded += len(wanted)
+    report.reused += len(pieces) - len(wanted)
+    span_rows = [
+        _row(row, s.index, s.start_line, s.end_line, h, known[h]) for (row, s), h in zip(pieces, hashes, strict=True)
+    ]
+    own = [
+        _row(row, 0, int(row.get("start_line") or 0), int(row.get("end_line") or 0), "", list(row["embedding"]))
+        for row in rows
+    ]
+    await asyncio.to_thread(store.spans.upsert, span_rows)
+    await asyncio.to_thread(store.spans.upsert, own)  # last: a chunk with row 0 has all its spans
+    report.chunks += len(rows)
+
+
+async def _embed(provider: EmbeddingProvider, wanted: list[str], texts: dict[str, str]) -> dict[str, list[float]]:
+    """Vectors of the texts with these hashes, sorted by length into batches, the
+    provider's workers kept busy."""
+    order = sorted(wanted, key=lambda h: len(texts[h].encode()))
+    batches = [order[i : i + EMBED_BATCH] for i in range(0, len(order), EMBED_BATCH)]
+    slots = asyncio.Semaphore(max(1, int(getattr(provider, "workers", 1) or 1)))
+
+    async def one(batch: list[str]) -> list[list[float]]:
+        async with slots:
+            return await provider.embed([texts[h] for h in batch])
+
+    results = await asyncio.gather(*(one(b) for b in batches))
+    return {h: v for batch, vectors in zip(batches, results, strict=True) for h, v in zip(batch, vectors, strict=True)}
+
+
+def _row(
+    chunk: dict[str, Any], index: int, start: int, end: int, text_hash: str, vector: list[float]
+) -> dict[str, Any]:
+    return {
+        "span_id": span_id(str(chunk["chunk_hash"]), index),
+        "chunk_hash": str(chunk["chunk_hash"]),
+        "source": str(chunk.get("source") or ""),
+        "text_hash": text_hash,
+        "start_line": start,
+        "end_line": end,
+        "embedding": [float(x) for x in vector],
+    }

@@ -1,0 +1,83 @@
+"""Spans: the small pieces of a chunk that get vectors of their own.
+
+A chunk's vector is one mean over all its lines, and the model reads only
+its first 256 tokens, so a fact that is one bullet of an entry of twelve is
+diluted, or not seen at all. Each line of a chunk (a bullet with its
+continuation lines; a long paragraph cut at sentence ends) is therefore
+grouped with its neighbours into spans of about :data:`BUDGET_BYTES`, each
+prefixed with the chunk's heading, and embedded on its own. Search ranks a
+chunk by its best vector (the chunk's own or one of its spans') and still
+returns the chunk: small to find, big to read.
+
+A chunk that makes one span only needs no spans: its own vector is that span.
+Anchors (``<!-- session:… -->``) and heading lines are not span text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: A span's size, in UTF-8 bytes of text (about 64 tokens of English).
+BUDGET_BYTES = 256
+#: The first span index of a chunk's spans; index 0 is the chunk's own vector.
+FIRST = 1
+
+_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Lines ``start_line``..``end_line`` (1-based, in the file) of a chunk, and
+    the text the model sees for them."""
+
+    index: int
+    start_line: int
+    end_line: int
+    text: str
+
+
+def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
+    """(start, end, text) of each list item, paragraph line or sentence run."""
+    units: list[tuple[int, int, str]] = []
+    for offset, raw in enumerate(lines):
+        line = raw.strip()
+        number = first_line + offset
+        if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
+            continue
+        if units and raw[:1] in (" ", "\t") and not _LIST_ITEM.match(raw):
+            start, _, text = units[-1]  # a continuation line belongs to the item above
+            units[-1] = (start, number, f"{text} {line}")
+            continue
+        units.append((number, number, line))
+    out: list[tuple[int, int, str]] = []
+    for start, end, text in units:
+        if len(text.encode()) <= BUDGET_BYTES:
+            out.append((start, end, text))
+            continue
+        # A long paragraph: its sentences are the units.
+        out.extend((start, end, s) for s in _SENTENCE_END.split(text) if s.strip())
+    return out
+
+
+def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTES) -> list[Span]:
+    """The spans of a chunk (its ``content``, ``heading`` and first line), in order;
+    empty when the chunk is one span."""
+    units = _units(content.split("\n"), start_line)
+    groups: list[list[tuple[int, int, str]]] = []
+    size = 0
+    for unit in units:
+        n = len(unit[2].encode())
+        if groups and size + n + 1 <= budget:
+            groups[-1].append(unit)
+            size += n + 1
+        else:
+            groups.append([unit])
+            size = n
+    if len(groups) < 2:
+        return []
+    prefix = f"{heading.strip()}\n" if heading.strip() else ""
+    return [
+        Span(FIRST + i, g[0][0], g[-1][1], prefix + "\n".join(text for _, _, text in g)) for i, g in enumerate(groups)
+    ]

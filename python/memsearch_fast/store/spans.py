@@ -1,0 +1,251 @@
+"""The span vectors of a collection, in a companion collection ``<collection>_spans``.
+
+The main collection keeps memsearch 0.4.23's schema, so a 0.4.23 client
+still searches it. Beside it, one row per vector a chunk is ranked by
+(:mod:`memsearch_fast.index.spans`): index 0 is the chunk's own vector, 1…
+its spans. ``text_hash`` (the span text's content hash) lets a moved or
+copied chunk take its spans' vectors instead of embedding them again.
+
+Rows follow their chunk: :class:`~memsearch_fast.store.milvus.MilvusStore`
+deletes a chunk's spans just before the chunk (by id or source) and drops
+them with the collection; the index run writes them after the chunks
+(:mod:`memsearch_fast.index.span_pass`). Search ignores a span whose chunk is
+gone, and the next full run removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from memsearch_fast.store.filters import prefix_filter, quote_filter_value
+from memsearch_fast.store.rows import MAX_SOURCE_BYTES
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.milvus import MilvusStore
+
+SUFFIX = "_spans"
+#: Ids per ``in [...]`` filter, rows per write and per iterator page.
+BATCH = 512
+FIELDS = ["span_id", "chunk_hash", "source", "text_hash", "start_line", "end_line"]
+
+
+#: Span hits fetched per chunk wanted in the dense list (a chunk has several spans).
+FANOUT = 8
+
+
+def span_id(chunk_hash: str, index: int) -> str:
+    return f"{chunk_hash}:{index}"
+
+
+def merge_dense(
+    dense: list[tuple[str, float]], span_hits: list[dict[str, Any]], deep: int
+) -> tuple[list[tuple[str, float]], dict[str, dict[str, Any]]]:
+    """The dense list with each chunk at its best vector (its own or a span's), best
+    first and *deep* long, and the span that gave a chunk its score (index ≥ 1)."""
+    best: dict[str, float] = {}
+    matched: dict[str, dict[str, Any]] = {}
+    for cid, score in dense:
+        best.setdefault(cid, score)
+    for hit in span_hits:
+        cid, score = str(hit["chunk_hash"]), float(hit["distance"])
+        if score > best.get(cid, float("-inf")):
+            best[cid] = score
+            if not str(hit.get("span_id") or "").endswith(":0"):
+                matched[cid] = hit
+            else:
+                matched.pop(cid, None)
+    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:deep]  # stable: ties keep the dense order
+    return ranked, {cid: matched[cid] for cid, _ in ranked if cid in matched}
+
+
+def explain_span(out: dict[str, Any], hit: dict[str, Any] | None) -> dict[str, Any]:
+    """*out* (a search result with ``explain``) with the lines of the span that matched."""
+    if hit is not None and "explain" in out:
+        out["explain"]["span"] = {
+            "start_line": int(hit["start_line"]),
+            "end_line": int(hit["end_line"]),
+            "score": round(float(hit["distance"]), 6),
+        }
+    return out
+
+
+class SpanStore:
+    """The companion collection of *store* (same connection, same dimension)."""
+
+    def __init__(self, store: MilvusStore) -> None:
+        self.store = store
+        self.collection = f"{store.collection}{SUFFIX}"
+        self._exists: bool | None = None
+
+    # -- the collection ---------------------------------------------------------------
+
+    @property
+    def exists(self) -> bool:
+        if self._exists is None:
+            if not self.store.exists:
+                return False
+            self._exists = bool(self._call("has_collection", lambda c: c.has_collection(self.collection)))
+            if self._exists:
+                self._call("load_collection", lambda c: c.load_collection(self.collection))
+        return self._exists
+
+    def create(self) -> bool:
+        """Create the collection when missing; True when this call created it."""
+        if self.exists:
+            return False
+        from pymilvus import DataType
+
+        dim = self.store.dimension
+        assert dim is not None
+
+        def create(c: Any) -> None:
+            schema = c.create_schema(enable_dynamic_field=False, description="span vectors of " + self.store.collection)
+            schema.add_field(field_name="span_id", datatype=DataType.VARCHAR, max_length=80, is_primary=True)
+            schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64)
+            schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=MAX_SOURCE_BYTES)
+            schema.add_field(field_name="text_hash", datatype=DataType.VARCHAR, max_length=64)
+            schema.add_field(field_name="start_line", datatype=DataType.INT64)
+            schema.add_field(field_name="end_line", datatype=DataType.INT64)
+            schema.add_field(field_name="embedding", datatype=DataType.FLOAT_VECTOR, dim=dim)
+            index = c.prepare_index_params()
+            index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+            c.create_collection(collection_name=self.collection, schema=schema, index_params=index)
+            c.load_collection(self.collection)
+
+        try:
+            self._call("create_collection", create)
+        except Exception:
+            # Another writer may have created it meanwhile (a Lite server serves both).
+            if not self._call("has_collection", lambda c: c.has_collection(self.collection)):
+                raise
+            self._exists = None
+            return False
+        self._exists = True
+        return True
+
+    def drop(self) -> None:
+        if self._call("has_collection", lambda c: c.has_collection(self.collection)):
+            self._call("drop_collection", lambda c: c.drop_collection(self.collection))
+        self._exists = False
+
+    def flush(self) -> None:
+        if self.exists:
+            self._call("flush", lambda c: c.flush(self.collection))
+
+    def _call(self, op: str, fn: Any) -> Any:
+        return self.store._call(op, fn)
+
+    # -- writes -----------------------------------------------------------------------
+
+    def upsert(self, rows: list[dict[str, Any]]) -> int:
+        for i in range(0, len(rows), BATCH):
+            part = rows[i : i + BATCH]
+            self._call("upsert", lambda c, b=part: c.upsert(collection_name=self.collection, data=b))
+        return len(rows)
+
+    def delete_chunks(self, chunk_hashes: Iterable[str]) -> None:
+        self._delete("chunk_hash", list(dict.fromkeys(chunk_hashes)))
+
+    def delete_sources(self, sources: Iterable[str]) -> None:
+        """Every span of these files (looked up first: no file name reaches a delete)."""
+        wanted = set(sources)
+        if not wanted or not self.exists:
+            return
+        ids = [r["span_id"] for page in self._iterate("", ["span_id", "source"]) for r in page if r["source"] in wanted]
+        self._delete("span_id", ids)
+
+    def _delete(self, field: str, values: list[str]) -> None:
+        if not values or not self.exists:
+            return
+        for i in range(0, len(values), BATCH):
+            expr = f"{field} in [{', '.join(quote_filter_value(v) for v in values[i : i + BATCH])}]"
+            self._call("delete", lambda c, e=expr: c.delete(collection_name=self.collection, filter=e))
+
+    # -- reads ------------------------------------------------------------------------
+
+    def chunk_hashes(self) -> set[str]:
+        """The chunks that have their span rows (row 0 is written last of a chunk's)."""
+        if not self.exists:
+            return set()
+        return {r["chunk_hash"] for page in self._iterate('span_id like "%:0"', ["chunk_hash"]) for r in page}
+
+    def iter_rows(self) -> Iterator[list[dict[str, Any]]]:
+        """Every row (without its vector), a page at a time."""
+        if self.exists:
+            yield from self._iterate("", FIELDS)
+
+    def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
+        """(span_id, chunk_hash) of every row."""
+        if not self.exists:
+            return
+        for page in self._iterate("", ["span_id", "chunk_hash"]):
+            for r in page:
+                yield r["span_id"], r["chunk_hash"]
+
+    def vectors_for(self, text_hashes: list[str]) -> dict[str, list[float]]:
+        """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans)."""
+        out: dict[str, list[float]] = {}
+        if not text_hashes or not self.exists:
+            return out
+        wanted = list(dict.fromkeys(text_hashes))
+        for i in range(0, len(wanted), BATCH):
+            expr = f"text_hash in [{', '.join(quote_filter_value(v) for v in wanted[i : i + BATCH])}]"
+            rows = self._call(
+                "query",
+                lambda c, e=expr: c.query(
+                    collection_name=self.collection, filter=e, output_fields=["text_hash", "embedding"]
+                ),
+            )
+            for r in rows:
+                out.setdefault(r["text_hash"], list(r["embedding"]))
+        return out
+
+    def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
+        """The best spans for *vector*, best first, each with its ``distance``."""
+        if not self.exists or limit <= 0:
+            return []
+        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                collection_name=self.collection,
+                data=[vector],
+                anns_field="embedding",
+                search_params={"metric_type": "COSINE", "params": {}},
+                limit=limit,
+                filter=expr,
+                output_fields=FIELDS,
+            ),
+        )
+        hits = []
+        for hit in res[0] if res else []:
+            entity = hit.get("entity", hit)
+            row = {f: entity.get(f) for f in FIELDS}
+            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
+                continue
+            row["distance"] = float(hit["distance"])
+            hits.append(row)
+        return hits
+
+    def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
+        it = self._call(
+            "query_iterator",
+            lambda c: c.query_iterator(
+                collection_name=self.collection,
+                batch_size=2000,
+                filter=expr,
+                output_fields=fields,
+                consistency_level="Strong",
+            ),
+        )
+        try:
+            while True:
+                page = it.next()
+                if not page:
+                    return
+                yield page
+        finally:
+            with contextlib.suppress(Exception):
+                it.close()

@@ -1,0 +1,173 @@
+"""Span vectors: a chunk is found by its best line, and its spans follow it through
+renames, edits, deletes, resets and a collection indexed before spans existed.
+Real Milvus Lite and the shared ONNX model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from memsearch_fast import MemSearch
+from memsearch_fast.index.spans import spans
+from memsearch_fast.store.manifest import Manifest
+
+FILLER = [
+    "Ran the aspen integration suite again; 214 tests passed and 3 were skipped on CI.",
+    "Looked at the flaky retry test in tests/test_sync.py; it passes locally every time.",
+    "Renamed the config loader helpers in src/aspen/config.py for readability.",
+    "Reviewed the pull request that moves the aspen worker pool to asyncio tasks.",
+    "Discussed the release notes for aspen 2.4 with the docs team; draft is ready.",
+    "Cleaned up three stale feature flags in the aspen admin console.",
+    "Checked the aspen dashboard; error rate flat at 0.2 % over the last day.",
+    "Upgraded the aspen lint toolchain; ruff found two unused imports.",
+    "Paired on the aspen migration script; the dry run finished without errors.",
+    "Wrote a short design note on aspen cache eviction and shared it.",
+    "Triaged two aspen bug reports about slow page loads; both need profiles.",
+]
+FACT = "The aspen nightly export now writes its archive to the cold bucket named glacier-otter-7."
+
+
+def journal(fact_last: bool = True) -> str:
+    bullets = [*FILLER, FACT] if fact_last else FILLER
+    body = "\n".join(f"- {b}" for b in bullets)
+    return (
+        "# 2026-11-20\n\n## Session 10:00\n\n### 10:00\n"
+        "<!-- session:s1 turn:t1 transcript:/tmp/t.jsonl -->\n" + body + "\n\n### 11:00\n- Short entry about lunch.\n"
+    )
+
+
+def test_a_chunk_becomes_spans_of_its_lines() -> None:
+    content = (
+        "### 10:00\n<!-- session:a turn:b transcript:/t.jsonl -->\n"
+        "- first bullet about the build\n  its continuation line\n- second bullet\n"
+        + "- "
+        + "A long sentence about the parser. " * 12
+        + "\n"
+    )
+    out = spans(content, "10:00", 5, budget=64)
+    assert [s.index for s in out] == list(range(1, len(out) + 1))
+    assert out[0].start_line == 7 and out[0].end_line == 8
+    assert out[0].text == "10:00\n- first bullet about the build its continuation line"
+    assert all("session:" not in s.text and "###" not in s.text for s in out)
+    assert len(out) > 3  # the long paragraph is cut at its sentences
+    assert spans("### 10:00\n- one bullet only\n", "10:00", 1) == []  # one span: the chunk's own vector
+
+
+def index(ms: MemSearch):
+    return asyncio.run(ms.index_with_report())
+
+
+def dense_only(ms: MemSearch, query: str):
+    vector = asyncio.run(ms.provider.embed_query(query))
+    return ms.store.search(vector, "", top_k=3, explain=True)
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "2026-11-20.md").write_text(journal(), encoding="utf-8")
+    (root / "2026-11-21.md").write_text(journal(fact_last=False).replace("2026-11-20", "2026-11-21"), encoding="utf-8")
+    return root
+
+
+def test_a_fact_in_the_last_bullet_is_found_by_its_span(notes: Path, tmp_path: Path, model_dir: Path) -> None:
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        report = index(ms)
+        assert report.spans is not None and report.spans.embedded > 0
+        hits = dense_only(ms, "which bucket does the aspen nightly export archive go to")
+        best = hits[0]
+        assert FACT in best["content"] and best["source"].endswith("2026-11-20.md")
+        fact_line = journal().splitlines().index(f"- {FACT}") + 1
+        span = best["explain"]["span"]
+        assert span["start_line"] <= fact_line <= span["end_line"]
+        fused = asyncio.run(ms.search("which bucket does the aspen nightly export archive go to", top_k=3))
+        assert FACT in fused[0]["content"]
+
+
+def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path) -> None:
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        index(ms)
+        spans_store = ms.store.spans
+
+        def chunks_with_spans() -> set[str]:
+            return spans_store.chunk_hashes()
+
+        stored = {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+        assert chunks_with_spans() == stored
+
+        # A rename: every span takes its old vector.
+        (notes / "2026-11-20.md").rename(notes / "moved.md")
+        moved = index(ms)
+        assert moved.spans is not None and moved.spans.embedded == 0 and moved.spans.reused > 0
+        stored = {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+        assert chunks_with_spans() == stored
+        assert not any(
+            src.endswith("2026-11-20.md") for page in spans_store.iter_rows() for src in (r["source"] for r in page)
+        )
+
+        # An edit of one bullet: only the spans whose text changed are embedded.
+        text = (notes / "moved.md").read_text(encoding="utf-8").replace("lunch", "dinner")
+        text = text.replace("glacier-otter-7", "glacier-otter-8")
+        (notes / "moved.md").write_text(text, encoding="utf-8")
+        edited = index(ms)
+        assert edited.spans is not None and 1 <= edited.spans.embedded <= 2
+        assert chunks_with_spans() == {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+
+        # A deleted file: its spans go with its chunks.
+        (notes / "moved.md").unlink()
+        index(ms)
+        sources = {r["source"] for page in spans_store.iter_rows() for r in page}
+        assert sources == {str(notes / "2026-11-21.md")}
+
+        # A reset drops the spans too.
+        assert ms.drop() is True
+        assert not ms.store.spans.exists
+
+
+def test_a_collection_indexed_before_spans_gets_them_in_one_run(
+    notes: Path, tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "m.db")
+    monkeypatch.setenv("MEMSEARCH_SPANS", "0")
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=db) as ms:
+        assert index(ms).spans is None
+        assert not ms.store.spans.exists
+        before = dense_only(ms, "which bucket does the aspen nightly export archive go to")
+        assert "span" not in before[0]["explain"]  # searches as before: chunk vectors alone
+    monkeypatch.delenv("MEMSEARCH_SPANS")
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=db) as ms:
+        report = index(ms)
+        assert report.manifest and report.changed == 0 and report.embedded == 0  # the files did not change
+        assert report.spans is not None and report.spans.chunks == ms.store.count()
+        assert ms.store.spans.chunk_hashes() == {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+
+
+def test_spans_a_killed_run_left_out_are_added_by_the_next(notes: Path, tmp_path: Path, model_dir: Path) -> None:
+    """A run killed after its chunks and before their spans leaves no trusted manifest
+    (it is withdrawn before the first write): the next run reconciles every chunk."""
+    db = tmp_path / "m.db"
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(db)) as ms:
+        index(ms)
+        clean = sorted(r["span_id"] for page in ms.store.spans.iter_rows() for r in page)
+        victim = next(cid for cid, _ in ms.store.iter_ids_by_source(None))
+        ms.store.spans.delete_chunks([victim])  # as if killed before this chunk's spans
+        Manifest.for_store(ms.uri, ms.collection).invalidate()
+        ms.store.spans.upsert(  # and an orphan span of a chunk that is gone
+            [
+                {
+                    "span_id": "f" * 16 + ":1",
+                    "chunk_hash": "f" * 16,
+                    "source": str(notes / "gone.md"),
+                    "text_hash": "x",
+                    "start_line": 1,
+                    "end_line": 1,
+                    "embedding": [0.1] * ms.store.dimension,
+                }
+            ]
+        )
+        repaired = index(ms)
+        assert repaired.spans is not None and repaired.spans.removed == 1 and repaired.spans.chunks == 1
+        assert sorted(r["span_id"] for page in ms.store.spans.iter_rows() for r in page) == clean
