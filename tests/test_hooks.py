@@ -316,6 +316,9 @@ def test_stdin_that_never_closes_is_read_with_a_deadline(env: Env) -> None:
     finally:
         proc.stdin.close()
         proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
     assert json.loads(out) == {}
 
 
@@ -594,6 +597,9 @@ def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
         proc.stdin.write(json.dumps({"cwd": str(env.project), **stop_payload(name, path)}))
         proc.stdin.close()
     assert [p.wait(timeout=30) for p in procs] == [0, 0]
+    for p in procs:
+        if p.stdout:
+            p.stdout.close()
     env.captured(2)
     text = env.log_text()
     assert text.count("## Session ") == 2
