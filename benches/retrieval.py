@@ -550,7 +550,7 @@ def main() -> None:
             report = run(args.mb, args.facts, Path(tmp), **options)
     if args.markdown:
         took = report["latency_ms"]
-        print(f"set {report['set']}, tool {report['tool']}, {report['corpus_mb']} MB, index {report['index_s']} s, ")
+        print(f"set {report['set']}, tool {report['tool']}, {report['corpus_mb']} MB, index {report['index_s']} s,")
         print(f"search p50 {took['p50']} ms, p95 {took['p95']} ms\n")
         print(markdown(report))
         return
