@@ -17,6 +17,16 @@ the OpenAI embeddings protocol and computes the vectors with our ONNX
 provider (int8), and the questions go through its own hybrid search.
 ``--sparse-extra`` measures our tool with the chunk's heading and file stem
 added to the BM25 input (a bench-only collection, see :func:`sparse_extra_store`).
+
+``--set agent`` asks about a corpus shaped like real agent journals
+(``benches/agent_corpus.py``: entries of 6-14 mixed bullets, facts as one
+bullet among them, 10 look-alikes per fact, long doc sections), ``--set
+dialogue`` about meetings rendered as daily memory files
+(``benches/dialogue_corpus.py``: who said what, when, what happened after).
+For our tool every set also reports each list alone (``lists``): the dense
+list (the store searched with an empty query text) and the BM25 list
+(``sparse_search``), next to the fused result; hit@10 as well.
+``--markdown`` prints the tables instead of the JSON.
 """
 
 from __future__ import annotations
@@ -216,43 +226,74 @@ def rank_of(hits: list[dict[str, Any]], key: str) -> int | None:
     return None
 
 
-def evaluate(ms: Any, facts: list[Fact], top_k: int = 10) -> dict[str, Any]:
-    """hit@1, hit@5, MRR@10 per kind and overall, and search latency."""
+def scores(rs: list[int | None]) -> dict[str, float]:
+    """hit@1, hit@5, hit@10 and MRR@10 of the ranks (None: not found)."""
+    n = len(rs) or 1
+    return {
+        "n": len(rs),
+        "hit@1": round(sum(1 for r in rs if r == 1) / n, 3),
+        "hit@5": round(sum(1 for r in rs if r is not None and r <= 5) / n, 3),
+        "hit@10": round(sum(1 for r in rs if r is not None and r <= 10) / n, 3),
+        "mrr@10": round(sum(1 / r for r in rs if r is not None and r <= 10) / n, 3),
+    }
 
-    async def ask() -> tuple[list[int | None], list[float]]:
+
+def scored(ranks: list[int | None], facts: list[Any]) -> dict[str, Any]:
+    """``all`` and ``by_kind`` scores."""
+    by_kind = {}
+    for kind in dict.fromkeys(f.kind for f in facts):
+        by_kind[kind] = scores([r for r, f in zip(ranks, facts, strict=True) if f.kind == kind])
+    return {"all": scores(ranks), "by_kind": by_kind}
+
+
+def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False) -> dict[str, Any]:
+    """hit@1, hit@5, hit@10, MRR@10 per kind and overall, and search latency; with
+    *lists* (our tool), also the dense list alone and the BM25 list alone."""
+
+    async def ask() -> tuple[list[int | None], list[float], dict[str, list[int | None]]]:
         ranks, took = [], []
+        alone: dict[str, list[int | None]] = {"dense": [], "sparse": []}
         await ms.search(facts[0].question, top_k=top_k)  # warm: model and store loaded
         for fact in facts:
             start = time.perf_counter()
             hits = await ms.search(fact.question, top_k=top_k)
             took.append(time.perf_counter() - start)
             ranks.append(rank_of(hits, fact.key))
-        return ranks, took
+            if lists:
+                store = ms.store
+                vector = await ms.provider.embed_query(fact.question)
+                # An empty query text: the store's search ranks by the dense list alone.
+                dense = await asyncio.to_thread(store.search, vector, "", top_k=top_k)
+                sparse = await asyncio.to_thread(store.sparse_search, fact.question, top_k=top_k)
+                alone["dense"].append(rank_of(dense, fact.key))
+                alone["sparse"].append(rank_of(sparse, fact.key))
+        return ranks, took, alone
 
-    ranks, took = asyncio.run(ask())
-
-    def scores(rs: list[int | None]) -> dict[str, float]:
-        n = len(rs) or 1
-        return {
-            "n": len(rs),
-            "hit@1": round(sum(1 for r in rs if r == 1) / n, 3),
-            "hit@5": round(sum(1 for r in rs if r is not None and r <= 5) / n, 3),
-            "mrr@10": round(sum(1 / r for r in rs if r is not None and r <= 10) / n, 3),
-        }
-
-    by_kind = {}
-    for kind in dict.fromkeys(f.kind for f in facts):
-        by_kind[kind] = scores([r for r, f in zip(ranks, facts, strict=True) if f.kind == kind])
+    ranks, took, alone = asyncio.run(ask())
     took.sort()
-    return {
-        "all": scores(ranks),
-        "by_kind": by_kind,
+    out: dict[str, Any] = {
+        **scored(ranks, facts),
         "latency_ms": {
             "p50": round(statistics.median(took) * 1000, 1),
             "p95": round(took[min(len(took) - 1, round(0.95 * (len(took) - 1)))] * 1000, 1),
         },
         "missed": [f.question for r, f in zip(ranks, facts, strict=True) if r is None or r > 5],
     }
+    if lists:
+        out["lists"] = {name: scored(rs, facts) for name, rs in alone.items()}
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's scores as a markdown table: one row per list and kind."""
+    metrics = ["hit@1", "hit@5", "hit@10", "mrr@10"]
+    rows = ["| list | kind | n | " + " | ".join(metrics) + " |", "|" + "---|" * (len(metrics) + 3)]
+    fused = "fused" if report.get("tool") == "ours" else str(report.get("tool"))
+    named = [*((k, v) for k, v in report.get("lists", {}).items()), (fused, report)]
+    for name, part in named:
+        for kind, sc in [*part["by_kind"].items(), ("**all**", part["all"])]:
+            rows.append(f"| {name} | {kind} | {sc['n']} | " + " | ".join(f"{sc[m]:.3f}" for m in metrics) + " |")
+    return "\n".join(rows)
 
 
 #: The model name the reference is given: one it does not know, so it asks the
@@ -374,21 +415,33 @@ def run(
     hard: int = 0,
     seed: int = 0,
     by_key: bool = False,
+    corpus_set: str = "default",
 ) -> dict[str, Any]:
     """Build (unless *workdir* holds a corpus already), index, evaluate.
 
     Each variant has its own database in *workdir* (``m.db``, ``sparse_extra.db``,
-    ``reference.db``), so one corpus serves all of them.
+    ``reference.db``; ``agent-m.db`` … for another set), so one corpus serves all of them.
     """
-    corpus = workdir / "corpus"
-    if not corpus.exists():
-        build(corpus, megabytes, facts, hard, seed)
-    planted = planted_facts(facts, hard, seed, by_key)
-    if tool == "reference":
-        index_s, report = _run_reference(corpus, workdir / "reference.db", planted)
+    planted: list[Any]
+    if corpus_set == "default":
+        corpus, prefix = workdir / "corpus", ""
+        if not corpus.exists():
+            build(corpus, megabytes, facts, hard, seed)
+        planted = planted_facts(facts, hard, seed, by_key)
     else:
-        db = workdir / ("sparse_extra.db" if sparse_extra else "m.db")
+        from benches import agent_corpus, dialogue_corpus
+
+        module = agent_corpus if corpus_set == "agent" else dialogue_corpus
+        corpus, prefix = workdir / f"corpus-{corpus_set}", f"{corpus_set}-"
+        if not corpus.exists():
+            module.build(corpus, megabytes, facts, seed)
+        planted = agent_corpus.make_facts(facts, seed)[0] if module is agent_corpus else module.make_facts(facts, seed)
+    if tool == "reference":
+        index_s, report = _run_reference(corpus, workdir / f"{prefix}reference.db", planted)
+    else:
+        db = workdir / (f"{prefix}sparse_extra.db" if sparse_extra else f"{prefix}m.db")
         index_s, report = _run_ours(corpus, db, planted, sparse_extra=sparse_extra)
+    report["set"] = corpus_set
     report["tool"] = tool
     if sparse_extra:
         report["sparse_extra"] = True
@@ -398,7 +451,7 @@ def run(
     return report
 
 
-def _run_ours(corpus: Path, db: Path, planted: list[Fact], *, sparse_extra: bool) -> tuple[float, dict[str, Any]]:
+def _run_ours(corpus: Path, db: Path, planted: list[Any], *, sparse_extra: bool) -> tuple[float, dict[str, Any]]:
     from memsearch_fast import MemSearch
     from memsearch_fast.lite import broker
 
@@ -409,13 +462,13 @@ def _run_ours(corpus: Path, db: Path, planted: list[Fact], *, sparse_extra: bool
         start = time.perf_counter()
         asyncio.run(ms.index())
         index_s = time.perf_counter() - start
-        return index_s, evaluate(ms, planted)
+        return index_s, evaluate(ms, planted, lists=True)
     finally:
         ms.close()
         broker.stop_server(str(db))
 
 
-def _run_reference(corpus: Path, db: Path, planted: list[Fact]) -> tuple[float, dict[str, Any]]:
+def _run_reference(corpus: Path, db: Path, planted: list[Any]) -> tuple[float, dict[str, Any]]:
     """memsearch 0.4.23 in this process: its default chunking, its Milvus Lite, its search."""
     from memsearch.core import MemSearch as Reference  # type: ignore[import-untyped]
 
@@ -450,6 +503,13 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="another corpus and other facts (default 0)")
     parser.add_argument("--by-key", action="store_true", help="ask each fact by its exact key instead")
+    parser.add_argument(
+        "--set",
+        choices=["default", "agent", "dialogue"],
+        default="default",
+        help="default: the planted-facts corpus; agent: agent journals with look-alikes; dialogue: meetings",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the scores as markdown tables")
     parser.add_argument("--workdir", type=Path, help="keep the corpus and database here (reused when present)")
     parser.add_argument(
         "--analyzer", help='BM25 analyzer of a new collection as JSON, e.g. \'{"tokenizer": "jieba"}\' (default: ours)'
@@ -468,12 +528,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.sparse_extra and args.tool != "ours":
         parser.error("--sparse-extra applies to --tool ours")
+    if args.set != "default" and (args.hard or args.by_key):
+        parser.error("--hard and --by-key apply to --set default")
     if args.analyzer:
         from memsearch_fast.store import schema
 
         schema.CJK_ANALYZER = json.loads(args.analyzer)
     options: dict[str, Any] = dict(
-        tool=args.tool, sparse_extra=args.sparse_extra, hard=args.hard, seed=args.seed, by_key=args.by_key
+        tool=args.tool,
+        sparse_extra=args.sparse_extra,
+        hard=args.hard,
+        seed=args.seed,
+        by_key=args.by_key,
+        corpus_set=args.set,
     )
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
@@ -481,6 +548,12 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             report = run(args.mb, args.facts, Path(tmp), **options)
+    if args.markdown:
+        took = report["latency_ms"]
+        print(f"set {report['set']}, tool {report['tool']}, {report['corpus_mb']} MB, index {report['index_s']} s,")
+        print(f"search p50 {took['p50']} ms, p95 {took['p95']} ms\n")
+        print(markdown(report))
+        return
     json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
     print()
 
