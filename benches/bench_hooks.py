@@ -5,7 +5,7 @@ Run (benchmarks are disabled by default in pytest's addopts):
     python -m pytest benches/bench_hooks.py --benchmark-enable -s -q
 
 - SessionStart with a ``MEMSEARCH_BENCH_HOOKS_MB`` MB memory directory
-  (default 5; the generated daily logs of `benches/corpus.py`): *first* is a
+  (default 5; the generated daily logs of `tests/helpers/corpus.py`): *first* is a
   session that starts the project's watcher (the spawned watcher is stopped
   after each call), *warm* one that finds it running (the bench holds the
   watcher's lock). Targets: p50 ≤ 300 ms, p95 ≤ 1 s.

@@ -5,7 +5,7 @@ Run (benchmarks are disabled by default in pytest's addopts):
     python -m pytest benches/bench_mcp.py --benchmark-enable \
         --benchmark-columns=min,median,max,rounds -s -q
 
-The corpus is the generated mix of daily logs and docs (`benches/corpus.py`),
+The corpus is the generated mix of daily logs and docs (`tests/helpers/corpus.py`),
 ``MEMSEARCH_BENCH_MCP_MB`` MB of it (default 5), indexed once by
 `memsearch index` with the real ONNX model (int8, the default file), which
 takes a few minutes on two cores. Then one `memsearch mcp` server is started

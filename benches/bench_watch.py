@@ -5,7 +5,7 @@ Run (benchmarks are disabled by default in pytest's addopts):
     python -m pytest benches/bench_watch.py --benchmark-enable -s -q
 
 The corpus is ``MEMSEARCH_BENCH_WATCH_MB`` MB (default 5) of the generated
-daily logs and docs (`benches/corpus.py`) plus a daily log of 5,000 lines,
+daily logs and docs (`tests/helpers/corpus.py`) plus a daily log of 5,000 lines,
 indexed once by `memsearch index` with the real ONNX model (int8, the
 default file: about 90 s at 5 MB on two cores). Then, each test against a
 `memsearch watch -j` subprocess of its own (``--debounce-ms``

@@ -1,6 +1,6 @@
 """Retrieval quality: a generated corpus with planted facts, and the questions that should find them.
 
-``python -m benches.retrieval --mb 5`` builds the corpus (``benches/corpus.py``
+``python -m benches.retrieval --mb 5`` builds the corpus (``tests/helpers/corpus.py``
 plus the facts), indexes it with the shared model, asks every question and
 prints hit@1, hit@5, MRR@10 and warm search latency, per kind of fact and in
 all. Kinds: ``port`` (an exact number, asked by the service's name),
