@@ -6,6 +6,7 @@ terminal without ``--quiet``), so other commands never pay for it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -195,10 +196,19 @@ def format_index_report(report: Any) -> str:
             f"  chunks:  {report.embedded} embedded, {report.reused} reused, {report.deleted} deleted "
             f"({report.chunks} in scanned files)",
             f"  sources: {report.sources_removed} removed",
+            *_spans(report),
             f"  reads:   {_reads(report)}",
             f"  time:    {report.seconds:.2f} s",
         ]
     )
+
+
+def _spans(report: Any) -> list[str]:
+    """The span pass's line, when it had work."""
+    sp = getattr(report, "spans", None)
+    if sp is None or not (sp.chunks or sp.removed):
+        return []
+    return [f"  spans:   {sp.embedded} embedded, {sp.reused} reused, for {sp.chunks} chunks; {sp.removed} removed"]
 
 
 def _reads(report: Any) -> str:
@@ -268,6 +278,7 @@ def index_report_dict(report: Any) -> dict[str, Any]:
         "sources_removed": report.sources_removed,
         "read": report.read,
         "manifest": report.manifest,
+        "spans": None if getattr(report, "spans", None) is None else dataclasses.asdict(report.spans),
         "seconds": round(report.seconds, 3),
     }
 

@@ -2,12 +2,12 @@
 
 A chunk's vector is one mean over all its lines, and the model reads only
 its first 256 tokens, so a fact that is one bullet of an entry of twelve is
-diluted, or not seen at all. Each line of a chunk (a bullet with its
-continuation lines; a long paragraph cut at sentence ends) is therefore
-grouped with its neighbours into spans of about :data:`BUDGET_BYTES`, each
-prefixed with the chunk's heading, and embedded on its own. Search ranks a
-chunk by its best vector (the chunk's own or one of its spans') and still
-returns the chunk: small to find, big to read.
+diluted, or not seen at all. Each sentence of a chunk (a bullet's, with its
+continuation lines, or a paragraph's) is therefore a span, prefixed with the
+chunk's heading and embedded on its own; neighbours may be grouped up to
+:data:`BUDGET_BYTES`. Search ranks a chunk by its best vector (the chunk's
+own or one of its spans') and still returns the chunk: small to find, big
+to read.
 
 A chunk that makes one span only needs no spans: its own vector is that span.
 Anchors (``<!-- session:… -->``) and heading lines are not span text.
@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: A span's size, in UTF-8 bytes of text (about 64 tokens of English).
-BUDGET_BYTES = 256
+#: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
+#: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).
+BUDGET_BYTES = 0
 #: The first span index of a chunk's spans; index 0 is the chunk's own vector.
 FIRST = 1
 
@@ -39,7 +40,7 @@ class Span:
 
 
 def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
-    """(start, end, text) of each list item, paragraph line or sentence run."""
+    """(start, end, text) of each sentence of each list item or paragraph line."""
     units: list[tuple[int, int, str]] = []
     for offset, raw in enumerate(lines):
         line = raw.strip()
@@ -53,10 +54,6 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
         units.append((number, number, line))
     out: list[tuple[int, int, str]] = []
     for start, end, text in units:
-        if len(text.encode()) <= BUDGET_BYTES:
-            out.append((start, end, text))
-            continue
-        # A long paragraph: its sentences are the units.
         out.extend((start, end, s) for s in _SENTENCE_END.split(text) if s.strip())
     return out
 
