@@ -29,9 +29,11 @@ if TYPE_CHECKING:
     from memsearch_fast.store.milvus import MilvusStore
 
 #: Chunks read back and given their spans per step.
-PAGE = 256
-#: Span texts per provider call.
-EMBED_BATCH = 64
+PAGE = 512
+#: Span texts per provider call: the provider sorts and splits a call across its
+#: workers, and short texts sorted in large windows pad little (64 per call took
+#: 2.5x as long as 1024 on two cores).
+EMBED_BATCH = 1024
 _FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"]
 
 
@@ -104,8 +106,10 @@ async def _page(
         _row(row, 0, int(row.get("start_line") or 0), int(row.get("end_line") or 0), "", list(row["embedding"]))
         for row in rows
     ]
-    await asyncio.to_thread(store.spans.upsert, span_rows)
-    await asyncio.to_thread(store.spans.upsert, own)  # last: a chunk with row 0 has all its spans
+    # Rows a killed pass left of these chunks go first; then every row is new.
+    await asyncio.to_thread(store.spans.delete_chunks, [str(row["chunk_hash"]) for row in rows])
+    await asyncio.to_thread(store.spans.insert, span_rows)
+    await asyncio.to_thread(store.spans.insert, own)  # last: a chunk with row 0 has all its spans
     report.chunks += len(rows)
 
 

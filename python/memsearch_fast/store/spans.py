@@ -140,9 +140,18 @@ class SpanStore:
     # -- writes -----------------------------------------------------------------------
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
+        return self._write("upsert", rows)
+
+    def insert(self, rows: list[dict[str, Any]]) -> int:
+        """Add rows whose ids are not stored (the caller deleted their chunks' rows
+        first): Milvus Lite's upsert looks every id up, so its cost grows with the
+        collection, and a span collection holds several rows per chunk."""
+        return self._write("insert", rows)
+
+    def _write(self, op: str, rows: list[dict[str, Any]]) -> int:
         for i in range(0, len(rows), BATCH):
             part = rows[i : i + BATCH]
-            self._call("upsert", lambda c, b=part: c.upsert(collection_name=self.collection, data=b))
+            self._call(op, lambda c, b=part: getattr(c, op)(collection_name=self.collection, data=b))
         return len(rows)
 
     def delete_chunks(self, chunk_hashes: Iterable[str]) -> None:
