@@ -189,6 +189,11 @@ def dump(db: Path, collection: str = COLLECTION) -> dict[str, Row]:
     return out
 
 
+def chunk_rows(rows: dict[str, Row]) -> int:
+    """The chunks of a :func:`dump` (its span rows left out)."""
+    return sum(1 for k in rows if not k.startswith("span:"))
+
+
 def differences(got: dict[str, Row], want: dict[str, Row]) -> dict[str, int]:
     """Lost, extra (stale) and changed rows of ``got`` against ``want``."""
     lost = want.keys() - got.keys()

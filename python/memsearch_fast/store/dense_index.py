@@ -404,6 +404,13 @@ class DenseIndex:
             self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
             return None
         rows = {h["chunk_hash"]: h for h in sparse}
+        have = {cid for cid, _ in ranked}
+        lacking = [h["chunk_hash"] for h in sparse if h["chunk_hash"] not in have]
+        if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
+            vectors = store.spans.vectors_of_chunks(lacking)
+            for cid in lacking:
+                vectors.setdefault(cid, [copy.matrix[pos[cid]].tolist()])
+            ranked = spans.fill_dense(ranked, list(map(float, vector)), vectors)
         ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
         fused = fusion.fuse(ranked, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
         return [

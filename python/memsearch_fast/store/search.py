@@ -61,6 +61,7 @@ class StoreSearch(StoreSchema):
             raise
         span_hits = self.spans.search(list(dense), min(MAX_TOP_K, deep * spans.FANOUT), source_prefix)
         ranked, matched = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
+        ranked = self._fill_dense(ranked, list(dense), [h["chunk_hash"] for h in sparse_hits])
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
         missing = [cid for cid, _ in ranked if cid not in rows]
         if missing:
@@ -71,6 +72,20 @@ class StoreSearch(StoreSchema):
             top_k,
         )
         return [spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id)) for f in fused]
+
+    def _fill_dense(
+        self, ranked: list[tuple[str, float]], vector: list[float], ids: list[str]
+    ) -> list[tuple[str, float]]:
+        """The dense scores of the BM25 hits the dense list lacks (see :func:`.spans.fill_dense`)."""
+        from memsearch_fast.store import spans
+
+        lacking = [cid for cid in dict.fromkeys(ids) if cid not in {c for c, _ in ranked}]
+        if not lacking:
+            return ranked
+        vectors = self.spans.vectors_of_chunks(lacking)
+        for row in self.rows_for_ids([c for c in lacking if c not in vectors], ["embedding"]):
+            vectors[row["chunk_hash"]] = [list(row["embedding"])]
+        return spans.fill_dense(ranked, vector, vectors)
 
     @property
     def spans(self) -> SpanStore:

@@ -60,6 +60,30 @@ def merge_dense(
     return ranked, {cid: matched[cid] for cid, _ in ranked if cid in matched}
 
 
+def fill_dense(
+    ranked: list[tuple[str, float]], vector: list[float], vectors: dict[str, list[list[float]]]
+) -> list[tuple[str, float]]:
+    """*ranked* plus the chunks of *vectors* it lacks, each at its best cosine with
+    *vector*, best first: a chunk BM25 found but the dense list was too short to
+    hold is fused with its real dense score, not with none (an exact key, a port or
+    a date, has look-alikes whose sentences the dense side ranks above it)."""
+    import numpy as np
+
+    have = {cid for cid, _ in ranked}
+    extra = [(cid, vs) for cid, vs in vectors.items() if cid not in have and vs]
+    if not extra:
+        return ranked
+    q = np.asarray(vector, dtype=np.float32)
+    q /= float(np.linalg.norm(q)) or 1.0
+    out = list(ranked)
+    for cid, vs in extra:
+        m = np.asarray(vs, dtype=np.float32)
+        norms = np.linalg.norm(m, axis=1)
+        norms[norms == 0] = 1.0
+        out.append((cid, float(np.max((m @ q) / norms))))
+    return sorted(out, key=lambda kv: -kv[1])
+
+
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None) -> dict[str, Any]:
     """*out* (a search result with ``explain``) with the lines of the span that matched."""
     if hit is not None and "explain" in out:
@@ -209,6 +233,24 @@ class SpanStore:
             )
             for r in rows:
                 out.setdefault(r["text_hash"], list(r["embedding"]))
+        return out
+
+    def vectors_of_chunks(self, chunk_hashes: list[str]) -> dict[str, list[list[float]]]:
+        """Every stored vector of these chunks (theirs and their spans'), by chunk."""
+        out: dict[str, list[list[float]]] = {}
+        wanted = list(dict.fromkeys(chunk_hashes))
+        if not wanted or not self.exists:
+            return out
+        for i in range(0, len(wanted), BATCH):
+            expr = f"chunk_hash in [{', '.join(quote_filter_value(v) for v in wanted[i : i + BATCH])}]"
+            rows = self._call(
+                "query",
+                lambda c, e=expr: c.query(
+                    collection_name=self.collection, filter=e, output_fields=["chunk_hash", "embedding"]
+                ),
+            )
+            for r in rows:
+                out.setdefault(r["chunk_hash"], []).append(list(r["embedding"]))
         return out
 
     def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
