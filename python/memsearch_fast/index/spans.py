@@ -9,7 +9,8 @@ chunk's heading and embedded on its own; neighbours may be grouped up to
 own or one of its spans') and still returns the chunk: small to find, big
 to read.
 
-A chunk that makes one span only needs no spans: its own vector is that span.
+A short chunk (at most :data:`MIN_CHUNK_BYTES` of span text) needs no spans:
+its own vector is not diluted, and spans would multiply the vectors stored.
 Anchors (``<!-- session:… -->``) and heading lines are not span text.
 """
 
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 #: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
 #: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).
 BUDGET_BYTES = 0
+#: A chunk whose lines hold at most this many UTF-8 bytes (about 80 tokens) keeps
+#: its own vector alone.
+MIN_CHUNK_BYTES = 320
 #: The first span index of a chunk's spans; index 0 is the chunk's own vector.
 FIRST = 1
 
@@ -60,8 +64,10 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
 
 def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTES) -> list[Span]:
     """The spans of a chunk (its ``content``, ``heading`` and first line), in order;
-    empty when the chunk is one span."""
+    empty when the chunk is short or makes one span."""
     units = _units(content.split("\n"), start_line)
+    if sum(len(text.encode()) + 1 for _, _, text in units) <= MIN_CHUNK_BYTES:
+        return []
     groups: list[list[tuple[int, int, str]]] = []
     size = 0
     for unit in units:
