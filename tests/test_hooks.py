@@ -612,3 +612,54 @@ def test_a_hook_gives_up_before_the_agents_timeout(env: Env) -> None:
     assert json.loads(stdout) == {}
     assert took < 10
     assert "ran out of time" in env.hooks_log()
+
+
+def _plugin_copy(env: Env, where: str = "plugin cache") -> Path:
+    """The Claude Code plugin, installed under *where* (a space in it, as a user's home may have)."""
+    plugin = env.tmp / where / "memsearch-fast"
+    shutil.copytree(ROOT / "hooks" / "claude-code", plugin)
+    return plugin
+
+
+def test_the_shim_skips_its_own_directory_on_path(env: Env) -> None:
+    """The agent puts the plugin's bin/ first on PATH: the shim finds the real hook, never itself."""
+    plugin = _plugin_copy(env, "plugins")
+    real = Path(sys.executable).parent  # where this environment's memsearch-hook lives
+    path = os.pathsep.join([str(plugin / "bin"), str(plugin / "bin"), str(real), env.vars["PATH"]])
+    for event in ("locate", "user-prompt"):
+        out = subprocess.run(
+            ["sh", str(plugin / "bin" / "memsearch-hook"), "claude-code", event],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**env.vars, "PATH": path},
+            cwd=env.project,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        if event == "locate":
+            assert answer["project_dir"] == str(env.project)
+
+
+def test_the_shim_takes_paths_with_spaces(env: Env) -> None:
+    """MEMSEARCH_CMD and PATH entries may contain spaces."""
+    plugin = _plugin_copy(env)
+    tools = env.tmp / "my tools"
+    tools.mkdir()
+    wrapper = tools / "memsearch"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memsearch_fast.cli "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    bare = {**env.vars, "PATH": "/usr/bin:/bin", "HOME": str(env.tmp / "nohome")}
+    for extra in ({"MEMSEARCH_CMD": str(wrapper)}, {"PATH": f"{tools}:/usr/bin:/bin"}):
+        out = subprocess.run(
+            ["sh", str(plugin / "bin" / "memsearch-hook"), "claude-code", "locate"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**bare, **extra},
+            cwd=env.project,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["project_dir"] == str(env.project), extra
