@@ -459,8 +459,12 @@ def test_last_turn_of_recorded_transcripts() -> None:
     from memsearch_fast.agents import turns
 
     claude = turns.last_turn(FIXTURES / "claude-code.jsonl", "Claude Code")
-    assert claude is not None and claude.turn_id == "e5a7c9e1-0020-4d5f-9e6a-000000000020"
-    assert claude.text.startswith("[User]: This session is being continued")
+    # The compaction summary (isCompactSummary) and the interruption notice are Claude Code's own
+    # records: the turn is the user's last prompt before them.
+    assert claude is not None and claude.turn_id == "d4f6a8b0-0011-4c3e-8d4f-bbbbbbbbbbbb"
+    assert claude.text.startswith("[User]: Here is the gateway error from staging:")
+    assert "This session is being continued" not in claude.text
+    assert claude.text.endswith("Staging accepts 20 MiB uploads again ✅ — 修复完成。")
     codex = turns.last_turn(FIXTURES / "codex-rollout.jsonl", "Codex")
     assert codex is not None
     assert codex.text.splitlines() == [
@@ -469,6 +473,37 @@ def test_last_turn_of_recorded_transcripts() -> None:
     ]
     openclaw = turns.last_turn(FIXTURES / "openclaw.jsonl", "OpenClaw")
     assert openclaw is not None and openclaw.text.startswith("[User]: commit and push")
+
+
+def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None:
+    """Skill bodies and command wrappers (``isMeta``) and a compaction's summary (``isCompactSummary``)
+    are user records Claude Code writes itself: the turn is the user's prompt before them."""
+    from memsearch_fast.agents import turns
+
+    def user(uuid: str, text: str, **flags: bool) -> dict[str, Any]:
+        return {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}, **flags}
+
+    def reply(uuid: str, text: str) -> dict[str, Any]:
+        return {
+            "type": "assistant",
+            "uuid": uuid,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        }
+
+    records = [
+        user("compact", "This session is being continued from a previous conversation.", isCompactSummary=True),
+        user("u1", "recall what we decided about the cache keys"),
+        user("meta", "Base directory for this skill: /plugins/memory-recall ...", isMeta=True),
+        reply("a1", "We chose sha256 keys."),
+    ]
+    path = tmp_path / "meta.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    last = turns.last_turn(path, "Claude Code")
+    assert last is not None and last.turn_id == "u1"
+    assert "Base directory" not in last.text and "[Claude Code]: We chose sha256 keys." in last.text
+    every = turns.uncaptured(path, "Claude Code", set())
+    assert every is not None and every.turn_id == "u1" and every.turns == 1
+    assert "being continued" not in every.text
 
 
 def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:

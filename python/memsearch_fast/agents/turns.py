@@ -19,7 +19,7 @@ from memsearch_fast.recall.transcript import Turn, Turns
 MESSAGE_CHARS = 4_000
 TEXT_CHARS = 16_000
 #: User records that are the agent's own bookkeeping, not a prompt.
-_NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ")
+_NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ", "[Request interrupted by user")
 
 
 class Excerpt(NamedTuple):
@@ -29,7 +29,9 @@ class Excerpt(NamedTuple):
 
 
 def _is_prompt(turn: Turn) -> bool:
-    return turn.role == "user" and bool(turn.text.strip()) and not turn.text.lstrip().startswith(_NOT_A_PROMPT)
+    if turn.role != "user" or turn.meta:
+        return False
+    return bool(turn.text.strip()) and not turn.text.lstrip().startswith(_NOT_A_PROMPT)
 
 
 def segments(turns: Iterable[Turn]) -> list[list[Turn]]:

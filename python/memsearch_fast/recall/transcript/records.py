@@ -40,6 +40,9 @@ class Turn:
     uuid: Any = ""
     text: str = ""
     tools: list[ToolCall] = field(default_factory=list)
+    #: Written by the agent itself (a skill body, a command wrapper, a compaction
+    #: summary), not typed by the user: shown, but never a turn's prompt.
+    meta: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
