@@ -315,8 +315,43 @@ def test_stdin_that_never_closes_is_read_with_a_deadline(env: Env) -> None:
         out = proc.stdout.read() if proc.stdout else b""
     finally:
         proc.stdin.close()
+        if proc.stdout:
+            proc.stdout.close()
         proc.kill()
     assert json.loads(out) == {}
+
+
+def test_a_complete_payload_is_answered_without_waiting_for_eof(env: Env) -> None:
+    """A host that writes its event and leaves stdin open gets its answer at once, not after the
+    stdin deadline."""
+
+    def took(close: bool) -> float:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", "locate"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env.vars,
+            cwd=env.tmp,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"cwd": str(env.project)}).encode() + b"\n")
+        proc.stdin.flush()
+        if close:
+            proc.stdin.close()
+        try:
+            out = proc.stdout.read()
+            assert proc.wait(timeout=15) == 0
+        finally:
+            proc.stdin.close()
+            proc.stdout.close()
+            proc.kill()
+        assert json.loads(out)["project_dir"] == str(env.project)  # the payload was read
+        return time.monotonic() - start
+
+    closed = min(took(True) for _ in range(2))
+    left_open = min(took(False) for _ in range(2))
+    assert left_open < closed + 1.0, (left_open, closed)
 
 
 def test_disabled_hooks_touch_nothing(env: Env) -> None:

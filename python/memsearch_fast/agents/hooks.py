@@ -62,7 +62,11 @@ def disabled() -> bool:
 
 
 def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str, Any]:
-    """The JSON object on stdin, read until EOF or the deadline; {} when there is none."""
+    """The JSON object on stdin, read until it is complete, EOF or the deadline; {} when there is none.
+
+    A host may leave stdin open after writing its event: once what arrived parses
+    as one object, nothing more is waited for.
+    """
     if os.isatty(fd):
         return {}
     chunks: list[bytes] = []
@@ -78,13 +82,20 @@ def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str,
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if chunk.rstrip().endswith(b"}") and _parse(chunks) is not None:
+                break
     except (OSError, ValueError):
         pass
+    return _parse(chunks) or {}
+
+
+def _parse(chunks: list[bytes]) -> dict[str, Any] | None:
+    """The object *chunks* hold, or None (incomplete, not JSON, not an object)."""
     try:
         value = json.loads(b"".join(chunks).decode("utf-8", "replace") or "{}")
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _str(payload: Mapping[str, Any], key: str) -> str:
