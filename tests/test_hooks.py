@@ -39,6 +39,7 @@ class Env:
         (self.project / ".git").mkdir(parents=True)
         (self.home / ".memsearch").mkdir(parents=True)
         self.db = tmp / "milvus.db"
+        self.model_dir = model_dir
         (self.home / ".memsearch" / "config.toml").write_text(
             f'[milvus]\nuri = "{self.db}"\n[embedding]\nmodel = "{model_dir}"\n', encoding="utf-8"
         )
@@ -242,7 +243,10 @@ def test_session_start_answers_fast_with_recent_memory_and_starts_one_watcher(en
     )
     (env.memory / "2026-11-22.md").write_text("## Session 11:00\n\n", encoding="utf-8")  # a legacy stub
     out = env.json_hook("claude-code", "session-start", {"session_id": "one"})
-    assert out["systemMessage"].startswith("[memsearch] embedding: onnx/")
+    from memsearch_fast import __version__
+
+    # The model is a directory here: shown after the provider, never joined to it by a slash.
+    assert out["systemMessage"].startswith(f"[memsearch v{__version__}] embedding: onnx ({env.model_dir}) | milvus: ")
     assert env.collection in out["systemMessage"]
     context = out["hookSpecificOutput"]["additionalContext"]
     assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast import __version__
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
@@ -129,8 +130,9 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     cfg = _config()
     emb = cfg.embedding
     uri = _uri(cfg)
-    model = emb.model or _default_model(emb.provider)
-    status = f"[memsearch] embedding: {emb.provider}/{model} | milvus: {uri} | collection: {project.collection}"
+    status = (
+        f"[memsearch v{__version__}] embedding: {_embedding(emb)} | milvus: {uri} | collection: {project.collection}"
+    )
     problem = _key_problem(emb) or _milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{status} | ERROR: {problem}"}
@@ -152,10 +154,14 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     return out
 
 
-def _default_model(provider: str) -> str:
+def _embedding(emb: Embedding) -> str:
+    """``provider/model`` for a model name; ``provider (path)`` for a model directory."""
     from memsearch_fast.config.schema import DEFAULT_MODELS
 
-    return DEFAULT_MODELS.get(provider, "default")
+    model = emb.model or DEFAULT_MODELS.get(emb.provider, "default")
+    if is_absolute(model) or model.startswith(("~", ".")):
+        return f"{emb.provider} ({model})"
+    return f"{emb.provider}/{model}"
 
 
 def _key_problem(emb: Embedding) -> str:
