@@ -545,6 +545,35 @@ def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None
     assert "being continued" not in every.text
 
 
+def test_stop_fired_twice_for_one_turn_writes_one_entry(env: Env) -> None:
+    env.answers(NOTES.format(topic="double stops"))
+    pairs = [("explain the double stop problem please", "Hosts may fire Stop twice.")]
+    transcript = session_file(env, "twice", pairs)
+    assert env.json_hook("claude-code", "stop", stop_payload("twice", transcript)) == {}
+    assert env.json_hook("claude-code", "stop", stop_payload("twice", transcript)) == {}
+    pairs.append(("and what about the next turn then", "It is captured."))
+    env.json_hook("claude-code", "stop", stop_payload("twice", session_file(env, "twice", pairs)))
+    env.captured(2)
+    time.sleep(3.0)  # a duplicate capture would have finished by now
+    env.captured(2)
+    text = env.log_text()
+    assert text.count("turn:twice-u0 ") == 1 and text.count("turn:twice-u1 ") == 1
+    assert len(re.findall(r" pid=\d+ (captured|capture:|nothing captured)", env.hooks_log())) == 2
+
+
+def test_pre_compact_anchors_to_the_oldest_turn_it_keeps(env: Env) -> None:
+    """Too many uncaptured turns for one summary: the newest are kept, and the anchor names the
+    oldest of those, not a turn whose text was left out."""
+    from memsearch_fast.agents import turns
+
+    pairs = [(f"question {i} " + "about the ledger " * 150, f"answer {i}") for i in range(12)]
+    excerpt = turns.uncaptured(session_file(env, "many", pairs), "Claude Code", set())
+    assert excerpt is not None and 1 < excerpt.turns < 12
+    first = 12 - excerpt.turns
+    assert excerpt.turn_id == f"many-u{first}"
+    assert excerpt.text.startswith(f"[User]: question {first} ") and "answer 11" in excerpt.text
+
+
 def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:
     env.answers(NOTES.format(topic="compaction"))
     pairs = [(f"question number {i} about the billing service", f"answer {i}") for i in range(4)]

@@ -218,8 +218,40 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
         transcript = ""
     if excerpt is None or not excerpt.text.strip():
         return {}
+    if excerpt.turn_id and not _claim(project, session, excerpt.turn_id):
+        return {}  # this turn's Stop already ran
     _spawn_capture(platform, "stop", project, session, excerpt, transcript)
     return {}
+
+
+#: Claims of captured turns kept before the oldest are pruned, and the age they may reach then.
+CLAIMS_KEPT = 500
+CLAIM_MAX_AGE_S = 2 * 86400
+
+
+def _claim(project: Project, session: str, turn: str) -> bool:
+    """Claim one turn for capture; False when it was claimed already (a host may fire
+    Stop twice for one turn, and its second capture would write a second entry)."""
+    import hashlib
+
+    folder = Path(project.memsearch_dir) / "turns"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{session}\0{turn}".encode()).hexdigest()[:24]
+    try:
+        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    names = os.listdir(folder)
+    if len(names) > CLAIMS_KEPT:
+        old = time.time() - CLAIM_MAX_AGE_S
+        for other in names:
+            path = folder / other
+            try:
+                if path.stat().st_mtime < old:
+                    path.unlink()
+            except OSError:
+                pass
+    return True
 
 
 def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> Output:

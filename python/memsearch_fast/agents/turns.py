@@ -63,8 +63,9 @@ def render(segment: Iterable[Turn], agent: str) -> str:
     return "\n".join(lines)
 
 
-def _bounded(parts: list[str]) -> str:
-    """The newest parts that fit in :data:`TEXT_CHARS` (the newest one clipped if alone)."""
+def _bounded(parts: list[str]) -> tuple[str, int]:
+    """The newest parts that fit in :data:`TEXT_CHARS` (the newest one clipped if alone), and
+    how many of them were kept."""
     kept: list[str] = []
     size = 0
     for part in reversed(parts):
@@ -72,7 +73,7 @@ def _bounded(parts: list[str]) -> str:
             break
         kept.append(part[-TEXT_CHARS:] if not kept else part)
         size += len(part)
-    return "\n\n".join(reversed(kept))
+    return "\n\n".join(reversed(kept)), len(kept)
 
 
 def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
@@ -81,11 +82,12 @@ def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
     if not found:
         return None
     last = found[-1]
-    return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)]), 1)
+    return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)])[0], 1)
 
 
 def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[str]) -> Excerpt | None:
-    """The turns after the last one whose id is in *captured* (all of them if none is)."""
+    """The turns after the last one whose id is in *captured* (all of them if none is), the
+    newest that fit in :data:`TEXT_CHARS`, anchored to the oldest of those."""
     found = segments(Turns.open(path))
     for i in range(len(found) - 1, -1, -1):
         if str(found[i][0].uuid or "") in captured:
@@ -93,5 +95,6 @@ def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[st
             break
     if not found:
         return None
-    text = _bounded([render(s, agent) for s in found])
-    return Excerpt(str(found[0][0].uuid or ""), text, len(found))
+    text, kept = _bounded([render(s, agent) for s in found])
+    first = found[len(found) - kept]  # the anchor names the oldest turn the notes are about
+    return Excerpt(str(first[0].uuid or ""), text, kept)
