@@ -57,11 +57,12 @@ class Env:
             self.vars.pop(name, None)
 
     def fake_agent(self, name: str, script: str) -> None:
-        """`name` on PATH: records its stdin and argv, then runs *script* (sh)."""
+        """`name` on PATH: records its stdin and argv, then runs *script* (sh); ``--help`` prints a usage."""
         path = self.bin / name
         log = self.tmp / f"{name}.calls"
         path.write_text(
-            f'#!/bin/sh\ncat > "{log}.stdin.$$"\necho "$@ MEMSEARCH_DISABLE=$MEMSEARCH_DISABLE" >> "{log}"\n{script}\n',
+            '#!/bin/sh\nif [ "$1" = "--help" ]; then echo "Usage: claude [options]"; exit 0; fi\n'
+            f'cat > "{log}.stdin.$$"\necho "$@ MEMSEARCH_DISABLE=$MEMSEARCH_DISABLE" >> "{log}"\n{script}\n',
             encoding="utf-8",
         )
         path.chmod(0o755)
@@ -697,6 +698,9 @@ def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
         proc.stdin.write(json.dumps({"cwd": str(env.project), **stop_payload(name, path)}))
         proc.stdin.close()
     assert [p.wait(timeout=30) for p in procs] == [0, 0]
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.close()
     env.captured(2)
     text = env.log_text()
     assert text.count("## Session ") == 2

@@ -1,5 +1,6 @@
 """The host agent's own CLI as the model: ``claude -p`` (Claude Code) and
-``codex exec`` (Codex), with the flags the reference's plugin hooks use.
+``codex exec`` (Codex), with the flags the reference's plugin hooks use
+(``--safe-mode`` where the ``claude`` CLI has it).
 
 The prompt goes on stdin (no argv length limit) and the answer is what the
 CLI prints on stdout. The child runs in its own session with the variables
@@ -12,10 +13,12 @@ own login).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm.base import LLM, LLMError
@@ -29,7 +32,7 @@ class NativeAgent(LLM):
     #: Variables removed for the child.
     child_unset: tuple[str, ...] = ()
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str) -> list[str]:
         raise NotImplementedError
 
     def _complete(self, prompt: str) -> str:
@@ -39,7 +42,7 @@ class NativeAgent(LLM):
         env = {k: v for k, v in os.environ.items() if k not in self.child_unset}
         env.update(self.child_env)
         proc = subprocess.Popen(
-            [exe, *self._argv()],
+            [exe, *self._argv(exe)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -74,17 +77,63 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.communicate(timeout=5)
 
 
+#: What a ``claude`` executable's ``--help`` says it supports, by its path and stamp.
+_HELP_CACHE = Path("~/.memsearch/cache/claude-flags.json")
+
+
+def claude_has_safe_mode(exe: str) -> bool:
+    """Whether this ``claude`` takes ``--safe-mode`` (no user CLAUDE.md, skills, plugins' hooks or
+    MCP servers in the nested session). Read from its ``--help`` once per installed binary and
+    kept on disk; False (the older CLI's flags alone) when that cannot be told."""
+    try:
+        st = os.stat(exe)
+    except OSError:
+        return False
+    stamp = f"{st.st_mtime_ns}:{st.st_size}"
+    cache = _HELP_CACHE.expanduser()
+    try:
+        known = json.loads(cache.read_text("utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    entry = known.get(exe)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        return entry.get("safe_mode") is True
+    try:
+        done = subprocess.run(
+            [exe, "--help"],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            start_new_session=True,
+        )
+        helped = done.stdout + done.stderr
+    except (OSError, subprocess.SubprocessError):
+        return False  # not cached: the next run asks again
+    safe = b"--safe-mode" in helped
+    known[exe] = {"stamp": stamp, "safe_mode": safe}
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known), "utf-8")
+        os.replace(tmp, cache)
+    return safe
+
+
 class ClaudeCode(NativeAgent):
-    """``claude -p`` without tools, MCP servers, browser or a saved session."""
+    """``claude -p`` without tools, MCP servers, browser or a saved session, and in safe mode
+    (without the user's own setup) where the CLI has it."""
 
     kind = "claude -p"
     program = "claude"
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
     child_unset = ("CLAUDECODE",)  # else claude refuses to start inside a Claude Code session
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str) -> list[str]:
         return [
             "-p",
+            *(["--safe-mode"] if claude_has_safe_mode(exe) else []),
             "--strict-mcp-config",
             "--tools",
             "",
@@ -102,7 +151,7 @@ class CodexExec(NativeAgent):
     program = "codex"
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_IN_STOP_WORKER", "1"))
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str) -> list[str]:
         return [
             "exec",
             "--ephemeral",
