@@ -575,6 +575,53 @@ def test_pre_compact_anchors_to_the_oldest_turn_it_keeps(env: Env) -> None:
     assert excerpt.text.startswith(f"[User]: question {first} ") and "answer 11" in excerpt.text
 
 
+def test_a_claude_only_in_the_users_bin_directory_still_summarizes(env: Env) -> None:
+    """An agent launched from an IDE may lack ~/.local/bin on PATH: the worker finds claude there."""
+    env.answers(NOTES.format(topic="launcher paths"))
+    local = env.home / ".local" / "bin"
+    local.mkdir(parents=True)
+    shutil.move(env.bin / "claude", local / "claude")
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    transcript = session_file(env, "ide", [("why does the launcher miss my tools", "PATH differs.")])
+    env.json_hook("claude-code", "stop", stop_payload("ide", transcript), PATH=path)
+    env.captured(1)
+    assert "- User asked about the launcher paths." in env.log_text()
+
+
+def test_the_plugin_ships_a_memsearch_entry(env: Env) -> None:
+    """Bare `memsearch` (the recall skill, the SessionStart hint) works with only the plugin's bin/
+    on PATH: through MEMSEARCH_CMD (spaces allowed), or the first other `memsearch` on PATH."""
+    plugin = _plugin_copy(env)
+    tools = env.tmp / "my tools"
+    tools.mkdir()
+    wrapper = tools / "memsearch"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memsearch_fast.cli "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    bare = {**env.vars, "HOME": str(env.tmp / "nohome")}
+    own = str(plugin / "bin")
+    cases = [
+        ({"PATH": f"{own}:/usr/bin:/bin", "MEMSEARCH_CMD": str(wrapper)}, 0),
+        ({"PATH": f"{own}:{own}:{tools}:/usr/bin:/bin"}, 0),
+        ({"PATH": f"{own}:/usr/bin:/bin"}, 127),
+        ({"PATH": f"{own}:/usr/bin:/bin", "MEMSEARCH_CMD": str(plugin / "bin" / "memsearch")}, 127),
+    ]
+    for extra, code in cases:
+        out = subprocess.run(
+            ["sh", "-c", "memsearch hook claude-code locate"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**bare, **extra},
+            cwd=env.project,
+            timeout=60,
+        )
+        assert out.returncode == code, (extra, out.stderr)
+        if code == 0:
+            assert json.loads(out.stdout)["project_dir"] == str(env.project)
+        else:
+            assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:
     env.answers(NOTES.format(topic="compaction"))
     pairs = [(f"question number {i} about the billing service", f"answer {i}") for i in range(4)]

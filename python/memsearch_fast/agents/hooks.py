@@ -360,7 +360,7 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
         now=time.strftime("%H:%M", now),
     )
     path = job.save(Path(project.memsearch_dir) / "jobs")
-    env = dict(os.environ, MEMSEARCH_NO_WATCH="1")
+    env = dict(os.environ, MEMSEARCH_NO_WATCH="1", PATH=worker_path(os.environ.get("PATH", "")))
     subprocess.Popen(
         [sys.executable, "-m", "memsearch_fast.agents.main", platform, "capture", "--job", str(path)],
         stdin=subprocess.DEVNULL,
@@ -370,6 +370,31 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
         start_new_session=True,  # the agent does not wait for it, and it outlives the hook
         close_fds=True,
     )
+
+
+#: Where user-level installs put ``claude`` and ``codex``; an agent started from an IDE or a
+#: desktop launcher may have none of them on PATH.
+USER_BIN_DIRS = (
+    "~/.local/bin",
+    "~/bin",
+    "~/.claude/local",
+    "~/.npm-global/bin",
+    "~/.bun/bin",
+    "~/.volta/bin",
+    "~/.cargo/bin",
+    "/usr/local/bin",
+    "/opt/homebrew/bin",
+)
+
+
+def worker_path(path: str) -> str:
+    """*path* with the existing :data:`USER_BIN_DIRS` it lacks appended (its own order first)."""
+    parts = [p for p in path.split(os.pathsep) if p]
+    for entry in USER_BIN_DIRS:
+        full = os.path.expanduser(entry)
+        if full not in parts and os.path.isdir(full):
+            parts.append(full)
+    return os.pathsep.join(parts)
 
 
 def answer(platform: str, event: str, output: Output) -> Output | None:
