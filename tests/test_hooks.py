@@ -695,6 +695,46 @@ def test_codex_install_writes_hooks_and_enables_them(env: Env) -> None:
     assert run.returncode == 0 and run.stdout == ""
 
 
+def test_codex_install_replaces_the_reference_hooks_and_registers_pre_compact(env: Env) -> None:
+    """A switcher's hooks.json holds memsearch 0.4's Codex hooks: they are replaced (each turn would
+    be journaled twice), the file is backed up, and the installer says so and that Codex wants the
+    hooks trusted in /hooks."""
+    codex_dir = env.home / ".codex"
+    codex_dir.mkdir()
+    old = "/home/u/src/memsearch/plugins/codex/hooks"
+    before = {
+        "hooks": {
+            "SessionStart": [
+                {"matcher": "", "hooks": [{"type": "command", "command": f"bash {old}/session-start.sh"}]}
+            ],
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"bash {old}/user-prompt-submit.sh"}]}],
+            "Stop": [
+                {"hooks": [{"type": "command", "command": f"bash {old}/stop.sh", "timeout": 30}]},
+                {"hooks": [{"type": "command", "command": "other-tool"}]},
+            ],
+        }
+    }
+    (codex_dir / "hooks.json").write_text(json.dumps(before), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")],
+        env=env.vars,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    hooks = json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8"))["hooks"]
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]] for event, groups in hooks.items()}
+    assert not any("plugins/codex/hooks" in c for cmds in commands.values() for c in cmds)
+    assert "other-tool" in commands["Stop"]
+    for event, name in [("SessionStart", "session-start"), ("Stop", "stop"), ("PreCompact", "pre-compact")]:
+        assert [c for c in commands[event] if c.endswith(f" codex {name}")], event
+    assert "SessionEnd" not in hooks  # Codex has no such event
+    backup = json.loads((codex_dir / "hooks.json.memsearch-0.4.bak").read_text(encoding="utf-8"))
+    assert backup == before
+    assert "replaced memsearch 0.4's own Codex hooks (3 entries)" in out
+    assert "/hooks" in out and "trust" in out
+
+
 def test_hook_usage_errors(env: Env) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.cli", "hook", "vim", "stop"],
