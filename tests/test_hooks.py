@@ -735,6 +735,50 @@ def test_codex_install_replaces_the_reference_hooks_and_registers_pre_compact(en
     assert "/hooks" in out and "trust" in out
 
 
+def test_the_recall_skill_steps_chain(env: Env) -> None:
+    """The memory-recall skill's commands, run as written: its search step prints the chunk_hash
+    its expand step takes; it names its task ($ARGUMENTS), which the Codex copy leaves out."""
+    skill = (ROOT / "hooks" / "claude-code" / "skills" / "memory-recall" / "SKILL.md").read_text(encoding="utf-8")
+    assert "$ARGUMENTS" in skill
+    env.memory.mkdir(parents=True)
+    (env.memory / "2026-11-20.md").write_text(
+        "## Session 09:00\n\n### 09:00\n<!-- session:s turn:u1 transcript:/t/s.jsonl -->\n"
+        "- User asked why invoice totals were off by a cent; rounding moved to the ledger.\n",
+        encoding="utf-8",
+    )
+
+    def sh(command: str) -> str:
+        out = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, env=env.vars, cwd=env.project, timeout=120
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        return out.stdout
+
+    locate = re.search(r"!`([^`]+)`", skill)
+    assert locate is not None
+    collection = json.loads(sh(locate.group(1)))["collection"]
+    env.cli("index", str(env.memory), "--collection", collection)
+    search = re.search(r"`(memsearch search [^`]+)`", skill)
+    expand = re.search(r"`(memsearch expand [^`]+)`", skill)
+    assert search is not None and expand is not None
+    found = sh(
+        search.group(1).replace("<what you are looking for>", "invoice rounding").replace("<collection>", collection)
+    )
+    hashes = re.findall(r'"chunk_hash": "([0-9a-f]+)"', found)
+    assert hashes, found
+    shown = sh(expand.group(1).replace("<chunk_hash>", hashes[0]).replace("<collection>", collection))
+    assert "rounding moved to the ledger" in shown and "Transcript: /t/s.jsonl" in shown
+
+    codex_home = env.home / ".codex"
+    codex_home.mkdir()
+    subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")], env=env.vars, check=True, capture_output=True
+    )
+    codex_skill = (env.home / ".agents" / "skills" / "memory-recall" / "SKILL.md").read_text(encoding="utf-8")
+    assert "$ARGUMENTS" not in codex_skill and "The question" not in codex_skill
+    assert codex_skill.count("memsearch hook codex locate") == 1
+
+
 def test_hook_usage_errors(env: Env) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.cli", "hook", "vim", "stop"],

@@ -120,6 +120,7 @@ def install_skill(home: Path) -> Path:
     """The Claude Code skill, with Codex's platform name and without Claude-only frontmatter."""
     text = SKILL_SOURCE.read_text(encoding="utf-8")
     text = re.sub(r"(?m)^(context|allowed-tools):.*\n", "", text)
+    text = re.sub(r"The question: \$ARGUMENTS\n(?:\(.*\n)*?.*\)\n\n", "", text)  # Codex passes no arguments
     text = text.replace(
         "This project's memory: !`memsearch hook claude-code locate < /dev/null`\n\nThe JSON above gives",
         "First run `memsearch hook codex locate < /dev/null`: its JSON gives",
