@@ -495,6 +495,69 @@ def test_codex_stop_without_a_transcript_uses_its_history(env: Env) -> None:
     assert "exec" in (env.tmp / "codex.calls").read_text(encoding="utf-8")
 
 
+def codex_rollout(env: Env, turn_ids: bool) -> Path:
+    """A Codex rollout of two turns; the second edits a file with apply_patch (a custom tool call)."""
+
+    def turn(turn_id: str, prompt: str) -> list[dict[str, Any]]:
+        context = [{"type": "turn_context", "payload": {"turn_id": turn_id, "cwd": str(env.project)}}]
+        return [
+            *(context if turn_ids else []),
+            {"type": "event_msg", "payload": {"type": "user_message", "message": prompt}},
+        ]
+
+    def item(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "response_item", "payload": payload}
+
+    records = [
+        {"type": "session_meta", "payload": {"id": "rx"}},
+        *turn("t-1", "what does the cart module do"),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "It sums line items."}},
+        *turn("t-2", "make the cart totals exact please"),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "First I look for the rounding."}},
+        item({"type": "function_call", "name": "shell", "arguments": '{"command": ["rg", "round("]}', "call_id": "c1"}),
+        item({"type": "function_call_output", "call_id": "c1", "output": "totals.py:41"}),
+        item(
+            {
+                "type": "custom_tool_call",
+                "name": "apply_patch",
+                "call_id": "c2",
+                "input": "*** Begin Patch\n*** Update File: src/cart/totals.py\n*** End Patch",
+            }
+        ),
+        item({"type": "custom_tool_call_output", "call_id": "c2", "output": "Success."}),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "Totals now use Decimal."}},
+    ]
+    path = env.tmp / f"rollout-{turn_ids}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_codex_turns_keep_their_edits_their_order_and_their_id(env: Env) -> None:
+    """The notes' input holds apply_patch edits, each text before the calls made after it, and the
+    anchor names the turn: from the rollout's turn_context, else from the Stop hook's turn_id."""
+    from memsearch_fast.agents import turns
+
+    excerpt = turns.last_turn(codex_rollout(env, True), "Codex")
+    assert excerpt is not None and excerpt.turn_id == "t-2"
+    assert excerpt.text.splitlines() == [
+        "[User]: make the cart totals exact please",
+        "[Codex]: First I look for the rounding.",
+        "[Tool shell]: rg round(",
+        "[Tool apply_patch]: *** Begin Patch",
+        "*** Update File: src/cart/totals.py",
+        "*** End Patch",
+        "[Codex]: Totals now use Decimal.",
+    ]
+    env.fake_agent("codex", "echo '- User asked for exact cart totals.'; echo '- Codex patched totals.py.'")
+    for session, with_ids in (("cx1", True), ("cx2", False)):
+        payload = {"session_id": session, "transcript_path": str(codex_rollout(env, with_ids)), "turn_id": "t-2"}
+        assert env.hook("codex", "stop", payload)[1] == ""
+    env.captured(2)
+    text = env.log_text()
+    assert re.search(r"<!-- session:cx1 turn:t-2 transcript:\S+ -->", text), text
+    assert re.search(r"<!-- session:cx2 turn:t-2 transcript:\S+ -->", text), text
+
+
 def test_last_turn_of_recorded_transcripts() -> None:
     from memsearch_fast.agents import turns
 

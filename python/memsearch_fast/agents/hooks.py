@@ -218,6 +218,8 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
         transcript = ""
     if excerpt is None or not excerpt.text.strip():
         return {}
+    if not excerpt.turn_id and _str(payload, "turn_id"):  # Codex names the turn it stops
+        excerpt = excerpt._replace(turn_id=_str(payload, "turn_id"))
     if excerpt.turn_id and not _claim(project, session, excerpt.turn_id):
         return {}  # this turn's Stop already ran
     _spawn_capture(platform, "stop", project, session, excerpt, transcript)

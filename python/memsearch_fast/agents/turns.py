@@ -56,11 +56,19 @@ def render(segment: Iterable[Turn], agent: str) -> str:
         if turn.role == "user":
             lines.append(f"[User]: {_clip(turn.text)}")
             continue
-        if turn.text.strip():
-            lines.append(f"[{agent}]: {_clip(turn.text)}")
+        done = 0  # the text is shown in pieces, each before the calls made after it
         for tool in turn.tools:
+            at = len(turn.text) if tool.at < 0 else min(tool.at, len(turn.text))
+            if at > done:
+                lines += _said(turn.text[done:at], agent)
+                done = at
             lines.append(f"[Tool {tool.name}]: {_clip(tool.command, 500)}")
+        lines += _said(turn.text[done:], agent)
     return "\n".join(lines)
+
+
+def _said(text: str, agent: str) -> list[str]:
+    return [f"[{agent}]: {_clip(text)}"] if text.strip() else []
 
 
 def _bounded(parts: list[str]) -> tuple[str, int]:

@@ -78,7 +78,7 @@ def _assistant(record: dict[str, Any], content: Any) -> list[Event]:
         if kind == "text":
             turn.text = append_text(turn.text, block.get("text", ""))
         elif kind == "tool_use":
-            tool = ToolCall(block.get("name", "tool"), command_of(block.get("input", {})))
+            tool = ToolCall(block.get("name", "tool"), command_of(block.get("input", {})), at=len(turn.text))
             turn.tools.append(tool)
             key = as_key(block.get("id"))
             if key is not None:

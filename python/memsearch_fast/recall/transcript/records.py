@@ -32,6 +32,9 @@ class ToolCall:
     output: str = ""
     #: Registered under an id and still expecting its result.
     waiting: bool = False
+    #: Where in its turn's text the call came (characters), for showing text and calls in
+    #: their order; -1: after all of it.
+    at: int = -1
 
 
 @dataclass(slots=True)
