@@ -862,13 +862,32 @@ def test_hook_usage_errors(env: Env) -> None:
         assert "not installed" in json.loads(shim.stdout)["systemMessage"]
 
 
-def test_a_platform_without_a_summarizer_writes_nothing(env: Env) -> None:
-    """OpenCode has no host CLI to summarize with: until a provider is configured, no entry (not a marker)."""
-    transcript = session_file(env, "oc", [("refactor the payment module please", "Done.")])
-    env.json_hook("opencode", "stop", stop_payload("oc", transcript))
-    env.captured(1)
-    assert "summarize.provider" in env.hooks_log()
-    assert not env.memory.exists() or not list(env.memory.glob("*.md"))
+def test_opencode_and_openclaw_summarize_with_their_own_cli(env: Env) -> None:
+    """With no provider configured, OpenCode's turns go to `opencode run` and OpenClaw's to
+    `openclaw agent --local` (as the reference's plugins do), our hooks off inside them; a host
+    without its CLI gets the one-line marker under the turn's anchor, never nothing."""
+    env.fake_agent("opencode", "echo '- User asked OpenCode to refactor payments.'; echo '- It split the module.'")
+    env.fake_agent("openclaw", "echo '[plugins] memsearch loaded'; echo '- User asked OpenClaw for a commit.'")
+    for platform, name in (("opencode", "oc"), ("openclaw", "ow")):
+        transcript = session_file(env, name, [(f"refactor the payment module please ({name})", "Done.")])
+        env.json_hook(platform, "stop", stop_payload(name, transcript))
+    env.captured(2)
+    text = env.log_text()
+    assert "- User asked OpenCode to refactor payments.\n- It split the module." in text
+    assert "- User asked OpenClaw for a commit." in text and "[plugins]" not in text
+    opencode = (env.tmp / "opencode.calls").read_text(encoding="utf-8")
+    assert opencode.startswith("run ") and "(oc)" in opencode and "MEMSEARCH_DISABLE=1" in opencode
+    openclaw = (env.tmp / "openclaw.calls").read_text(encoding="utf-8")
+    assert (
+        openclaw.startswith("agent --local --session-id memsearch-summarize -m ") and "MEMSEARCH_DISABLE=1" in openclaw
+    )
+
+    (env.bin / "opencode").unlink()
+    transcript = session_file(env, "none", [("refactor the billing module please", "Done.")])
+    env.json_hook("opencode", "stop", stop_payload("none", transcript))
+    env.captured(3)
+    assert re.search(r"<!-- session:none turn:none-u0 transcript:\S+ -->\n- Turn not summarized", env.log_text())
+    assert "'opencode' is not on PATH" in env.hooks_log()
 
 
 def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:

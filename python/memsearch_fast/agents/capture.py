@@ -87,7 +87,7 @@ def summarize(cfg: Settings, job: Job) -> list[str]:
     from memsearch_fast.agents import summarize as notes
     from memsearch_fast.llm import LLMError
 
-    settings = dataclasses.replace(notes.route(cfg, job.platform), timeout=_timeout())
+    settings = dataclasses.replace(notes.route(cfg, job.platform, hook=True), timeout=_timeout())
     instructions = notes.load_prompt(cfg, notes.AGENT_NAMES[job.platform])
     answer = notes.summarize(settings, instructions, job.text)
     found = bullets(answer)

@@ -1,5 +1,6 @@
-"""The host agent's own CLI as the model: ``claude -p`` (Claude Code) and
-``codex exec`` (Codex), with the flags the reference's plugin hooks use
+"""The host agent's own CLI as the model: ``claude -p`` (Claude Code),
+``codex exec`` (Codex), ``opencode run`` (OpenCode) and ``openclaw agent
+--local`` (OpenClaw), with the flags the reference's plugins use
 (``--safe-mode`` where the ``claude`` CLI has it).
 
 The prompt goes on stdin (no argv length limit) and the answer is what the
@@ -31,9 +32,15 @@ class NativeAgent(LLM):
     child_env: tuple[tuple[str, str], ...] = (("MEMSEARCH_NO_WATCH", "1"),)
     #: Variables removed for the child.
     child_unset: tuple[str, ...] = ()
+    #: Whether the prompt goes on stdin (else :meth:`_argv` puts it in the arguments).
+    prompt_on_stdin = True
 
-    def _argv(self, exe: str) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         raise NotImplementedError
+
+    def _answer(self, out: str) -> str:
+        """The notes in what the CLI printed."""
+        return out
 
     def _complete(self, prompt: str) -> str:
         exe = shutil.which(self.program)
@@ -42,7 +49,7 @@ class NativeAgent(LLM):
         env = {k: v for k, v in os.environ.items() if k not in self.child_unset}
         env.update(self.child_env)
         proc = subprocess.Popen(
-            [exe, *self._argv(exe)],
+            [exe, *self._argv(exe, prompt)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -50,7 +57,8 @@ class NativeAgent(LLM):
             start_new_session=True,  # its own process group, killed as one
         )
         try:
-            out, err = proc.communicate(prompt.encode("utf-8", "replace"), timeout=self.timeout)
+            given = prompt if self.prompt_on_stdin else ""
+            out, err = proc.communicate(given.encode("utf-8", "replace"), timeout=self.timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
             raise LLMError(f"{self.kind} ({self.model}) timed out after {self.timeout:g}s") from None
@@ -64,7 +72,7 @@ class NativeAgent(LLM):
                 f"{self.kind} ({self.model}) exited with status {proc.returncode}"
                 + (f": {one_line(detail, 200)}" if detail else "")
             )
-        return out.decode("utf-8", "replace")
+        return self._answer(out.decode("utf-8", "replace"))
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -130,7 +138,7 @@ class ClaudeCode(NativeAgent):
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
     child_unset = ("CLAUDECODE",)  # else claude refuses to start inside a Claude Code session
 
-    def _argv(self, exe: str) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         return [
             "-p",
             *(["--safe-mode"] if claude_has_safe_mode(exe) else []),
@@ -151,7 +159,7 @@ class CodexExec(NativeAgent):
     program = "codex"
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_IN_STOP_WORKER", "1"))
 
-    def _argv(self, exe: str) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         return [
             "exec",
             "--ephemeral",
@@ -166,3 +174,33 @@ class CodexExec(NativeAgent):
             self.model,
             "-",
         ]
+
+
+class OpenCodeRun(NativeAgent):
+    """``opencode run`` (OpenCode's configured provider; ``-m provider/model`` when a model is set).
+    The prompt is its message argument; memsearch's plugin stands down inside it."""
+
+    kind = "opencode run"
+    program = "opencode"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
+    prompt_on_stdin = False
+
+    def _argv(self, exe: str, prompt: str) -> list[str]:
+        return ["run", *(["-m", self.model] if self.model else []), prompt]
+
+
+class OpenClawAgent(NativeAgent):
+    """``openclaw agent --local`` in a session of its own (``--model`` when a model is set); the
+    plugins' loading lines it prints before the answer are dropped."""
+
+    kind = "openclaw agent"
+    program = "openclaw"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
+    prompt_on_stdin = False
+
+    def _argv(self, exe: str, prompt: str) -> list[str]:
+        model = ["--model", self.model] if self.model else []
+        return ["agent", "--local", "--session-id", "memsearch-summarize", *model, "-m", prompt]
+
+    def _answer(self, out: str) -> str:
+        return "\n".join(line for line in out.splitlines() if not line.startswith(("[plugins]", "[agents]")))
