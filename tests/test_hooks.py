@@ -890,6 +890,19 @@ def test_opencode_and_openclaw_summarize_with_their_own_cli(env: Env) -> None:
     assert "'opencode' is not on PATH" in env.hooks_log()
 
 
+def test_opencode_entries_anchor_to_its_session_database(env: Env) -> None:
+    """OpenCode hands the turn itself (no transcript file): the anchor names OpenCode's session
+    database and the turn's message id (`db:` as the reference writes it), not an empty transcript."""
+    env.fake_agent("opencode", "echo '- User asked which cache was picked.'; echo '- OpenCode said Redis.'")
+    db = env.tmp / "share" / "opencode" / "opencode.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"")
+    turn = {"id": "msg_03", "text": "[User]: Which cache did we pick?\n[Assistant]: We picked Redis."}
+    env.json_hook("opencode", "stop", {"session_id": "ses_1", "turn": turn, "db_path": str(db)})
+    env.captured(1)
+    assert f"<!-- session:ses_1 turn:msg_03 db:{db} -->\n- User asked which cache was picked." in env.log_text()
+
+
 def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
     """Two sessions' Stop hooks on the same daily log at the same moment: both entries, each whole, each
     under its own session heading."""

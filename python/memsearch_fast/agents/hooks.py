@@ -206,9 +206,13 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
     transcript = _str(payload, "transcript_path")
     given = payload.get("turn")
     excerpt: turns.Excerpt | None = None
+    kind = "transcript"
     if isinstance(given, dict) and isinstance(given.get("text"), str) and given["text"].strip():
         turn_id = given.get("id")
         excerpt = turns.Excerpt(turn_id if isinstance(turn_id, str) else "", given["text"][-turns.TEXT_CHARS :], 1)
+        db = _str(payload, "db_path")  # OpenCode: its session database, where the turn is
+        if not transcript and db and is_absolute(db) and os.path.isfile(db):
+            transcript, kind = db, "db"
     elif transcript and os.path.isfile(transcript):
         if _short(transcript):
             return {}
@@ -222,7 +226,7 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
         excerpt = excerpt._replace(turn_id=_str(payload, "turn_id"))
     if excerpt.turn_id and not _claim(project, session, excerpt.turn_id):
         return {}  # this turn's Stop already ran
-    _spawn_capture(platform, "stop", project, session, excerpt, transcript)
+    _spawn_capture(platform, "stop", project, session, excerpt, transcript, kind)
     return {}
 
 
@@ -240,7 +244,7 @@ def _claim(project: Project, session: str, turn: str) -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(f"{session}\0{turn}".encode()).hexdigest()[:24]
     try:
-        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600))
     except FileExistsError:
         return False
     names = os.listdir(folder)
@@ -341,7 +345,9 @@ def _codex_fallback(payload: Mapping[str, Any], session: str) -> Any:
     return turns.Excerpt("", "\n".join(lines), 1)
 
 
-def _spawn_capture(platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str) -> None:
+def _spawn_capture(
+    platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str, kind: str = "transcript"
+) -> None:
     import subprocess
 
     from memsearch_fast.agents.capture import Job
@@ -360,6 +366,7 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
         text=excerpt.text,
         date=time.strftime("%Y-%m-%d", now),
         now=time.strftime("%H:%M", now),
+        anchor_kind=kind,
     )
     path = job.save(Path(project.memsearch_dir) / "jobs")
     env = dict(os.environ, MEMSEARCH_NO_WATCH="1", PATH=worker_path(os.environ.get("PATH", "")))
