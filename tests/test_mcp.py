@@ -364,7 +364,7 @@ def test_project_serves_the_collection_the_hooks_write(corpus: Corpus, tmp_path:
     assert "zeppelin hangar" in json.loads(found.content[0].text)[0]["content"]
 
 
-def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path: Path) -> None:
+def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path: Path, model_dir: Path) -> None:
     """JSON-RPC 2.0: an unparsable line → -32700, no method → -32600, an unknown method → -32601;
     the server answers each and goes on."""
     lines = [
@@ -376,8 +376,17 @@ def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path:
     ]
     answers: list[dict[str, Any]] = []
     with (tmp_path / "err.log").open("w") as errlog:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memsearch_fast", "mcp", *corpus.common],
+        proc = subprocess.Popen(  # an empty database: nothing to warm up, only the protocol
+            [
+                sys.executable,
+                "-m",
+                "memsearch_fast",
+                "mcp",
+                "--milvus-uri",
+                str(tmp_path / "e.db"),
+                "-m",
+                str(model_dir),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errlog,
