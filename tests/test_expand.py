@@ -96,3 +96,34 @@ def test_a_link_that_replaced_an_indexed_file_is_not_read(
     out = cli("expand", chunk, *common)
     assert out.returncode != 0 and "hunter2" not in out.stdout + out.stderr
     assert "not indexed" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_anchors_of_the_reference_codex_and_opencode_plugins(tmp_path: Path) -> None:
+    """0.4.23's Codex journals anchor ``session:… rollout:PATH``, its OpenCode journals
+    ``session:… turn:… db:PATH``: expand shows their Session/Transcript header too."""
+    from memsearch_fast.cli.display import format_expand
+
+    f = tmp_path / "a.md"
+    f.write_text(
+        "# Day\n\n## Session 10:00\n\n### 10:00\n<!-- session:019a-c0de rollout:/h/.codex/sessions/r.jsonl -->\n"
+        "- Codex fixed the build.\n\n### 11:00\n"
+        "<!-- session:ses_1 turn:msg_2 db:/h/.local/share/opencode/opencode.db -->\n"
+        "- OpenCode wrote the tests.\n",
+        encoding="utf-8",
+    )
+    codex = expand_chunk(row_for(f, 0))
+    assert codex["anchor"] == {
+        "session": "019a-c0de",
+        "turn": "",
+        "transcript": "/h/.codex/sessions/r.jsonl",
+        "kind": "rollout",
+    }
+    assert "Session: 019a-c0de  Turn: \nTranscript: /h/.codex/sessions/r.jsonl\n" in format_expand(codex)
+    opencode = expand_chunk(row_for(f, 1))
+    assert opencode["anchor"] == {
+        "session": "ses_1",
+        "turn": "msg_2",
+        "transcript": "/h/.local/share/opencode/opencode.db",
+        "kind": "db",
+    }
+    assert "Transcript: /h/.local/share/opencode/opencode.db" in format_expand(opencode)

@@ -39,6 +39,7 @@ class Env:
         (self.project / ".git").mkdir(parents=True)
         (self.home / ".memsearch").mkdir(parents=True)
         self.db = tmp / "milvus.db"
+        self.model_dir = model_dir
         (self.home / ".memsearch" / "config.toml").write_text(
             f'[milvus]\nuri = "{self.db}"\n[embedding]\nmodel = "{model_dir}"\n', encoding="utf-8"
         )
@@ -56,11 +57,12 @@ class Env:
             self.vars.pop(name, None)
 
     def fake_agent(self, name: str, script: str) -> None:
-        """`name` on PATH: records its stdin and argv, then runs *script* (sh)."""
+        """`name` on PATH: records its stdin and argv, then runs *script* (sh); ``--help`` prints a usage."""
         path = self.bin / name
         log = self.tmp / f"{name}.calls"
         path.write_text(
-            f'#!/bin/sh\ncat > "{log}.stdin.$$"\necho "$@ MEMSEARCH_DISABLE=$MEMSEARCH_DISABLE" >> "{log}"\n{script}\n',
+            '#!/bin/sh\nif [ "$1" = "--help" ]; then echo "Usage: claude [options]"; exit 0; fi\n'
+            f'cat > "{log}.stdin.$$"\necho "$@ MEMSEARCH_DISABLE=$MEMSEARCH_DISABLE" >> "{log}"\n{script}\n',
             encoding="utf-8",
         )
         path.chmod(0o755)
@@ -242,7 +244,10 @@ def test_session_start_answers_fast_with_recent_memory_and_starts_one_watcher(en
     )
     (env.memory / "2026-11-22.md").write_text("## Session 11:00\n\n", encoding="utf-8")  # a legacy stub
     out = env.json_hook("claude-code", "session-start", {"session_id": "one"})
-    assert out["systemMessage"].startswith("[memsearch] embedding: onnx/")
+    from memsearch_fast import __version__
+
+    # The model is a directory here: shown after the provider, never joined to it by a slash.
+    assert out["systemMessage"].startswith(f"[memsearch v{__version__}] embedding: onnx ({env.model_dir}) | milvus: ")
     assert env.collection in out["systemMessage"]
     context = out["hookSpecificOutput"]["additionalContext"]
     assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
@@ -315,11 +320,44 @@ def test_stdin_that_never_closes_is_read_with_a_deadline(env: Env) -> None:
         out = proc.stdout.read() if proc.stdout else b""
     finally:
         proc.stdin.close()
-        proc.kill()
-        proc.wait()
         if proc.stdout:
             proc.stdout.close()
+        proc.kill()
+        proc.wait()
     assert json.loads(out) == {}
+
+
+def test_a_complete_payload_is_answered_without_waiting_for_eof(env: Env) -> None:
+    """A host that writes its event and leaves stdin open gets its answer at once, not after the
+    stdin deadline."""
+
+    def took(close: bool) -> float:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", "locate"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env.vars,
+            cwd=env.tmp,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"cwd": str(env.project)}).encode() + b"\n")
+        proc.stdin.flush()
+        if close:
+            proc.stdin.close()
+        try:
+            out = proc.stdout.read()
+            assert proc.wait(timeout=15) == 0
+        finally:
+            proc.stdin.close()
+            proc.stdout.close()
+            proc.kill()
+        assert json.loads(out)["project_dir"] == str(env.project)  # the payload was read
+        return time.monotonic() - start
+
+    closed = min(took(True) for _ in range(2))
+    left_open = min(took(False) for _ in range(2))
+    assert left_open < closed + 1.0, (left_open, closed)
 
 
 def test_disabled_hooks_touch_nothing(env: Env) -> None:
@@ -458,12 +496,79 @@ def test_codex_stop_without_a_transcript_uses_its_history(env: Env) -> None:
     assert "exec" in (env.tmp / "codex.calls").read_text(encoding="utf-8")
 
 
+def codex_rollout(env: Env, turn_ids: bool) -> Path:
+    """A Codex rollout of two turns; the second edits a file with apply_patch (a custom tool call)."""
+
+    def turn(turn_id: str, prompt: str) -> list[dict[str, Any]]:
+        context = [{"type": "turn_context", "payload": {"turn_id": turn_id, "cwd": str(env.project)}}]
+        return [
+            *(context if turn_ids else []),
+            {"type": "event_msg", "payload": {"type": "user_message", "message": prompt}},
+        ]
+
+    def item(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "response_item", "payload": payload}
+
+    records = [
+        {"type": "session_meta", "payload": {"id": "rx"}},
+        *turn("t-1", "what does the cart module do"),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "It sums line items."}},
+        *turn("t-2", "make the cart totals exact please"),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "First I look for the rounding."}},
+        item({"type": "function_call", "name": "shell", "arguments": '{"command": ["rg", "round("]}', "call_id": "c1"}),
+        item({"type": "function_call_output", "call_id": "c1", "output": "totals.py:41"}),
+        item(
+            {
+                "type": "custom_tool_call",
+                "name": "apply_patch",
+                "call_id": "c2",
+                "input": "*** Begin Patch\n*** Update File: src/cart/totals.py\n*** End Patch",
+            }
+        ),
+        item({"type": "custom_tool_call_output", "call_id": "c2", "output": "Success."}),
+        {"type": "event_msg", "payload": {"type": "agent_message", "message": "Totals now use Decimal."}},
+    ]
+    path = env.tmp / f"rollout-{turn_ids}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_codex_turns_keep_their_edits_their_order_and_their_id(env: Env) -> None:
+    """The notes' input holds apply_patch edits, each text before the calls made after it, and the
+    anchor names the turn: from the rollout's turn_context, else from the Stop hook's turn_id."""
+    from memsearch_fast.agents import turns
+
+    excerpt = turns.last_turn(codex_rollout(env, True), "Codex")
+    assert excerpt is not None and excerpt.turn_id == "t-2"
+    assert excerpt.text.splitlines() == [
+        "[User]: make the cart totals exact please",
+        "[Codex]: First I look for the rounding.",
+        "[Tool shell]: rg round(",
+        "[Tool apply_patch]: *** Begin Patch",
+        "*** Update File: src/cart/totals.py",
+        "*** End Patch",
+        "[Codex]: Totals now use Decimal.",
+    ]
+    env.fake_agent("codex", "echo '- User asked for exact cart totals.'; echo '- Codex patched totals.py.'")
+    for session, with_ids in (("cx1", True), ("cx2", False)):
+        payload = {"session_id": session, "transcript_path": str(codex_rollout(env, with_ids)), "turn_id": "t-2"}
+        assert env.hook("codex", "stop", payload)[1] == ""
+    env.captured(2)
+    text = env.log_text()
+    assert re.search(r"<!-- session:cx1 turn:t-2 transcript:\S+ -->", text), text
+    assert re.search(r"<!-- session:cx2 turn:t-2 transcript:\S+ -->", text), text
+
+
 def test_last_turn_of_recorded_transcripts() -> None:
     from memsearch_fast.agents import turns
 
     claude = turns.last_turn(FIXTURES / "claude-code.jsonl", "Claude Code")
-    assert claude is not None and claude.turn_id == "e5a7c9e1-0020-4d5f-9e6a-000000000020"
-    assert claude.text.startswith("[User]: This session is being continued")
+    # The compaction summary (isCompactSummary) and the interruption notice are Claude Code's own
+    # records: the turn is the user's last prompt before them.
+    assert claude is not None and claude.turn_id == "d4f6a8b0-0011-4c3e-8d4f-bbbbbbbbbbbb"
+    assert claude.text.startswith("[User]: Here is the gateway error from staging:")
+    assert "This session is being continued" not in claude.text
+    assert claude.text.endswith("Staging accepts 20 MiB uploads again ✅ — 修复完成。")
     codex = turns.last_turn(FIXTURES / "codex-rollout.jsonl", "Codex")
     assert codex is not None
     assert codex.text.splitlines() == [
@@ -472,6 +577,113 @@ def test_last_turn_of_recorded_transcripts() -> None:
     ]
     openclaw = turns.last_turn(FIXTURES / "openclaw.jsonl", "OpenClaw")
     assert openclaw is not None and openclaw.text.startswith("[User]: commit and push")
+
+
+def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None:
+    """Skill bodies and command wrappers (``isMeta``) and a compaction's summary (``isCompactSummary``)
+    are user records Claude Code writes itself: the turn is the user's prompt before them."""
+    from memsearch_fast.agents import turns
+
+    def user(uuid: str, text: str, **flags: bool) -> dict[str, Any]:
+        return {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}, **flags}
+
+    def reply(uuid: str, text: str) -> dict[str, Any]:
+        return {
+            "type": "assistant",
+            "uuid": uuid,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        }
+
+    records = [
+        user("compact", "This session is being continued from a previous conversation.", isCompactSummary=True),
+        user("u1", "recall what we decided about the cache keys"),
+        user("meta", "Base directory for this skill: /plugins/memory-recall ...", isMeta=True),
+        reply("a1", "We chose sha256 keys."),
+    ]
+    path = tmp_path / "meta.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    last = turns.last_turn(path, "Claude Code")
+    assert last is not None and last.turn_id == "u1"
+    assert "Base directory" not in last.text and "[Claude Code]: We chose sha256 keys." in last.text
+    every = turns.uncaptured(path, "Claude Code", set())
+    assert every is not None and every.turn_id == "u1" and every.turns == 1
+    assert "being continued" not in every.text
+
+
+def test_stop_fired_twice_for_one_turn_writes_one_entry(env: Env) -> None:
+    env.answers(NOTES.format(topic="double stops"))
+    pairs = [("explain the double stop problem please", "Hosts may fire Stop twice.")]
+    transcript = session_file(env, "twice", pairs)
+    assert env.json_hook("claude-code", "stop", stop_payload("twice", transcript)) == {}
+    assert env.json_hook("claude-code", "stop", stop_payload("twice", transcript)) == {}
+    pairs.append(("and what about the next turn then", "It is captured."))
+    env.json_hook("claude-code", "stop", stop_payload("twice", session_file(env, "twice", pairs)))
+    env.captured(2)
+    time.sleep(3.0)  # a duplicate capture would have finished by now
+    env.captured(2)
+    text = env.log_text()
+    assert text.count("turn:twice-u0 ") == 1 and text.count("turn:twice-u1 ") == 1
+    assert len(re.findall(r" pid=\d+ (captured|capture:|nothing captured)", env.hooks_log())) == 2
+
+
+def test_pre_compact_anchors_to_the_oldest_turn_it_keeps(env: Env) -> None:
+    """Too many uncaptured turns for one summary: the newest are kept, and the anchor names the
+    oldest of those, not a turn whose text was left out."""
+    from memsearch_fast.agents import turns
+
+    pairs = [(f"question {i} " + "about the ledger " * 150, f"answer {i}") for i in range(12)]
+    excerpt = turns.uncaptured(session_file(env, "many", pairs), "Claude Code", set())
+    assert excerpt is not None and 1 < excerpt.turns < 12
+    first = 12 - excerpt.turns
+    assert excerpt.turn_id == f"many-u{first}"
+    assert excerpt.text.startswith(f"[User]: question {first} ") and "answer 11" in excerpt.text
+
+
+def test_a_claude_only_in_the_users_bin_directory_still_summarizes(env: Env) -> None:
+    """An agent launched from an IDE may lack ~/.local/bin on PATH: the worker finds claude there."""
+    env.answers(NOTES.format(topic="launcher paths"))
+    local = env.home / ".local" / "bin"
+    local.mkdir(parents=True)
+    shutil.move(env.bin / "claude", local / "claude")
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    transcript = session_file(env, "ide", [("why does the launcher miss my tools", "PATH differs.")])
+    env.json_hook("claude-code", "stop", stop_payload("ide", transcript), PATH=path)
+    env.captured(1)
+    assert "- User asked about the launcher paths." in env.log_text()
+
+
+def test_the_plugin_ships_a_memsearch_entry(env: Env) -> None:
+    """Bare `memsearch` (the recall skill, the SessionStart hint) works with only the plugin's bin/
+    on PATH: through MEMSEARCH_CMD (spaces allowed), or the first other `memsearch` on PATH."""
+    plugin = _plugin_copy(env)
+    tools = env.tmp / "my tools"
+    tools.mkdir()
+    wrapper = tools / "memsearch"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memsearch_fast.cli "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    bare = {**env.vars, "HOME": str(env.tmp / "nohome")}
+    own = str(plugin / "bin")
+    cases = [
+        ({"PATH": f"{own}:/usr/bin:/bin", "MEMSEARCH_CMD": str(wrapper)}, 0),
+        ({"PATH": f"{own}:{own}:{tools}:/usr/bin:/bin"}, 0),
+        ({"PATH": f"{own}:/usr/bin:/bin"}, 127),
+        ({"PATH": f"{own}:/usr/bin:/bin", "MEMSEARCH_CMD": str(plugin / "bin" / "memsearch")}, 127),
+    ]
+    for extra, code in cases:
+        out = subprocess.run(
+            ["sh", "-c", "memsearch hook claude-code locate"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**bare, **extra},
+            cwd=env.project,
+            timeout=60,
+        )
+        assert out.returncode == code, (extra, out.stderr)
+        if code == 0:
+            assert json.loads(out.stdout)["project_dir"] == str(env.project)
+        else:
+            assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:
@@ -547,6 +759,90 @@ def test_codex_install_writes_hooks_and_enables_them(env: Env) -> None:
     assert run.returncode == 0 and run.stdout == ""
 
 
+def test_codex_install_replaces_the_reference_hooks_and_registers_pre_compact(env: Env) -> None:
+    """A switcher's hooks.json holds memsearch 0.4's Codex hooks: they are replaced (each turn would
+    be journaled twice), the file is backed up, and the installer says so and that Codex wants the
+    hooks trusted in /hooks."""
+    codex_dir = env.home / ".codex"
+    codex_dir.mkdir()
+    old = "/home/u/src/memsearch/plugins/codex/hooks"
+    before = {
+        "hooks": {
+            "SessionStart": [
+                {"matcher": "", "hooks": [{"type": "command", "command": f"bash {old}/session-start.sh"}]}
+            ],
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"bash {old}/user-prompt-submit.sh"}]}],
+            "Stop": [
+                {"hooks": [{"type": "command", "command": f"bash {old}/stop.sh", "timeout": 30}]},
+                {"hooks": [{"type": "command", "command": "other-tool"}]},
+            ],
+        }
+    }
+    (codex_dir / "hooks.json").write_text(json.dumps(before), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")],
+        env=env.vars,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    hooks = json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8"))["hooks"]
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]] for event, groups in hooks.items()}
+    assert not any("plugins/codex/hooks" in c for cmds in commands.values() for c in cmds)
+    assert "other-tool" in commands["Stop"]
+    for event, name in [("SessionStart", "session-start"), ("Stop", "stop"), ("PreCompact", "pre-compact")]:
+        assert [c for c in commands[event] if c.endswith(f" codex {name}")], event
+    assert "SessionEnd" not in hooks  # Codex has no such event
+    backup = json.loads((codex_dir / "hooks.json.memsearch-0.4.bak").read_text(encoding="utf-8"))
+    assert backup == before
+    assert "replaced memsearch 0.4's own Codex hooks (3 entries)" in out
+    assert "/hooks" in out and "trust" in out
+
+
+def test_the_recall_skill_steps_chain(env: Env) -> None:
+    """The memory-recall skill's commands, run as written: its search step prints the chunk_hash
+    its expand step takes; it names its task ($ARGUMENTS), which the Codex copy leaves out."""
+    skill = (ROOT / "hooks" / "claude-code" / "skills" / "memory-recall" / "SKILL.md").read_text(encoding="utf-8")
+    assert "$ARGUMENTS" in skill
+    env.memory.mkdir(parents=True)
+    (env.memory / "2026-11-20.md").write_text(
+        "## Session 09:00\n\n### 09:00\n<!-- session:s turn:u1 transcript:/t/s.jsonl -->\n"
+        "- User asked why invoice totals were off by a cent; rounding moved to the ledger.\n",
+        encoding="utf-8",
+    )
+
+    def sh(command: str) -> str:
+        out = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, env=env.vars, cwd=env.project, timeout=120
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        return out.stdout
+
+    locate = re.search(r"!`([^`]+)`", skill)
+    assert locate is not None
+    collection = json.loads(sh(locate.group(1)))["collection"]
+    env.cli("index", str(env.memory), "--collection", collection)
+    search = re.search(r"`(memsearch search [^`]+)`", skill)
+    expand = re.search(r"`(memsearch expand [^`]+)`", skill)
+    assert search is not None and expand is not None
+    found = sh(
+        search.group(1).replace("<what you are looking for>", "invoice rounding").replace("<collection>", collection)
+    )
+    hashes = re.findall(r'"chunk_hash": "([0-9a-f]+)"', found)
+    assert hashes, found
+    shown = sh(expand.group(1).replace("<chunk_hash>", hashes[0]).replace("<collection>", collection))
+    assert "rounding moved to the ledger" in shown and "Transcript: /t/s.jsonl" in shown
+
+    codex_home = env.home / ".codex"
+    codex_home.mkdir()
+    subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")], env=env.vars, check=True, capture_output=True
+    )
+    codex_skill = (env.home / ".agents" / "skills" / "memory-recall" / "SKILL.md").read_text(encoding="utf-8")
+    assert "$ARGUMENTS" not in codex_skill and "The question" not in codex_skill
+    assert codex_skill.count("memsearch hook codex locate") == 1
+
+
 def test_hook_usage_errors(env: Env) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.cli", "hook", "vim", "stop"],
@@ -567,13 +863,45 @@ def test_hook_usage_errors(env: Env) -> None:
         assert "not installed" in json.loads(shim.stdout)["systemMessage"]
 
 
-def test_a_platform_without_a_summarizer_writes_nothing(env: Env) -> None:
-    """OpenCode has no host CLI to summarize with: until a provider is configured, no entry (not a marker)."""
-    transcript = session_file(env, "oc", [("refactor the payment module please", "Done.")])
-    env.json_hook("opencode", "stop", stop_payload("oc", transcript))
+def test_opencode_and_openclaw_summarize_with_their_own_cli(env: Env) -> None:
+    """With no provider configured, OpenCode's turns go to `opencode run` and OpenClaw's to
+    `openclaw agent --local` (as the reference's plugins do), our hooks off inside them; a host
+    without its CLI gets the one-line marker under the turn's anchor, never nothing."""
+    env.fake_agent("opencode", "echo '- User asked OpenCode to refactor payments.'; echo '- It split the module.'")
+    env.fake_agent("openclaw", "echo '[plugins] memsearch loaded'; echo '- User asked OpenClaw for a commit.'")
+    for platform, name in (("opencode", "oc"), ("openclaw", "ow")):
+        transcript = session_file(env, name, [(f"refactor the payment module please ({name})", "Done.")])
+        env.json_hook(platform, "stop", stop_payload(name, transcript))
+    env.captured(2)
+    text = env.log_text()
+    assert "- User asked OpenCode to refactor payments.\n- It split the module." in text
+    assert "- User asked OpenClaw for a commit." in text and "[plugins]" not in text
+    opencode = (env.tmp / "opencode.calls").read_text(encoding="utf-8")
+    assert opencode.startswith("run ") and "(oc)" in opencode and "MEMSEARCH_DISABLE=1" in opencode
+    openclaw = (env.tmp / "openclaw.calls").read_text(encoding="utf-8")
+    assert (
+        openclaw.startswith("agent --local --session-id memsearch-summarize -m ") and "MEMSEARCH_DISABLE=1" in openclaw
+    )
+
+    (env.bin / "opencode").unlink()
+    transcript = session_file(env, "none", [("refactor the billing module please", "Done.")])
+    env.json_hook("opencode", "stop", stop_payload("none", transcript))
+    env.captured(3)
+    assert re.search(r"<!-- session:none turn:none-u0 transcript:\S+ -->\n- Turn not summarized", env.log_text())
+    assert "'opencode' is not on PATH" in env.hooks_log()
+
+
+def test_opencode_entries_anchor_to_its_session_database(env: Env) -> None:
+    """OpenCode hands the turn itself (no transcript file): the anchor names OpenCode's session
+    database and the turn's message id (`db:` as the reference writes it), not an empty transcript."""
+    env.fake_agent("opencode", "echo '- User asked which cache was picked.'; echo '- OpenCode said Redis.'")
+    db = env.tmp / "share" / "opencode" / "opencode.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"")
+    turn = {"id": "msg_03", "text": "[User]: Which cache did we pick?\n[Assistant]: We picked Redis."}
+    env.json_hook("opencode", "stop", {"session_id": "ses_1", "turn": turn, "db_path": str(db)})
     env.captured(1)
-    assert "summarize.provider" in env.hooks_log()
-    assert not env.memory.exists() or not list(env.memory.glob("*.md"))
+    assert f"<!-- session:ses_1 turn:msg_03 db:{db} -->\n- User asked which cache was picked." in env.log_text()
 
 
 def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
@@ -598,8 +926,8 @@ def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
         proc.stdin.close()
     assert [p.wait(timeout=30) for p in procs] == [0, 0]
     for p in procs:
-        if p.stdout:
-            p.stdout.close()
+        assert p.stdout is not None
+        p.stdout.close()
     env.captured(2)
     text = env.log_text()
     assert text.count("## Session ") == 2
@@ -618,3 +946,54 @@ def test_a_hook_gives_up_before_the_agents_timeout(env: Env) -> None:
     assert json.loads(stdout) == {}
     assert took < 10
     assert "ran out of time" in env.hooks_log()
+
+
+def _plugin_copy(env: Env, where: str = "plugin cache") -> Path:
+    """The Claude Code plugin, installed under *where* (a space in it, as a user's home may have)."""
+    plugin = env.tmp / where / "memsearch-fast"
+    shutil.copytree(ROOT / "hooks" / "claude-code", plugin)
+    return plugin
+
+
+def test_the_shim_skips_its_own_directory_on_path(env: Env) -> None:
+    """The agent puts the plugin's bin/ first on PATH: the shim finds the real hook, never itself."""
+    plugin = _plugin_copy(env, "plugins")
+    real = Path(sys.executable).parent  # where this environment's memsearch-hook lives
+    path = os.pathsep.join([str(plugin / "bin"), str(plugin / "bin"), str(real), env.vars["PATH"]])
+    for event in ("locate", "user-prompt"):
+        out = subprocess.run(
+            ["sh", str(plugin / "bin" / "memsearch-hook"), "claude-code", event],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**env.vars, "PATH": path},
+            cwd=env.project,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        if event == "locate":
+            assert answer["project_dir"] == str(env.project)
+
+
+def test_the_shim_takes_paths_with_spaces(env: Env) -> None:
+    """MEMSEARCH_CMD and PATH entries may contain spaces."""
+    plugin = _plugin_copy(env)
+    tools = env.tmp / "my tools"
+    tools.mkdir()
+    wrapper = tools / "memsearch"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memsearch_fast.cli "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    bare = {**env.vars, "PATH": "/usr/bin:/bin", "HOME": str(env.tmp / "nohome")}
+    for extra in ({"MEMSEARCH_CMD": str(wrapper)}, {"PATH": f"{tools}:/usr/bin:/bin"}):
+        out = subprocess.run(
+            ["sh", str(plugin / "bin" / "memsearch-hook"), "claude-code", "locate"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**bare, **extra},
+            cwd=env.project,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["project_dir"] == str(env.project), extra

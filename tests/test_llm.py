@@ -253,6 +253,7 @@ def agents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "agents.jsonl"
     monkeypatch.setenv("FAKE_AGENT_LOG", str(log))
     monkeypatch.setenv("CLAUDECODE", "1")  # as inside a Claude Code session
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the CLI's flags are cached under it
     return log
 
 
@@ -266,6 +267,27 @@ def test_claude_code_cli(agents: Path) -> None:
     assert argv[argv.index("--tools") + 1] == "" and "--no-session-persistence" in argv
     # memsearch's own hooks stand down inside it, and claude may start inside a session.
     assert call["env"]["MEMSEARCH_DISABLE"] == "1" and call["env"]["CLAUDECODE"] is None
+
+
+def test_claude_runs_in_safe_mode_where_it_has_it(agents: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nested `claude -p` gets `--safe-mode` (none of the user's CLAUDE.md, skills, plugins' hooks
+    or MCP servers) when its --help lists it; an older CLI runs with the other flags. --help is read
+    once per installed binary."""
+    help_log = Path(f"{agents}.help")
+    llm = get_llm(LLMSettings("claude-code"))
+    llm.complete("x")
+    assert "--safe-mode" not in calls(agents)[-1]["argv"]  # an older CLI
+    llm.complete("x")
+    assert help_log.read_text().count("--help") == 1  # cached
+
+    claude = agents.parent / "bin" / "claude"
+    claude.write_text(claude.read_text() + "\n", encoding="utf-8")  # an updated CLI
+    monkeypatch.setenv("FAKE_CLAUDE_SAFE_MODE", "1")
+    for _ in range(2):
+        assert get_llm(LLMSettings("claude-code")).complete("x") == "- User asked claude for notes.\n- It wrote them."
+        argv = calls(agents)[-1]["argv"]
+        assert argv[:2] == ["-p", "--safe-mode"] and argv[argv.index("--tools") + 1] == ""
+    assert help_log.read_text().count("--help") == 2
 
 
 def test_codex_cli(agents: Path) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -360,3 +362,57 @@ def test_project_serves_the_collection_the_hooks_write(corpus: Corpus, tmp_path:
         broker.stop_server(str(db))
     assert not found.isError, found.content
     assert "zeppelin hangar" in json.loads(found.content[0].text)[0]["content"]
+
+
+def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path: Path, model_dir: Path) -> None:
+    """JSON-RPC 2.0: an unparsable line → -32700, no method → -32600, an unknown method → -32601;
+    the server answers each and goes on."""
+    lines = [
+        "this is not json",
+        json.dumps({"jsonrpc": "2.0", "id": 7}),
+        json.dumps({"jsonrpc": "2.0", "id": 8, "method": "no/such/method"}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/nothing"}),  # a notification: no answer
+        json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
+    ]
+    answers: list[dict[str, Any]] = []
+    with (tmp_path / "err.log").open("w") as errlog:
+        proc = subprocess.Popen(  # an empty database: nothing to warm up, only the protocol
+            [
+                sys.executable,
+                "-m",
+                "memsearch_fast",
+                "mcp",
+                "--milvus-uri",
+                str(tmp_path / "e.db"),
+                "-m",
+                str(model_dir),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            env=corpus.env,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write("".join(line + "\n" for line in lines))
+            proc.stdin.flush()  # left open: a client waits for its answers
+            deadline = time.monotonic() + 60
+            while len(answers) < 4 and select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))[0]:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                answers.append(json.loads(line))
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+            proc.stdout.close()
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (None, -32700),
+        (7, -32600),
+        (8, -32601),
+        (9, None),
+    ], answers
+    assert answers[-1]["result"] == {}
+    assert all(a["jsonrpc"] == "2.0" for a in answers)
+    assert "Traceback" not in (tmp_path / "err.log").read_text()

@@ -625,6 +625,9 @@ def test_distill_usage_and_routing_errors(server: FakeLLMServer, project: Projec
 
 FAKE_CLAUDE = """\
 import json, os, sys
+if sys.argv[1:] == ["--help"]:  # asked once, for the flags it takes
+    print("Usage: claude [options]")
+    sys.exit(0)
 prompt = sys.stdin.read()
 with open(os.environ["FAKE_AGENT_LOG"], "a", encoding="utf-8") as log:
     log.write(json.dumps({"argv": sys.argv[1:], "stdin": prompt}) + "\\n")

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Install memsearch-fast's hooks and memory-recall skill for Codex CLI.
 
-- ``~/.codex/hooks.json``: SessionStart, UserPromptSubmit and Stop run
-  ``memsearch-hook codex <event>`` (by the absolute path found now, so hooks
-  work from Codex's minimal PATH; ``memsearch hook`` when only that exists). Entries of other tools
-  are kept; earlier memsearch entries are replaced, so running it twice
-  changes nothing. The previous file is kept as ``hooks.json.bak``.
+- ``~/.codex/hooks.json``: SessionStart, UserPromptSubmit, Stop and PreCompact
+  run ``memsearch-hook codex <event>`` (by the absolute path found now, so hooks
+  work from Codex's minimal PATH; ``memsearch hook`` when only that exists).
+  Codex has no SessionEnd event. Entries of other tools are kept; earlier
+  memsearch-fast entries are replaced, so running it twice changes nothing.
+  The previous file is kept as ``hooks.json.bak``. memsearch 0.4's own Codex
+  hooks (``…/plugins/codex/hooks/*.sh``) are removed too, or every turn would
+  be journaled twice; that file is also kept as ``hooks.json.memsearch-0.4.bak``.
 - ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept).
 - ``~/.agents/skills/memory-recall/SKILL.md``: the recall skill.
 
@@ -23,12 +26,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
-EVENTS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("user-prompt", 10), "Stop": ("stop", 30)}
+EVENTS = {
+    "SessionStart": ("session-start", 30),
+    "UserPromptSubmit": ("user-prompt", 10),
+    "Stop": ("stop", 30),
+    "PreCompact": ("pre-compact", 30),
+}
+#: The hook scripts of memsearch 0.4's own Codex plugin, as its installer writes them.
+REFERENCE = re.compile(r"plugins[/\\]codex[/\\]hooks[/\\](session-start|user-prompt-submit|stop|pre-compact)\.sh")
 
 
 def ours(command: str) -> bool:
     """Whether a hook command is one of ours (from any earlier install)."""
     return "memsearch" in command and " codex " in command
+
+
+def reference(command: str) -> bool:
+    """Whether a hook command runs memsearch 0.4's own Codex plugin."""
+    return REFERENCE.search(command) is not None
 
 
 def memsearch_command() -> str:
@@ -48,23 +63,38 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)  # never a half-written file
 
 
-def install_hooks(codex: Path, command: str) -> Path:
+def install_hooks(codex: Path, command: str) -> tuple[Path, list[str]]:
+    """Write our entries; the path and the memsearch 0.4 commands that were removed."""
     path = codex / "hooks.json"
     data: dict = {}
     if path.exists():
         shutil.copy2(path, path.with_name("hooks.json.bak"))
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
     hooks = data.setdefault("hooks", {})
-    for event, (name, timeout) in EVENTS.items():
+    replaced: list[str] = []
+    for event in [*EVENTS, *(e for e in hooks if e not in EVENTS)]:
         groups = []
         for group in hooks.get(event, []):
-            kept = [h for h in group.get("hooks", []) if not ours(str(h.get("command", "")))]
+            kept = []
+            for hook in group.get("hooks", []):
+                text = str(hook.get("command", ""))
+                if reference(text):
+                    replaced.append(text)
+                elif not ours(text):
+                    kept.append(hook)
             if kept:
                 groups.append({**group, "hooks": kept})
-        groups.append({"hooks": [{"type": "command", "command": f"{command} codex {name}", "timeout": timeout}]})
-        hooks[event] = groups
+        if event in EVENTS:
+            name, timeout = EVENTS[event]
+            groups.append({"hooks": [{"type": "command", "command": f"{command} codex {name}", "timeout": timeout}]})
+        if groups:
+            hooks[event] = groups
+        else:
+            hooks.pop(event, None)
+    if replaced:
+        shutil.copy2(path, path.with_name("hooks.json.memsearch-0.4.bak"))
     _write(path, json.dumps(data, indent=2) + "\n")
-    return path
+    return path, replaced
 
 
 def enable_hooks(codex: Path) -> Path:
@@ -90,6 +120,7 @@ def install_skill(home: Path) -> Path:
     """The Claude Code skill, with Codex's platform name and without Claude-only frontmatter."""
     text = SKILL_SOURCE.read_text(encoding="utf-8")
     text = re.sub(r"(?m)^(context|allowed-tools):.*\n", "", text)
+    text = re.sub(r"The question: \$ARGUMENTS\n(?:\(.*\n)*?.*\)\n\n", "", text)  # Codex passes no arguments
     text = text.replace(
         "This project's memory: !`memsearch hook claude-code locate < /dev/null`\n\nThe JSON above gives",
         "First run `memsearch hook codex locate < /dev/null`: its JSON gives",
@@ -105,10 +136,19 @@ def main() -> None:
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
     codex.mkdir(parents=True, exist_ok=True)
     command = memsearch_command()
-    print(f"hooks:  {install_hooks(codex, command)}")
+    path, replaced = install_hooks(codex, command)
+    print(f"hooks:  {path}")
+    if replaced:
+        print(
+            f"        replaced memsearch 0.4's own Codex hooks ({len(replaced)} entries), which would journal "
+            f"every turn a second time; the file as it was: {path.with_name('hooks.json.memsearch-0.4.bak')}"
+        )
     print(f"config: {enable_hooks(codex)} ([features] hooks = true)")
     print(f"skill:  {install_skill(home)}")
-    print("Start a new codex session: its first message shows a [memsearch] status line.")
+    print(
+        "Codex runs new or changed hooks only once you trust them: start codex, open /hooks and trust the "
+        "memsearch entries. From then on, a session's first message shows a [memsearch] status line."
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 //   (experimental.chat.system.transform).
 // - Session goes idle (a turn completed): the last turn is rendered from the
 //   session's messages and handed to `memsearch hook opencode stop` in a
-//   detached process; the agent never waits for it.
+//   detached process, with OpenCode's session database for the entry's
+//   anchor; the agent never waits for it.
 // - Session deleted, or OpenCode exits: `memsearch hook opencode session-end`.
 // - Tools memory_search / memory_expand / memory_get / memory_transcript shell
 //   out to `memsearch … -j`.
@@ -13,6 +14,7 @@
 // OpenCode calls every function this module exports as a plugin, so the
 // default export is the only export.
 
+import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -140,6 +142,16 @@ process.once("exit", () => {
   }
 });
 
+/**
+ * OpenCode's session database, where a journal anchor (`db:` + the turn's
+ * message id) finds the turn again; null when there is none.
+ */
+function sessionDb() {
+  const data = process.env.XDG_DATA_HOME || join(homedir(), ".local", "share");
+  const path = join(data, "opencode", "opencode.db");
+  return existsSync(path) ? path : null;
+}
+
 /** @type {(input: { client?: any, directory?: string, worktree?: string }) => Promise<Record<string, any>>} */
 const MemsearchPlugin = async ({ client, directory } = {}) => {
   const projectDir = directory || process.cwd();
@@ -185,7 +197,10 @@ const MemsearchPlugin = async ({ client, directory } = {}) => {
     const signature = `${turn.id}:${turn.text.length}`;
     if (captured.get(sessionID) === signature) return false;
     captured.set(sessionID, signature);
-    return spawnHookDetached(PLATFORM, "stop", { session_id: sessionID, cwd: projectDir, turn }, { cwd: projectDir });
+    const payload = { session_id: sessionID, cwd: projectDir, turn };
+    const db = sessionDb();
+    if (db) payload.db_path = db;
+    return spawnHookDetached(PLATFORM, "stop", payload, { cwd: projectDir });
   }
 
   function sessionEnd(sessionID) {

@@ -208,6 +208,10 @@ test("MEMSEARCH_CMD may hold a command with arguments", async () => {
 
 test("an idle session hands its last turn to a detached `hook opencode stop`", async () => {
   process.env.FAKE_MS_DELAY_MS = "3000"; // the hook is slow; the agent must not wait for it
+  const data = join(fake.root, "xdg-data");
+  mkdirSync(join(data, "opencode"), { recursive: true });
+  writeFileSync(join(data, "opencode", "opencode.db"), "");
+  process.env.XDG_DATA_HOME = data; // where OpenCode keeps its sessions: the anchor names it
   const client = fakeClient();
   const hooks = await load(client);
   const t0 = Date.now();
@@ -221,7 +225,9 @@ test("an idle session hands its last turn to a detached `hook opencode stop`", a
     session_id: "ses_1",
     cwd: PROJECT,
     turn: { id: "msg_03", text: EXPECTED_TURN },
+    db_path: join(data, "opencode", "opencode.db"),
   });
+  delete process.env.XDG_DATA_HOME;
   if (call.sid !== null) assert.equal(call.sid, call.pid, "stop runs in its own session (detached)");
 
   // The same turn going idle again is not captured twice.

@@ -97,6 +97,13 @@ class FakeLLMServer:
 
 FAKE_AGENT = """\
 import json, os, subprocess, sys, time
+if sys.argv[1:] == ["--help"]:
+    with open(os.environ["FAKE_AGENT_LOG"] + ".help", "a", encoding="utf-8") as log:
+        log.write("--help\\n")
+    print("Usage: claude [options]\\n  -p, --print  print the answer and exit")
+    if os.environ.get("FAKE_CLAUDE_SAFE_MODE") == "1":
+        print("  --safe-mode  start without user settings, plugins, hooks or MCP servers")
+    sys.exit(0)
 prompt = sys.stdin.read()
 name = os.path.basename(sys.argv[0])
 with open(os.environ["FAKE_AGENT_LOG"], "a", encoding="utf-8") as log:
@@ -126,7 +133,9 @@ def fake_agents(directory: Path) -> Path:
     """``claude`` and ``codex`` executables in *directory* (put it first on PATH).
 
     They record argv, stdin and a few variables as JSON lines in
-    ``$FAKE_AGENT_LOG`` and answer as ``$FAKE_AGENT_MODE`` says.
+    ``$FAKE_AGENT_LOG`` and answer as ``$FAKE_AGENT_MODE`` says; ``--help``
+    is counted in ``$FAKE_AGENT_LOG.help`` and lists ``--safe-mode`` when
+    ``$FAKE_CLAUDE_SAFE_MODE`` is 1.
     """
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("claude", "codex"):

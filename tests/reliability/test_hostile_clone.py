@@ -177,6 +177,21 @@ def test_a_sessions_link_never_deletes_or_creates_files_outside(user: Home) -> N
     assert "memory is off" in user.home_log()
 
 
+def test_a_turns_link_never_creates_files_outside(user: Home, tmp_path: Path) -> None:
+    """Stop claims its turn in ``.memsearch/turns``: a link there that came with the clone is refused."""
+    repo = user.clone(lambda r: _link(r, ".memsearch/turns", "../../../.ssh"))
+    transcript = tmp_path / "t.jsonl"
+    records = [
+        {"type": "user", "uuid": f"u{i}", "message": {"role": "user", "content": f"question {i} about it"}}
+        for i in range(3)
+    ]
+    transcript.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert user.hook(repo, "stop", {"transcript_path": str(transcript)}) == {}
+    assert sorted(p.name for p in user.ssh.iterdir()) == ["id_ed25519", "known_hosts"]
+    user.untouched()
+    assert "turns" in user.home_log() and "symbolic link" in user.home_log()
+
+
 def test_a_sessions_folder_holding_a_link_keeps_the_links_target(user: Home, tmp_path: Path) -> None:
     """A real ``sessions`` folder whose old entry is a link: the link may go, its target stays."""
 

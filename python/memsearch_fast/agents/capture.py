@@ -46,6 +46,7 @@ class Job:
     text: str
     date: str  # YYYY-MM-DD, when the turn ended
     now: str  # HH:MM
+    anchor_kind: str = "transcript"  # "db": *transcript* is the host's session database
 
     def save(self, folder: Path) -> Path:
         import tempfile
@@ -87,7 +88,7 @@ def summarize(cfg: Settings, job: Job) -> list[str]:
     from memsearch_fast.agents import summarize as notes
     from memsearch_fast.llm import LLMError
 
-    settings = dataclasses.replace(notes.route(cfg, job.platform), timeout=_timeout())
+    settings = dataclasses.replace(notes.route(cfg, job.platform, hook=True), timeout=_timeout())
     instructions = notes.load_prompt(cfg, notes.AGENT_NAMES[job.platform])
     answer = notes.summarize(settings, instructions, job.text)
     found = bullets(answer)
@@ -138,7 +139,8 @@ def run(job_file: Path) -> int:
     log = Path(job.memory_dir) / f"{job.date}.md"
     try:
         check_folder(job.memsearch_dir)  # as SessionStart found it: no link has appeared since
-        journal.append(log, job.now, journal.Anchor(job.session, job.turn, job.transcript), notes)
+        anchor = journal.Anchor(job.session, job.turn, job.transcript, job.anchor_kind or "transcript")
+        journal.append(log, job.now, anchor, notes)
     except OSError as exc:
         log_error(where, f"capture: cannot append to {log}: {exc}")
         return 1

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast import __version__
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
@@ -62,7 +63,11 @@ def disabled() -> bool:
 
 
 def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str, Any]:
-    """The JSON object on stdin, read until EOF or the deadline; {} when there is none."""
+    """The JSON object on stdin, read until it is complete, EOF or the deadline; {} when there is none.
+
+    A host may leave stdin open after writing its event: once what arrived parses
+    as one object, nothing more is waited for.
+    """
     if os.isatty(fd):
         return {}
     chunks: list[bytes] = []
@@ -78,13 +83,20 @@ def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str,
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if chunk.rstrip().endswith(b"}") and _parse(chunks) is not None:
+                break
     except (OSError, ValueError):
         pass
+    return _parse(chunks) or {}
+
+
+def _parse(chunks: list[bytes]) -> dict[str, Any] | None:
+    """The object *chunks* hold, or None (incomplete, not JSON, not an object)."""
     try:
         value = json.loads(b"".join(chunks).decode("utf-8", "replace") or "{}")
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _str(payload: Mapping[str, Any], key: str) -> str:
@@ -118,8 +130,9 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     cfg = _config()
     emb = cfg.embedding
     uri = _uri(cfg)
-    model = emb.model or _default_model(emb.provider)
-    status = f"[memsearch] embedding: {emb.provider}/{model} | milvus: {uri} | collection: {project.collection}"
+    status = (
+        f"[memsearch v{__version__}] embedding: {_embedding(emb)} | milvus: {uri} | collection: {project.collection}"
+    )
     problem = _key_problem(emb) or _milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{status} | ERROR: {problem}"}
@@ -141,10 +154,14 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     return out
 
 
-def _default_model(provider: str) -> str:
+def _embedding(emb: Embedding) -> str:
+    """``provider/model`` for a model name; ``provider (path)`` for a model directory."""
     from memsearch_fast.config.schema import DEFAULT_MODELS
 
-    return DEFAULT_MODELS.get(provider, "default")
+    model = emb.model or DEFAULT_MODELS.get(emb.provider, "default")
+    if is_absolute(model) or model.startswith(("~", ".")):
+        return f"{emb.provider} ({model})"
+    return f"{emb.provider}/{model}"
 
 
 def _key_problem(emb: Embedding) -> str:
@@ -189,9 +206,13 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
     transcript = _str(payload, "transcript_path")
     given = payload.get("turn")
     excerpt: turns.Excerpt | None = None
+    kind = "transcript"
     if isinstance(given, dict) and isinstance(given.get("text"), str) and given["text"].strip():
         turn_id = given.get("id")
         excerpt = turns.Excerpt(turn_id if isinstance(turn_id, str) else "", given["text"][-turns.TEXT_CHARS :], 1)
+        db = _str(payload, "db_path")  # OpenCode: its session database, where the turn is
+        if not transcript and db and is_absolute(db) and os.path.isfile(db):
+            transcript, kind = db, "db"
     elif transcript and os.path.isfile(transcript):
         if _short(transcript):
             return {}
@@ -201,8 +222,42 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
         transcript = ""
     if excerpt is None or not excerpt.text.strip():
         return {}
-    _spawn_capture(platform, "stop", project, session, excerpt, transcript)
+    if not excerpt.turn_id and _str(payload, "turn_id"):  # Codex names the turn it stops
+        excerpt = excerpt._replace(turn_id=_str(payload, "turn_id"))
+    if excerpt.turn_id and not _claim(project, session, excerpt.turn_id):
+        return {}  # this turn's Stop already ran
+    _spawn_capture(platform, "stop", project, session, excerpt, transcript, kind)
     return {}
+
+
+#: Claims of captured turns kept before the oldest are pruned, and the age they may reach then.
+CLAIMS_KEPT = 500
+CLAIM_MAX_AGE_S = 2 * 86400
+
+
+def _claim(project: Project, session: str, turn: str) -> bool:
+    """Claim one turn for capture; False when it was claimed already (a host may fire
+    Stop twice for one turn, and its second capture would write a second entry)."""
+    import hashlib
+
+    folder = Path(project.memsearch_dir) / "turns"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{session}\0{turn}".encode()).hexdigest()[:24]
+    try:
+        os.close(os.open(folder / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    except FileExistsError:
+        return False
+    names = os.listdir(folder)
+    if len(names) > CLAIMS_KEPT:
+        old = time.time() - CLAIM_MAX_AGE_S
+        for other in names:
+            path = folder / other
+            try:
+                if path.stat().st_mtime < old:
+                    path.unlink()
+            except OSError:
+                pass
+    return True
 
 
 def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
@@ -290,7 +345,9 @@ def _codex_fallback(payload: Mapping[str, Any], session: str) -> Any:
     return turns.Excerpt("", "\n".join(lines), 1)
 
 
-def _spawn_capture(platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str) -> None:
+def _spawn_capture(
+    platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str, kind: str = "transcript"
+) -> None:
     import subprocess
 
     from memsearch_fast.agents.capture import Job
@@ -309,9 +366,10 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
         text=excerpt.text,
         date=time.strftime("%Y-%m-%d", now),
         now=time.strftime("%H:%M", now),
+        anchor_kind=kind,
     )
     path = job.save(Path(project.memsearch_dir) / "jobs")
-    env = dict(os.environ, MEMSEARCH_NO_WATCH="1")
+    env = dict(os.environ, MEMSEARCH_NO_WATCH="1", PATH=worker_path(os.environ.get("PATH", "")))
     subprocess.Popen(
         [sys.executable, "-m", "memsearch_fast.agents.main", platform, "capture", "--job", str(path)],
         stdin=subprocess.DEVNULL,
@@ -321,6 +379,31 @@ def _spawn_capture(platform: str, event: str, project: Project, session: str, ex
         start_new_session=True,  # the agent does not wait for it, and it outlives the hook
         close_fds=True,
     )
+
+
+#: Where user-level installs put ``claude`` and ``codex``; an agent started from an IDE or a
+#: desktop launcher may have none of them on PATH.
+USER_BIN_DIRS = (
+    "~/.local/bin",
+    "~/bin",
+    "~/.claude/local",
+    "~/.npm-global/bin",
+    "~/.bun/bin",
+    "~/.volta/bin",
+    "~/.cargo/bin",
+    "/usr/local/bin",
+    "/opt/homebrew/bin",
+)
+
+
+def worker_path(path: str) -> str:
+    """*path* with the existing :data:`USER_BIN_DIRS` it lacks appended (its own order first)."""
+    parts = [p for p in path.split(os.pathsep) if p]
+    for entry in USER_BIN_DIRS:
+        full = os.path.expanduser(entry)
+        if full not in parts and os.path.isdir(full):
+            parts.append(full)
+    return os.pathsep.join(parts)
 
 
 def answer(platform: str, event: str, output: Output) -> Output | None:

@@ -37,12 +37,16 @@ class Anchor(NamedTuple):
     session: str
     turn: str
     transcript: str
+    #: What *transcript* is: a session file (``transcript``), or a host's session
+    #: database (``db``: OpenCode's, where the turn is found by its message id).
+    kind: str = "transcript"
 
     def comment(self) -> str:
         # The fields end at whitespace when read back: keep them free of it
         # and of anything that would close the comment.
         parts = (f"session:{_field(self.session)}", f"turn:{_field(self.turn)}")
-        tail = f" transcript:{_field(self.transcript)}" if self.transcript else " transcript:"
+        kind = "db" if self.kind == "db" and self.transcript else "transcript"
+        tail = f" {kind}:{_field(self.transcript)}" if self.transcript else " transcript:"
         return f"<!-- {' '.join(parts)}{tail} -->"
 
 

@@ -9,7 +9,7 @@ memsearch-fast, and every agent, find the same collection.
 
 A cloned repository brings its ``.memsearch`` along, symbolic links
 included, so :func:`guard` checks it before any hook touches it: the folder,
-``memory``, ``sessions``, ``jobs`` and the logs must be real directories and
+``memory``, ``sessions``, ``jobs``, ``turns`` and the logs must be real directories and
 files of the user's. ``.memsearch`` itself may be a link the user made (one
 memory for several worktrees) when the link is not part of the repository
 (``git ls-files`` does not list it) and leads to a folder of the user's
@@ -100,7 +100,7 @@ def locate(cwd: str | None = None, env: Mapping[str, str] | None = None) -> Proj
 
 
 #: What the hooks keep under the memory folder: folders, then files.
-FOLDERS = ("memory", "sessions", "jobs")
+FOLDERS = ("memory", "sessions", "jobs", "turns")
 FILES = ("hooks.log", "watch.log")
 _HOW_OUT = "memory is off for this project (set MEMSEARCH_DIR to keep its memory elsewhere)"
 

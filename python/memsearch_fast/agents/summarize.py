@@ -5,8 +5,9 @@ Routing is :mod:`memsearch_fast.agents.routing`'s (``provider`` names an
 ``[llm.providers.<name>]`` table or a protocol; ``model`` overrides the
 model). Beyond the reference, an empty or ``native`` provider runs the host
 agent's own CLI for Claude Code (``claude -p``) and Codex (``codex exec``);
-other platforms have no host CLI and keep the reference's answer (exit
-status 2).
+other platforms keep the reference's answer (exit status 2). The hooks'
+capture worker also runs OpenCode's (``opencode run``) and OpenClaw's
+(``openclaw agent --local``), as the reference's plugins do.
 
 The prompt is ``prompts.summarize`` (a file; ``{{AGENT_NAME}}`` is replaced)
 or the built-in one (``agents/prompts/summarize.txt``), then a blank line,
@@ -37,6 +38,9 @@ AGENT_NAMES = {
 }
 #: Platforms whose host agent has a CLI that can summarize ("native").
 NATIVE_PROTOCOL = {"claude-code": "claude-code", "codex": "codex"}
+#: Host CLIs only the hooks' capture worker runs natively, as the reference's plugins do; the
+#: ``summarize`` command keeps 0.4.23's answer (exit status 2) for these platforms.
+HOOK_NATIVE_PROTOCOL = {**NATIVE_PROTOCOL, "opencode": "opencode", "openclaw": "openclaw"}
 
 
 class UnknownPluginError(MemsearchError, ValueError):
@@ -55,14 +59,15 @@ def platform_of(plugin: str) -> str:
     return platform
 
 
-def route(cfg: Settings, platform: str) -> LLMSettings:
-    """The LLM that summarizes for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it)."""
-    return routing.route(cfg, platform, "summarize", lambda model: _native(platform, model))
+def route(cfg: Settings, platform: str, *, hook: bool = False) -> LLMSettings:
+    """The LLM that summarizes for *platform* (*cfg* as ``config.resolve(resolve_env=False)`` gives it);
+    *hook*: for the capture worker (see :data:`HOOK_NATIVE_PROTOCOL`)."""
+    return routing.route(cfg, platform, "summarize", lambda model: _native(platform, model, hook))
 
 
-def _native(platform: str, model: str) -> LLMSettings:
+def _native(platform: str, model: str, hook: bool = False) -> LLMSettings:
     """The host agent's own CLI, where the platform has one."""
-    protocol = NATIVE_PROTOCOL.get(platform)
+    protocol = (HOOK_NATIVE_PROTOCOL if hook else NATIVE_PROTOCOL).get(platform)
     if protocol is None:
         raise NativeSummarization(
             f"plugin {platform!r} is configured for native summarization; no memsearch-managed provider selected"

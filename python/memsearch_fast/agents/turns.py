@@ -19,7 +19,7 @@ from memsearch_fast.recall.transcript import Turn, Turns
 MESSAGE_CHARS = 4_000
 TEXT_CHARS = 16_000
 #: User records that are the agent's own bookkeeping, not a prompt.
-_NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ")
+_NOT_A_PROMPT = ("<command-", "<local-command-", "<system-reminder>", "Caveat: ", "[Request interrupted by user")
 
 
 class Excerpt(NamedTuple):
@@ -29,7 +29,9 @@ class Excerpt(NamedTuple):
 
 
 def _is_prompt(turn: Turn) -> bool:
-    return turn.role == "user" and bool(turn.text.strip()) and not turn.text.lstrip().startswith(_NOT_A_PROMPT)
+    if turn.role != "user" or turn.meta:
+        return False
+    return bool(turn.text.strip()) and not turn.text.lstrip().startswith(_NOT_A_PROMPT)
 
 
 def segments(turns: Iterable[Turn]) -> list[list[Turn]]:
@@ -54,15 +56,24 @@ def render(segment: Iterable[Turn], agent: str) -> str:
         if turn.role == "user":
             lines.append(f"[User]: {_clip(turn.text)}")
             continue
-        if turn.text.strip():
-            lines.append(f"[{agent}]: {_clip(turn.text)}")
+        done = 0  # the text is shown in pieces, each before the calls made after it
         for tool in turn.tools:
+            at = len(turn.text) if tool.at < 0 else min(tool.at, len(turn.text))
+            if at > done:
+                lines += _said(turn.text[done:at], agent)
+                done = at
             lines.append(f"[Tool {tool.name}]: {_clip(tool.command, 500)}")
+        lines += _said(turn.text[done:], agent)
     return "\n".join(lines)
 
 
-def _bounded(parts: list[str]) -> str:
-    """The newest parts that fit in :data:`TEXT_CHARS` (the newest one clipped if alone)."""
+def _said(text: str, agent: str) -> list[str]:
+    return [f"[{agent}]: {_clip(text)}"] if text.strip() else []
+
+
+def _bounded(parts: list[str]) -> tuple[str, int]:
+    """The newest parts that fit in :data:`TEXT_CHARS` (the newest one clipped if alone), and
+    how many of them were kept."""
     kept: list[str] = []
     size = 0
     for part in reversed(parts):
@@ -70,7 +81,7 @@ def _bounded(parts: list[str]) -> str:
             break
         kept.append(part[-TEXT_CHARS:] if not kept else part)
         size += len(part)
-    return "\n\n".join(reversed(kept))
+    return "\n\n".join(reversed(kept)), len(kept)
 
 
 def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
@@ -79,11 +90,12 @@ def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
     if not found:
         return None
     last = found[-1]
-    return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)]), 1)
+    return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)])[0], 1)
 
 
 def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[str]) -> Excerpt | None:
-    """The turns after the last one whose id is in *captured* (all of them if none is)."""
+    """The turns after the last one whose id is in *captured* (all of them if none is), the
+    newest that fit in :data:`TEXT_CHARS`, anchored to the oldest of those."""
     found = segments(Turns.open(path))
     for i in range(len(found) - 1, -1, -1):
         if str(found[i][0].uuid or "") in captured:
@@ -91,5 +103,6 @@ def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[st
             break
     if not found:
         return None
-    text = _bounded([render(s, agent) for s in found])
-    return Excerpt(str(found[0][0].uuid or ""), text, len(found))
+    text, kept = _bounded([render(s, agent) for s in found])
+    first = found[len(found) - kept]  # the anchor names the oldest turn the notes are about
+    return Excerpt(str(first[0].uuid or ""), text, kept)

@@ -33,6 +33,8 @@ PROTOCOLS: dict[str, tuple[str, str]] = {
     "ollama": ("memsearch_fast.llm.ollama", "OllamaChat"),
     "claude-code": ("memsearch_fast.llm.native", "ClaudeCode"),
     "codex": ("memsearch_fast.llm.native", "CodexExec"),
+    "opencode": ("memsearch_fast.llm.native", "OpenCodeRun"),
+    "openclaw": ("memsearch_fast.llm.native", "OpenClawAgent"),
 }
 
 

@@ -1,5 +1,7 @@
-"""The host agent's own CLI as the model: ``claude -p`` (Claude Code) and
-``codex exec`` (Codex), with the flags the reference's plugin hooks use.
+"""The host agent's own CLI as the model: ``claude -p`` (Claude Code),
+``codex exec`` (Codex), ``opencode run`` (OpenCode) and ``openclaw agent
+--local`` (OpenClaw), with the flags the reference's plugins use
+(``--safe-mode`` where the ``claude`` CLI has it).
 
 The prompt goes on stdin (no argv length limit) and the answer is what the
 CLI prints on stdout. The child runs in its own session with the variables
@@ -12,10 +14,12 @@ own login).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm.base import LLM, LLMError
@@ -28,9 +32,15 @@ class NativeAgent(LLM):
     child_env: tuple[tuple[str, str], ...] = (("MEMSEARCH_NO_WATCH", "1"),)
     #: Variables removed for the child.
     child_unset: tuple[str, ...] = ()
+    #: Whether the prompt goes on stdin (else :meth:`_argv` puts it in the arguments).
+    prompt_on_stdin = True
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         raise NotImplementedError
+
+    def _answer(self, out: str) -> str:
+        """The notes in what the CLI printed."""
+        return out
 
     def _complete(self, prompt: str) -> str:
         exe = shutil.which(self.program)
@@ -39,7 +49,7 @@ class NativeAgent(LLM):
         env = {k: v for k, v in os.environ.items() if k not in self.child_unset}
         env.update(self.child_env)
         proc = subprocess.Popen(
-            [exe, *self._argv()],
+            [exe, *self._argv(exe, prompt)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -47,7 +57,8 @@ class NativeAgent(LLM):
             start_new_session=True,  # its own process group, killed as one
         )
         try:
-            out, err = proc.communicate(prompt.encode("utf-8", "replace"), timeout=self.timeout)
+            given = prompt if self.prompt_on_stdin else ""
+            out, err = proc.communicate(given.encode("utf-8", "replace"), timeout=self.timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
             raise LLMError(f"{self.kind} ({self.model}) timed out after {self.timeout:g}s") from None
@@ -61,7 +72,7 @@ class NativeAgent(LLM):
                 f"{self.kind} ({self.model}) exited with status {proc.returncode}"
                 + (f": {one_line(detail, 200)}" if detail else "")
             )
-        return out.decode("utf-8", "replace")
+        return self._answer(out.decode("utf-8", "replace"))
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -74,17 +85,63 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.communicate(timeout=5)
 
 
+#: What a ``claude`` executable's ``--help`` says it supports, by its path and stamp.
+_HELP_CACHE = Path("~/.memsearch/cache/claude-flags.json")
+
+
+def claude_has_safe_mode(exe: str) -> bool:
+    """Whether this ``claude`` takes ``--safe-mode`` (no user CLAUDE.md, skills, plugins' hooks or
+    MCP servers in the nested session). Read from its ``--help`` once per installed binary and
+    kept on disk; False (the older CLI's flags alone) when that cannot be told."""
+    try:
+        st = os.stat(exe)
+    except OSError:
+        return False
+    stamp = f"{st.st_mtime_ns}:{st.st_size}"
+    cache = _HELP_CACHE.expanduser()
+    try:
+        known = json.loads(cache.read_text("utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    entry = known.get(exe)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        return entry.get("safe_mode") is True
+    try:
+        done = subprocess.run(
+            [exe, "--help"],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            start_new_session=True,
+        )
+        helped = done.stdout + done.stderr
+    except (OSError, subprocess.SubprocessError):
+        return False  # not cached: the next run asks again
+    safe = b"--safe-mode" in helped
+    known[exe] = {"stamp": stamp, "safe_mode": safe}
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known), "utf-8")
+        os.replace(tmp, cache)
+    return safe
+
+
 class ClaudeCode(NativeAgent):
-    """``claude -p`` without tools, MCP servers, browser or a saved session."""
+    """``claude -p`` without tools, MCP servers, browser or a saved session, and in safe mode
+    (without the user's own setup) where the CLI has it."""
 
     kind = "claude -p"
     program = "claude"
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
     child_unset = ("CLAUDECODE",)  # else claude refuses to start inside a Claude Code session
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         return [
             "-p",
+            *(["--safe-mode"] if claude_has_safe_mode(exe) else []),
             "--strict-mcp-config",
             "--tools",
             "",
@@ -102,7 +159,7 @@ class CodexExec(NativeAgent):
     program = "codex"
     child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_IN_STOP_WORKER", "1"))
 
-    def _argv(self) -> list[str]:
+    def _argv(self, exe: str, prompt: str) -> list[str]:
         return [
             "exec",
             "--ephemeral",
@@ -117,3 +174,33 @@ class CodexExec(NativeAgent):
             self.model,
             "-",
         ]
+
+
+class OpenCodeRun(NativeAgent):
+    """``opencode run`` (OpenCode's configured provider; ``-m provider/model`` when a model is set).
+    The prompt is its message argument; memsearch's plugin stands down inside it."""
+
+    kind = "opencode run"
+    program = "opencode"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
+    prompt_on_stdin = False
+
+    def _argv(self, exe: str, prompt: str) -> list[str]:
+        return ["run", *(["-m", self.model] if self.model else []), prompt]
+
+
+class OpenClawAgent(NativeAgent):
+    """``openclaw agent --local`` in a session of its own (``--model`` when a model is set); the
+    plugins' loading lines it prints before the answer are dropped."""
+
+    kind = "openclaw agent"
+    program = "openclaw"
+    child_env = (("MEMSEARCH_NO_WATCH", "1"), ("MEMSEARCH_DISABLE", "1"))
+    prompt_on_stdin = False
+
+    def _argv(self, exe: str, prompt: str) -> list[str]:
+        model = ["--model", self.model] if self.model else []
+        return ["agent", "--local", "--session-id", "memsearch-summarize", *model, "-m", prompt]
+
+    def _answer(self, out: str) -> str:
+        return "\n".join(line for line in out.splitlines() if not line.startswith(("[plugins]", "[agents]")))

@@ -24,6 +24,9 @@ from memsearch_fast._core import heading_levels
 from memsearch_fast.errors import MemsearchError
 
 ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)\s+turn:(\S+)\s+transcript:(\S+)\s*-->")
+#: The other anchors journals hold: 0.4.23's Codex plugin (``session:… rollout:PATH``) and its
+#: OpenCode plugin (``session:… turn:… db:PATH``).
+OTHER_ANCHOR_RE = re.compile(r"<!--\s*session:(\S+)(?:\s+turn:(\S*))?\s+(rollout|db):(\S+)\s*-->")
 
 #: The longest line shown whole in an expansion; a longer one (a 20 MB single
 #: line) is cut around the chunk's part of it.
@@ -97,8 +100,20 @@ def file_lines(data: bytes) -> list[str]:
 
 
 def parse_anchor(text: str) -> dict[str, str]:
+    """The first anchor in *text*: session, turn and where the conversation is (``transcript``;
+    ``kind`` says ``rollout`` or ``db`` for those anchors), or {}."""
     m = ANCHOR_RE.search(text)
-    return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)} if m else {}
+    other = OTHER_ANCHOR_RE.search(text)
+    if m and not (other and other.start() < m.start()):
+        return {"session": m.group(1), "turn": m.group(2), "transcript": m.group(3)}
+    if other:
+        return {
+            "session": other.group(1),
+            "turn": other.group(2) or "",
+            "transcript": other.group(4),
+            "kind": other.group(3),
+        }
+    return {}
 
 
 def expand_chunk(

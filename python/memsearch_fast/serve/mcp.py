@@ -16,7 +16,8 @@ collection never needs a server restart.
 
 A failing call is a tool result with ``isError`` and one line of text (the
 same line the command would print after ``Error:``), never a traceback, and the
-server goes on. The protocol owns the process's real stdout: file descriptor 1
+server goes on; a line that is no request gets JSON-RPC's own error
+(:mod:`.mcp_stdio`). The protocol owns the process's real stdout: file descriptor 1
 and ``sys.stdout`` are pointed at stderr while it runs, so nothing a library
 prints can corrupt the JSON-RPC stream.
 
@@ -34,15 +35,14 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any
 
-import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
 from memsearch_fast import __version__
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
 from memsearch_fast.errors import MemsearchError, StoreError, describe, one_line
 from memsearch_fast.recall import search as recall
+from memsearch_fast.serve.mcp_stdio import stdio_transport
 
 SERVER_NAME = "memsearch"
 
@@ -418,7 +418,7 @@ async def serve(open_memsearch: Callable[[], Any], *, missing: str) -> None:
     out = _claim_stdout()
     warm = asyncio.create_task(tools.warm_up())
     try:
-        async with stdio_server(stdout=anyio.wrap_file(out)) as (read, write):
+        async with stdio_transport(out) as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
         warm.cancel()

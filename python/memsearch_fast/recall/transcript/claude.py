@@ -7,7 +7,8 @@ blocks) or the ``tool_result`` blocks answering earlier ``tool_use`` ids, in
 which case any text beside them is not a prompt and is dropped. Every other
 record (``summary``, ``system``, ``file-history-snapshot``, progress and
 queue records) is metadata and shows nothing. A turn's id is the record's
-``uuid``, the id that journal anchors name.
+``uuid``, the id that journal anchors name. User records marked ``isMeta``
+or ``isCompactSummary`` are the agent's own text: shown, never a prompt.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _user(record: dict[str, Any], content: Any) -> list[Event]:
                     events.append(Result(key, clip(as_text(block.get("content", "")))))
         return events
     text = as_text(content).strip()
-    return [NewTurn(Turn("user", record.get("uuid", ""), text))] if text else []
+    meta = record.get("isMeta") is True or record.get("isCompactSummary") is True
+    return [NewTurn(Turn("user", record.get("uuid", ""), text, meta=meta))] if text else []
 
 
 def _assistant(record: dict[str, Any], content: Any) -> list[Event]:
@@ -76,7 +78,7 @@ def _assistant(record: dict[str, Any], content: Any) -> list[Event]:
         if kind == "text":
             turn.text = append_text(turn.text, block.get("text", ""))
         elif kind == "tool_use":
-            tool = ToolCall(block.get("name", "tool"), command_of(block.get("input", {})))
+            tool = ToolCall(block.get("name", "tool"), command_of(block.get("input", {})), at=len(turn.text))
             turn.tools.append(tool)
             key = as_key(block.get("id"))
             if key is not None:

@@ -32,6 +32,9 @@ class ToolCall:
     output: str = ""
     #: Registered under an id and still expecting its result.
     waiting: bool = False
+    #: Where in its turn's text the call came (characters), for showing text and calls in
+    #: their order; -1: after all of it.
+    at: int = -1
 
 
 @dataclass(slots=True)
@@ -40,6 +43,9 @@ class Turn:
     uuid: Any = ""
     text: str = ""
     tools: list[ToolCall] = field(default_factory=list)
+    #: Written by the agent itself (a skill body, a command wrapper, a compaction
+    #: summary), not typed by the user: shown, but never a turn's prompt.
+    meta: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -166,8 +166,9 @@ class Turns:
 
     @property
     def has_ids(self) -> bool:
-        """Whether turns carry ids that ``--turn`` can match (Codex rollouts have none)."""
-        return self.format is not None and self.format is not codex.FORMAT
+        """Whether turns may carry ids that ``--turn`` can match (older Codex rollouts have none:
+        no turn matches, and every turn is shown)."""
+        return self.format is not None
 
     def __iter__(self) -> Iterator[Turn]:
         if self.format is None:
