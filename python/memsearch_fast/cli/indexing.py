@@ -208,6 +208,7 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
         loop.add_signal_handler(sig, stop.set)
     if early_stop.is_set():
         stop.set()
+    failed = False
     async for event in ms.watch(debounce_ms=debounce_ms, stop=stop):
         if event.kind == "indexed":
             report = event.report
@@ -222,9 +223,14 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
                 f"error: {event.error}; retrying in {event.retry_in:.0f} s",
                 {"event": "error", "error": event.error, "retry_in": event.retry_in},
             )
-        else:
+        elif event.kind == "failed":
+            out.error(f"Error: {event.error}; stopped watching", {"event": "failed", "error": event.error})
+            failed = True  # the loop ends with a "stopped" event, said above
+        elif not failed:
             reason = event.error or "stopped"
             out.event(f"Stopped watching: {reason}", {"event": "stopped", "reason": reason})
+    if failed:
+        raise typer.Exit(1)
 
 
 def _report_line(report: Any) -> str:

@@ -198,7 +198,25 @@ def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> "Settin
     given = {f.name: getattr(g, f.name) for g in groups for f in fields(g)}
     given.update(flags)
     overrides = {FLAG_KEYS[name]: value for name, value in given.items() if name in FLAG_KEYS and value is not None}
-    return cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
+    cfg = cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
+    return _own_database(cfg)
+
+
+def _own_database(cfg: "Settings") -> "Settings":
+    """*cfg* with the index moved beside memsearch 0.4.23's default database
+    when that stands at the default path (:mod:`memsearch_fast.lite.fallback`);
+    the first command that does so says it on stderr."""
+    import dataclasses
+
+    from memsearch_fast.lite import fallback
+
+    uri = fallback.effective_uri(cfg.milvus.uri)
+    if uri == cfg.milvus.uri:
+        return cfg
+    line = fallback.tell_once("cli")
+    if line:
+        err(line)
+    return dataclasses.replace(cfg, milvus=dataclasses.replace(cfg.milvus, uri=uri))
 
 
 def memsearch(
