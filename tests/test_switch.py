@@ -81,10 +81,31 @@ def test_a_3x_database_named_explicitly_is_refused_and_stops_a_watcher(home: Pat
     line = one_line_error(
         run(["watch", str(tmp_path / "notes"), "--milvus-uri", str(other), "-q"], env, timeout=60),
         "Milvus Lite 3.x database",
-        "stopped watching",
     )
     assert "milvus-lite>=3" not in line and "memsearch index" in line
     assert snapshot(other) == before
+
+
+def test_the_watch_loop_ends_on_a_refused_database(tmp_path: Path, model_dir: Path) -> None:
+    """The database a watcher indexes into is refused (here: a 3.x one from the
+    start): the loop reports it once and ends instead of retrying."""
+    import asyncio
+
+    from memsearch_fast.api import MemSearch
+
+    other = tmp_path / "other" / "m.db"
+    make_lite3_database(other)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
+
+    async def events() -> list[tuple[str, str]]:
+        with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(other)) as ms:
+            return [(e.kind, e.error) async for e in ms.watch(debounce_ms=50)]
+
+    seen = asyncio.run(asyncio.wait_for(events(), timeout=60))
+    assert [kind for kind, _ in seen] == ["failed", "stopped"], seen
+    assert "3.x" in seen[0][1]
 
 
 def test_session_start_reports_a_refused_database(home: Path, tmp_path: Path) -> None:

@@ -83,7 +83,10 @@ BatchSize = Annotated[
     integer("--batch-size", min=0, help="Embedding batch size (0 = provider default).", rich_help_panel=_EMBEDDING),
 ]
 Model = Annotated[str | None, text("--model", "-m", help="Override embedding model.", rich_help_panel=_EMBEDDING)]
-Provider = Annotated[str | None, text("--provider", "-p", help="Embedding provider.", rich_help_panel=_EMBEDDING)]
+_PROVIDERS = "onnx (the default: local, no key), openai, ollama, voyage, google, jina, mistral or local"
+Provider = Annotated[
+    str | None, text("--provider", "-p", help=f"Embedding provider: {_PROVIDERS}.", rich_help_panel=_EMBEDDING)
+]
 Exclude = Annotated[
     list[str] | None,
     _option("--exclude", metavar="PATTERN", help="Add a gitignore-style exclusion pattern (repeatable).", panel=_FILES),
@@ -232,7 +235,10 @@ def memsearch(
     ``MemSearch`` as is (``workers``, ``dense_index``).
     """
     from memsearch_fast.api import MemSearch
+    from memsearch_fast.embeddings import check_key
 
+    emb = cfg.embedding
+    check_key(emb.provider, api_key=emb.api_key or None, base_url=emb.base_url or None)
     return MemSearch.from_config(
         cfg,
         paths,
