@@ -26,6 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
+#: How to put the command where agents find it (the package is not on PyPI).
+INSTALL_HINT = "install memsearch-fast first, from a clone: pipx install . (or uv tool install .)"
 EVENTS = {
     "SessionStart": ("session-start", 30),
     "UserPromptSubmit": ("user-prompt", 10),
@@ -53,7 +55,7 @@ def memsearch_command() -> str:
         return f'"{fast}"'
     found = os.environ.get("MEMSEARCH_CMD") or shutil.which("memsearch")
     if not found:
-        sys.exit("memsearch is not on PATH: install memsearch-fast first (pip install memsearch-fast)")
+        sys.exit(f"memsearch is not on PATH: {INSTALL_HINT}")
     return f'"{found}" hook'
 
 
@@ -131,7 +133,16 @@ def install_skill(home: Path) -> Path:
     return dest
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="install.py",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="Writes ~/.codex/hooks.json, ~/.codex/config.toml and ~/.agents/skills/memory-recall (CODEX_HOME "
+        "moves ~/.codex); running it again changes nothing.",
+    )
+    parser.parse_args(argv)
     home = Path(os.path.expanduser("~"))
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
     codex.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,11 @@ class MemSearch:
             "parallelism": self.parallelism,
             **dict(embedding_options or {}),  # extra provider options (get_provider's **options)
         }
+        from memsearch_fast.lite.fallback import effective_uri
+
+        # memsearch 0.4.23's Milvus Lite 3.x database at the default path is
+        # left as it is; the index goes beside it (lite.fallback).
+        milvus_uri = effective_uri(milvus_uri)
         self._store_args: dict[str, Any] = {
             "uri": milvus_uri,
             "token": milvus_token or None,

@@ -25,6 +25,12 @@ class StoreUnavailableError(StoreError):
     """Milvus could not be reached or opened (server down, database held)."""
 
 
+class UnusableDatabaseError(StoreError):
+    """The database or server can never hold this index as it is (a database
+    of the other Milvus Lite generation, a path that is no database, a Milvus
+    server without BM25): retrying will not help, so a watcher stops."""
+
+
 class DatabaseDamagedError(StoreError):
     """A local database's content cannot be read (a damaged file); the
     message names the database, the cause and what to delete."""

@@ -116,9 +116,12 @@ def _config() -> Settings:
 
 
 def _uri(cfg: Settings) -> str:
+    """The database the hooks use: memsearch 0.4.23's at the default path is
+    left as it is and the index goes beside it (lite.fallback)."""
     from memsearch_fast.config.schema import resolve_env_ref
+    from memsearch_fast.lite.fallback import effective_uri
 
-    return str(resolve_env_ref(cfg.milvus.uri, "milvus.uri"))
+    return effective_uri(str(resolve_env_ref(cfg.milvus.uri, "milvus.uri")))
 
 
 # -- the events ---------------------------------------------------------------------------
@@ -136,6 +139,11 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     problem = _key_problem(emb) or _milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{status} | ERROR: {problem}"}
+    if uri != str(cfg.milvus.uri):
+        from memsearch_fast.lite.fallback import tell_once
+
+        note = tell_once("hook")
+        status += f" | {note}" if note else ""
     memory = Path(project.memory_dir)
     memory.mkdir(parents=True, exist_ok=True)
     session = _str(payload, "session_id")
@@ -172,20 +180,35 @@ def _key_problem(emb: Embedding) -> str:
 
 
 def _milvus_problem(uri: str) -> str:
-    """A remote Milvus that does not accept a connection within 0.3 s."""
+    """A local database the installed Milvus Lite refuses, or a remote Milvus
+    that does not accept a connection within 0.3 s."""
     import socket
     from urllib.parse import urlsplit
 
     from memsearch_fast.store.compat import is_local_uri
 
-    if is_local_uri(uri) or uri.startswith("unix:"):
+    if uri.startswith("unix:"):
         return ""
+    if is_local_uri(uri):
+        return _lite_problem(uri)
     parts = urlsplit(uri)
     port = parts.port or (443 if parts.scheme == "https" else 19530)
     try:
         socket.create_connection((parts.hostname or "localhost", port), timeout=0.3).close()
     except OSError:
         return f"Milvus at {parts.hostname}:{port} is unreachable — memory search disabled"
+    return ""
+
+
+def _lite_problem(uri: str) -> str:
+    """A local database the installed Milvus Lite refuses (a watcher would only fail on it)."""
+    from memsearch_fast.errors import StoreError
+    from memsearch_fast.lite.sidecars import check_layout
+
+    try:
+        check_layout(os.path.abspath(os.path.expanduser(uri)))
+    except StoreError as exc:
+        return f"{exc} — memory search disabled"
     return ""
 
 

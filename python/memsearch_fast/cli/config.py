@@ -158,8 +158,47 @@ def _asked(key: str) -> bool:
     return key != "reranker.model" and parts[0] != "compact"
 
 
+#: One line per question of the wizard: what the setting does (``plugins.*``
+#: keys by their last part, for every platform alike).
+_EXPLAIN = {
+    "milvus.uri": "where the index lives: a local database file, or http(s)://host:port of a Milvus server",
+    "milvus.token": "the Milvus server's or Zilliz Cloud's token (empty for a local database)",
+    "milvus.collection": "the collection the commands use when none is given",
+    "embedding.provider": "what turns text into vectors: onnx (local, no key), openai, ollama, voyage, google, "
+    "jina, mistral or local",
+    "embedding.model": "the provider's model (empty: its default)",
+    "embedding.batch_size": "texts per embedding request or inference batch (0: the provider's default)",
+    "embedding.base_url": "an OpenAI-compatible or other server of your own (empty: the provider's endpoint)",
+    "embedding.api_key": "the embedding provider's API key",
+    "chunking.max_chunk_size": "the longest chunk, in characters; longer sections are split",
+    "chunking.overlap_lines": "lines repeated between the pieces of a split section",
+    "indexing.ignore_files": "ignore files (gitignore syntax) whose rules every index and watch run follows",
+    "indexing.exclude": "gitignore-style patterns of paths never indexed",
+    "watch.debounce_ms": "quiet time after the last change before watch re-indexes, in milliseconds",
+    "search.sync": "off, or lazy: search first re-indexes files changed since the last run",
+    "llm.provider": "the LLM type for [llm] (openai, anthropic, gemini, ollama...; empty: none)",
+    "llm.model": "the [llm] model",
+    "llm.base_url": "the [llm] server (empty: the provider's endpoint)",
+    "llm.api_key": "the [llm] API key",
+    "prompts.compact": "a prompt file for compact (empty: the built-in prompt)",
+    "prompts.summarize": "a prompt file for the hooks' turn notes (empty: the built-in prompt)",
+    "enabled": "whether this agent's Stop hook writes turn notes",
+    "provider": "the LLM that writes this agent's turn notes: native (the agent's own CLI), a type, or a "
+    "[llm.providers.NAME] name",
+    "model": "that LLM's model (empty: its default)",
+}
+
+
+def _explain(key: str) -> str:
+    return _EXPLAIN.get(key) or (_EXPLAIN.get(key.rsplit(".", 1)[-1], "") if key.startswith("plugins.") else "")
+
+
 def _prompt_value(key: str, current: Any) -> Any:
-    """One prompt; secrets are hidden and never echoed as the default."""
+    """One prompt, after a line saying what the setting does; secrets are
+    hidden and never echoed as the default."""
+    about = _explain(key)
+    if about:
+        typer.echo(f"  # {about}")
     if schema.is_secret(key):
         entered = typer.prompt(
             f"  {key} (env:VAR recommended; empty keeps the current value)",

@@ -27,50 +27,85 @@ from memsearch_fast.recall.search import to_json as to_json
 from memsearch_fast.recall.search import token_counter as token_counter
 
 
+class _Counts:
+    """What a run has done so far, and the ETA both progress forms show.
+
+    Files count when they are read (or skipped as unchanged), with the chunks
+    they queued for embedding; the ETA assumes the files still to come queue
+    as many chunks per file as those done, embedded at the rate so far. Until
+    a chunk is embedded it is unknown (None), and 0 once every file is read
+    and every queued chunk embedded.
+    """
+
+    def __init__(self) -> None:
+        self.files = self.files_done = self.chunks = self.embedded = 0
+        self.started = 0.0
+
+    def rate(self, now: float) -> float:
+        return self.embedded / max(now - self.started, 1e-6)
+
+    def eta(self, now: float) -> float | None:
+        expected = self.chunks / self.files_done * self.files if self.files_done else 0.0
+        left = max(0.0, expected - self.embedded)
+        if not left and self.files_done >= self.files:
+            return 0.0
+        rate = self.rate(now)
+        return round(left / rate, 1) if rate > 0 else None
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "estimating"
+    s = int(seconds + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
 class RichProgress:
-    """A live bar on stderr: files done, chunks seen and embedded, chunks/s, ETA."""
+    """A live bar on stderr: files read, chunks queued and embedded, chunks/s, ETA."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
             TextColumn("[bold]indexing"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("files"),
-            TextColumn("{task.fields[chunks]} chunks, {task.fields[embedded]} embedded ({task.fields[rate]}/s)"),
+            TextColumn("files read,"),
+            TextColumn("{task.fields[embedded]}/{task.fields[chunks]} chunks embedded ({task.fields[rate]}/s)"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
             console=Console(file=stream or sys.stderr),
             transient=True,
         )
         self._task: Any = None
-        self._chunks = 0
-        self._embedded = 0
-        self._started = 0.0
+        self._counts = _Counts()
 
     def start(self, files: int) -> None:
-        self._started = time.perf_counter()
-        self._task = self._progress.add_task("index", total=files, chunks=0, embedded=0, rate="0")
+        self._counts.files = files
+        self._counts.started = time.perf_counter()
+        self._task = self._progress.add_task("index", total=files, chunks=0, embedded=0, rate="0", eta="estimating")
         self._progress.start()
 
     def files_done(self, files: int, chunks: int) -> None:
-        self._chunks += chunks
-        self._progress.update(self._task, advance=files, chunks=self._chunks)
+        self._counts.files_done += files
+        self._counts.chunks += chunks
+        self._update(advance=files)
 
     def chunks_embedded(self, n: int) -> None:
-        self._embedded += n
-        elapsed = max(time.perf_counter() - self._started, 1e-6)
-        self._progress.update(self._task, embedded=self._embedded, rate=f"{self._embedded / elapsed:.0f}")
+        self._counts.embedded += n
+        self._update()
+
+    def _update(self, advance: int = 0) -> None:
+        c, now = self._counts, time.perf_counter()
+        self._progress.update(
+            self._task,
+            advance=advance,
+            chunks=c.chunks,
+            embedded=c.embedded,
+            rate=f"{c.rate(now):.0f}",
+            eta=_clock(c.eta(now)),
+        )
 
     def finish(self) -> None:
         self._progress.stop()
@@ -80,27 +115,27 @@ class JsonProgress:
     """Progress for tools: a JSON line on stderr at most every ``interval`` seconds.
 
     ``{"event": "progress", "files_done", "files", "chunks", "embedded",
-    "chunks_per_s", "eta_s"}``; the ETA assumes the files still to come hold
-    as many chunks per file as those done, all to be embedded at the current rate.
+    "chunks_per_s", "eta_s"}``: files read, the chunks they queued for
+    embedding, those embedded, and the ETA of :class:`_Counts`.
     """
 
     def __init__(self, stream: TextIO | None = None, interval: float = 2.0) -> None:
         self._stream = stream or sys.stderr
         self._interval = interval
-        self._files = self._files_done = self._chunks = self._embedded = 0
-        self._started = self._last = 0.0
+        self._counts = _Counts()
+        self._last = 0.0
 
     def start(self, files: int) -> None:
-        self._files = files
-        self._started = self._last = time.perf_counter()
+        self._counts.files = files
+        self._counts.started = self._last = time.perf_counter()
 
     def files_done(self, files: int, chunks: int) -> None:
-        self._files_done += files
-        self._chunks += chunks
+        self._counts.files_done += files
+        self._counts.chunks += chunks
         self._maybe_emit()
 
     def chunks_embedded(self, n: int) -> None:
-        self._embedded += n
+        self._counts.embedded += n
         self._maybe_emit()
 
     def finish(self) -> None:
@@ -113,20 +148,15 @@ class JsonProgress:
 
     def _emit(self, now: float) -> None:
         self._last = now
-        elapsed = max(now - self._started, 1e-6)
-        rate = self._embedded / elapsed
-        eta: float | None = None
-        if self._files_done and rate > 0:
-            expected = self._chunks / self._files_done * self._files
-            eta = round(max(0.0, expected - self._embedded) / rate, 1)
+        c = self._counts
         line = {
             "event": "progress",
-            "files_done": self._files_done,
-            "files": self._files,
-            "chunks": self._chunks,
-            "embedded": self._embedded,
-            "chunks_per_s": round(rate, 1),
-            "eta_s": eta,
+            "files_done": c.files_done,
+            "files": c.files,
+            "chunks": c.chunks,
+            "embedded": c.embedded,
+            "chunks_per_s": round(c.rate(now), 1),
+            "eta_s": c.eta(now),
         }
         try:
             self._stream.write(to_json_line(line) + "\n")
@@ -190,7 +220,7 @@ def format_index_report(report: Any) -> str:
     """The summary on stdout; failures are listed separately (see `format_failures`)."""
     return "\n".join(
         [
-            f"Indexed {report.indexed} chunks.",
+            f"Indexed {_plural(report.indexed, 'chunk')}.",
             f"  files:   {report.files} scanned, {report.changed} changed, "
             f"{report.unchanged} unchanged, {len(report.failed)} failed",
             f"  chunks:  {report.embedded} embedded, {report.reused} reused, {report.deleted} deleted "

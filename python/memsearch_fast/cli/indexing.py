@@ -66,13 +66,14 @@ def index(
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size)
     ms = memsearch(cfg, paths, files, description, workers=workers)
+    _check_database(ms.uri)
     writer = Manifest.for_store(ms.uri, ms.collection)
     writer.on_wait = err
     progress = display.make_progress(quiet=quiet, json_lines=json_output)
     try:
         # The writer lock covers the scan: a run that waited indexes the tree
         # as the run before it left it.
-        with _sigterm_as_sigint(), writer.writer():
+        with _sigterm_as_sigint(), writer.writer(), _no_stray_lock(ms.uri, writer.lock_path):
             report = run(ms.index_with_report(force=force, progress=progress))
     finally:
         progress.finish()
@@ -126,6 +127,7 @@ def watch(
     cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
     ms = memsearch(cfg, paths, files, description)
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
+    _check_database(ms.uri)
     lock = WatchLock(lock_base(ms.uri, ms.collection, roots))
     out = _Events(quiet=quiet, json_lines=json_output)
     try:
@@ -142,10 +144,37 @@ def watch(
             f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}); Ctrl-C to stop",
             {"event": "watching", "pid": os.getpid(), "roots": roots},
         )
-        run(_watch(ms, cfg.watch.debounce_ms, out, early_stop))
+        with _no_stray_lock(ms.uri, lock.lock_path):
+            run(_watch(ms, cfg.watch.debounce_ms, out, early_stop))
     finally:
         lock.release()
         ms.close()
+
+
+def _check_database(uri: str) -> None:
+    """Refuse a local path the installed Milvus Lite cannot use before any
+    lock file is made beside it (the store would refuse it later anyway)."""
+    from memsearch_fast.lite.sidecars import check_layout
+    from memsearch_fast.store.compat import is_local_uri
+
+    if is_local_uri(uri):
+        check_layout(os.path.abspath(os.path.expanduser(uri)))
+
+
+@contextlib.contextmanager
+def _no_stray_lock(uri: str, lock_path: Path) -> Iterator[None]:
+    """A run that fails before its local database exists removes the lock
+    file it made beside that database (while it still holds the lock), so a
+    failed first run leaves no file behind."""
+    try:
+        yield
+    except BaseException:
+        from memsearch_fast.store.compat import is_local_uri
+
+        if is_local_uri(uri) and not os.path.lexists(os.path.expanduser(uri)):
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
+        raise
 
 
 @contextlib.contextmanager
@@ -208,6 +237,7 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
         loop.add_signal_handler(sig, stop.set)
     if early_stop.is_set():
         stop.set()
+    failed = False
     async for event in ms.watch(debounce_ms=debounce_ms, stop=stop):
         if event.kind == "indexed":
             report = event.report
@@ -222,9 +252,14 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
                 f"error: {event.error}; retrying in {event.retry_in:.0f} s",
                 {"event": "error", "error": event.error, "retry_in": event.retry_in},
             )
-        else:
+        elif event.kind == "failed":
+            out.error(f"Error: {event.error}; stopped watching", {"event": "failed", "error": event.error})
+            failed = True  # the loop ends with a "stopped" event, said above
+        elif not failed:
             reason = event.error or "stopped"
             out.event(f"Stopped watching: {reason}", {"event": "stopped", "reason": reason})
+    if failed:
+        raise typer.Exit(1)
 
 
 def _report_line(report: Any) -> str:

@@ -83,7 +83,10 @@ BatchSize = Annotated[
     integer("--batch-size", min=0, help="Embedding batch size (0 = provider default).", rich_help_panel=_EMBEDDING),
 ]
 Model = Annotated[str | None, text("--model", "-m", help="Override embedding model.", rich_help_panel=_EMBEDDING)]
-Provider = Annotated[str | None, text("--provider", "-p", help="Embedding provider.", rich_help_panel=_EMBEDDING)]
+_PROVIDERS = "onnx (the default: local, no key), openai, ollama, voyage, google, jina, mistral or local"
+Provider = Annotated[
+    str | None, text("--provider", "-p", help=f"Embedding provider: {_PROVIDERS}.", rich_help_panel=_EMBEDDING)
+]
 Exclude = Annotated[
     list[str] | None,
     _option("--exclude", metavar="PATTERN", help="Add a gitignore-style exclusion pattern (repeatable).", panel=_FILES),
@@ -198,7 +201,25 @@ def settings(*groups: MilvusOptions | EmbeddingOptions, **flags: Any) -> "Settin
     given = {f.name: getattr(g, f.name) for g in groups for f in fields(g)}
     given.update(flags)
     overrides = {FLAG_KEYS[name]: value for name, value in given.items() if name in FLAG_KEYS and value is not None}
-    return cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
+    cfg = cfgmod.resolve(overrides, default_collection=given.get("default_collection"), warn=err)
+    return _own_database(cfg)
+
+
+def _own_database(cfg: "Settings") -> "Settings":
+    """*cfg* with the index moved beside memsearch 0.4.23's default database
+    when that stands at the default path (:mod:`memsearch_fast.lite.fallback`);
+    the first command that does so says it on stderr."""
+    import dataclasses
+
+    from memsearch_fast.lite import fallback
+
+    uri = fallback.effective_uri(cfg.milvus.uri)
+    if uri == cfg.milvus.uri:
+        return cfg
+    line = fallback.tell_once("cli")
+    if line:
+        err(line)
+    return dataclasses.replace(cfg, milvus=dataclasses.replace(cfg.milvus, uri=uri))
 
 
 def memsearch(
@@ -214,7 +235,10 @@ def memsearch(
     ``MemSearch`` as is (``workers``, ``dense_index``).
     """
     from memsearch_fast.api import MemSearch
+    from memsearch_fast.embeddings import check_key
 
+    emb = cfg.embedding
+    check_key(emb.provider, api_key=emb.api_key or None, base_url=emb.base_url or None)
     return MemSearch.from_config(
         cfg,
         paths,

@@ -106,6 +106,9 @@ def _milvus_uri(value: Any) -> str:
     import re
 
     uri = _str(value)
+    if not uri.strip():
+        # An empty path would resolve to the current directory.
+        raise ConfigError(f"is empty: give a local database path (default {DEFAULT_MILVUS_URI}) or http(s)://host:port")
     scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", uri)
     if scheme and scheme.group(1).lower() not in ("http", "https", "tcp", "grpc"):
         raise ConfigError(

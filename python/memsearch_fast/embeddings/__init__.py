@@ -135,3 +135,20 @@ def get_provider(
             **options,
         )
     return provider
+
+
+#: The providers that call an HTTP API (``HostedEmbedding`` subclasses).
+REMOTE = ("openai", "ollama", "voyage", "google", "jina", "mistral")
+
+
+def check_key(name: str, *, api_key: str | None = None, base_url: str | None = None) -> None:
+    """Raise the one-line :class:`EmbeddingError` of a hosted provider whose
+    official endpoint has no API key, before anything is built or opened
+    (no retries against an endpoint that can only refuse); other providers pass."""
+    key = (name or "").strip().lower()
+    if key not in REMOTE:
+        return
+    from memsearch_fast.embeddings._remote import check_key as check_hosted
+
+    module_name, class_name = PROVIDERS[key]
+    check_hosted(getattr(importlib.import_module(module_name), class_name), api_key, base_url)

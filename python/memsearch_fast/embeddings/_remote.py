@@ -252,7 +252,7 @@ class HostedEmbedding(RemoteEmbedding):
     url_scheme: ClassVar[str] = "https"
     #: Path after the base URL; ``{model}`` is replaced by the model name.
     endpoint: ClassVar[str] = "/embeddings"
-    #: Whether the official endpoint (no ``base_url``) needs a key up front.
+    #: Whether the official endpoint (no ``base_url``, nor one in ``base_url_env``) needs a key up front.
     key_required: ClassVar[bool] = True
     #: Vector size of the known models (skips the probe request).
     known_dimensions: ClassVar[Mapping[str, int]] = {}
@@ -292,7 +292,7 @@ class HostedEmbedding(RemoteEmbedding):
         base = normalize_base_url(base_url or env_base or self.default_base_url, self.url_scheme)
         secret = resolve_api_key(api_key, self.key_env)
         if self.key_required:
-            secret = require_key(secret, self.provider, self.key_env or "", base_url)
+            secret = require_key(secret, self.provider, self.key_env or "", base_url or env_base)
         super().__init__(
             model=name,
             url=self._url_for(base, name),
@@ -355,6 +355,15 @@ def parse_indexed(data: Any, n: int) -> list[list[float]]:
     if any(v is None for v in out):
         raise ValueError("missing index")
     return out
+
+
+def check_key(cls: type[HostedEmbedding], api_key: str | None, base_url: str | None) -> None:
+    """Raise :func:`require_key`'s error for ``cls`` without building it (no
+    connection pool, no request): commands check this before they open a database."""
+    if not cls.key_required:
+        return
+    env_base = os.environ.get(cls.base_url_env) if cls.base_url_env else None
+    require_key(resolve_api_key(api_key, cls.key_env), cls.provider, cls.key_env or "", base_url or env_base)
 
 
 def require_key(secret: Secret | None, provider: str, env: str, base_url: str | None) -> Secret | None:

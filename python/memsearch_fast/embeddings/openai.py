@@ -28,7 +28,8 @@ class OpenAIEmbedding(HostedEmbedding):
     default_base_url = DEFAULT_BASE_URL
     base_url_env = "OPENAI_BASE_URL"
     key_env = "OPENAI_API_KEY"
-    key_required = False  # OpenAI-compatible servers of one's own may take none
+    # api.openai.com needs a key; a server of one's own (--base-url, OPENAI_BASE_URL) may take none.
+    key_required = True
     known_dimensions = KNOWN_DIMENSIONS
     max_batch = 2048
     default_batch_size = 2048

@@ -78,7 +78,11 @@ class IndexReport:
 
 
 class Progress(Protocol):
-    """Receives progress; the CLI draws it, library callers may ignore it."""
+    """Receives progress; the CLI draws it, library callers may ignore it.
+
+    ``files_done(files, chunks)``: files read and planned (or skipped as
+    unchanged), and how many of their chunks were queued for embedding;
+    ``chunks_embedded(n)``: chunks embedded since (never more than queued)."""
 
     def start(self, files: int) -> None: ...
     def files_done(self, files: int, chunks: int) -> None: ...
@@ -440,7 +444,7 @@ class _Run:
         learn: list[str] = []
         for fc in ready:
             plan = dedup.plan(fc)
-            if plan.new or plan.stale:
+            if plan.new or plan.stale or self._first_seen(fc.path, plan):
                 report.changed += 1
             else:
                 report.unchanged += 1
@@ -451,15 +455,25 @@ class _Run:
                 self._learn_kept(plan)
                 if plan.new and plan.had_rows:
                     learn.append(plan.source)
+        # Progress counts a batch when it is planned, before the stages' queues
+        # may hold it back: its files are read, its chunks queued for embedding.
         if self.force:
+            self.progress.files_done(len(batch), len(to_place))
             await self.embed.add(to_place)
         else:
             await self.donors.learn(self.store, learn)
             reused, to_embed = await self.donors.resolve(self.store, to_place)
             report.reused += len(reused)
+            self.progress.files_done(len(batch), len(to_embed))
             await self.upsert.add(reused)
             await self.embed.add(to_embed)
-        self.progress.files_done(len(batch), sum(len(fc.chunks) for fc in batch))
+
+    def _first_seen(self, path: str, plan: FilePlan) -> bool:
+        """A file the store knew nothing of (a heading-only file in a new
+        database is new, not "unchanged", though it adds no row)."""
+        if plan.had_rows:
+            return False
+        return self.new_store or (self.loaded is not None and path not in self.old)
 
     def _learn_kept(self, plan: FilePlan) -> None:
         """A full run: the chunks a file already had stored are donors."""

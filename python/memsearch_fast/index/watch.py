@@ -48,7 +48,7 @@ ROOT_GRACE_S = 2.0
 class WatchEvent:
     """What one turn of the loop did: an index run, a failed run, or the reason it stopped."""
 
-    kind: str  # "indexed", "error", "stopped"
+    kind: str  # "indexed", "error", "stopped", "failed" (a final error: the loop ends)
     report: IndexReport | None = None
     error: str = ""
     changes: int = 0  # file events behind this run
@@ -131,11 +131,15 @@ class _Burst:
 async def _index(
     run: Callable[[], Awaitable[IndexReport]], burst: _Burst, stop: asyncio.Event
 ) -> AsyncIterator[WatchEvent]:
-    """One run for the burst in hand; a failure waits its backoff (or *stop*)."""
-    from memsearch_fast.errors import describe
+    """One run for the burst in hand; a failure waits its backoff (or *stop*),
+    except one that no retry can fix, which ends the loop."""
+    from memsearch_fast.errors import UnusableDatabaseError, describe
 
     try:
         report = await run()
+    except UnusableDatabaseError as exc:
+        stop.set()  # the loop ends: its last event is "stopped"
+        yield WatchEvent("failed", error=describe(exc), changes=burst.pending)
     except Exception as exc:  # noqa: BLE001 - reported, retried with backoff
         burst.delay = min(RETRY_MAX_S, burst.delay * 2 if burst.delay else RETRY_FIRST_S)
         yield WatchEvent("error", error=describe(exc), changes=burst.pending, retry_in=burst.delay)
@@ -165,8 +169,9 @@ async def watch(
     :class:`WatchEvent` per run. Ends when ``stop`` is set (after the run in
     hand is written and flushed), when every root is gone, or when the local
     database file ``database`` is gone. A failed run (unreadable store,
-    transient error) is reported and retried with backoff; it never ends the
-    loop.
+    transient error) is reported and retried with backoff, except a database
+    or server that can never hold the index (``UnusableDatabaseError``): that
+    sets *stop*: a "failed" event, then "stopped".
     """
     from watchfiles import awatch
 

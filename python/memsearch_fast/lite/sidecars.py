@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import locked, write_atomic
-from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.errors import StoreError, StoreUnavailableError, UnusableDatabaseError, one_line
+from memsearch_fast.lite.fallback import is_lite3_database
 from memsearch_fast.lite.sockets import runtime_dir
 from memsearch_fast.lite.version import milvus_lite_major
 
@@ -175,36 +176,48 @@ def check_parent(db_path: str) -> bool:
 def check_layout(db_path: str) -> None:
     """Refuse a database written by the other Milvus Lite generation, with advice;
     refuse a path that is no database at all (an empty file or directory) with
-    what it is."""
+    what it is. Each refusal is an :class:`UnusableDatabaseError` (final)."""
     major = milvus_lite_major()
     if major is None:
         raise StoreUnavailableError("milvus-lite is not installed; install it or use a Milvus server URI")
     p = Path(db_path)
     if major >= 3 and p.is_file():
         if _is_sqlite(p):
-            raise StoreError(
+            raise UnusableDatabaseError(
                 f"{db_path} is a Milvus Lite 2.x database file but milvus-lite {major}.x is installed; "
                 "move it aside and run 'memsearch index', or install milvus-lite<3"
             )
-        raise StoreError(
+        raise UnusableDatabaseError(
             f"{db_path} is {'an empty file' if p.stat().st_size == 0 else 'a file'}, not a Milvus Lite database "
             f"(milvus-lite {major}.x keeps a database as a directory); remove it or choose another path"
         )
     if major < 3 and p.is_file() and _header(p) not in (None, b"", _SQLITE_HEADER):
-        raise StoreError(
+        raise UnusableDatabaseError(
             f"{db_path} is not a Milvus Lite database (milvus-lite {major}.x keeps a database as one SQLite "
             "file, and this file is something else); choose another path"
         )
     if major < 3 and p.is_dir():
-        if not any(p.iterdir()):
-            raise StoreError(
-                f"{db_path} is an empty directory, not a Milvus Lite database "
-                f"(milvus-lite {major}.x keeps a database as one file); remove it or choose another path"
-            )
-        raise StoreError(
-            f"{db_path} is a directory (a Milvus Lite 3.x database?) but milvus-lite {major}.x is installed; "
-            "move it aside and run 'memsearch index', or install milvus-lite>=3"
+        raise UnusableDatabaseError(_directory_refusal(db_path, major))
+
+
+def _directory_refusal(db_path: str, major: int) -> str:
+    """Why a directory cannot serve as a database for milvus-lite ``major``.x (< 3)."""
+    p = Path(db_path)
+    if not any(p.iterdir()):
+        return (
+            f"{db_path} is an empty directory, not a Milvus Lite database "
+            f"(milvus-lite {major}.x keeps a database as one file); remove it or choose another path"
         )
+    rebuild = "choose another --milvus-uri and run 'memsearch index PATH' to rebuild the index from your markdown"
+    if is_lite3_database(p):
+        return (
+            f"{db_path} is a Milvus Lite 3.x database (memsearch 0.4.23 writes these) that the installed "
+            f"milvus-lite {major}.x cannot open; memsearch-fast leaves it as it is: {rebuild}"
+        )
+    return (
+        f"{db_path} is a directory, neither a Milvus Lite {major}.x database (one file) nor a 3.x one; "
+        f"memsearch-fast leaves it as it is: {rebuild}"
+    )
 
 
 _SQLITE_HEADER = b"SQLite format 3\0"

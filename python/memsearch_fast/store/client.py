@@ -18,12 +18,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.errors import StoreError, StoreUnavailableError, UnusableDatabaseError, one_line
 from memsearch_fast.store.compat import (
     is_local_uri,
     is_unavailable,
     own_connection_kwargs,
     quiet_pymilvus,
+    server_too_old,
     skip_client_varchar_check,
 )
 
@@ -62,6 +63,10 @@ class StoreClient:
                 self._client = self._new_client(self.uri, self._token)
             except Exception as exc:  # noqa: BLE001 - every pymilvus failure is translated to a StoreError
                 raise self._translate(exc, "connect") from None
+            problem = server_too_old(self._server_version())
+            if problem:
+                self._close_client()
+                raise UnusableDatabaseError(f"Milvus at {self._display} is {problem}") from None
             return
 
         from memsearch_fast import lite
@@ -70,6 +75,17 @@ class StoreClient:
         self._conn = lite.connect(self._path, self._new_client)
         self._client = self._conn.client
         self._shared = self._conn.shared
+
+    def _server_version(self) -> str:
+        """The server's version, or "" when it does not say (a proxy or our own
+        Lite server over TCP answers UNIMPLEMENTED): unknown is not refused."""
+        try:
+            return str(self._client.get_server_version())
+        except Exception as exc:  # noqa: BLE001 - only an unreachable server is an error here
+            if is_unavailable(exc):
+                self._close_client()
+                raise self._translate(exc, "connect") from None
+            return ""
 
     @staticmethod
     def _new_client(uri: str, token: str | None = None) -> Any:

@@ -11,6 +11,30 @@ def is_local_uri(uri: str) -> bool:
     return not uri.startswith(("http://", "https://", "tcp://", "unix:", "grpc://"))
 
 
+#: The first Milvus with BM25 functions (full-text search), the keyword half of hybrid search.
+MIN_SERVER = (2, 5)
+
+
+def server_too_old(version: str) -> str:
+    """Why a Milvus server of ``version`` (``get_server_version()``: "v2.3.5-lite",
+    "2.5.4") cannot hold the index, or "" when it can or the version is not a
+    release number (Zilliz Cloud, a development build: its schema check then decides).
+
+    Milvus before 2.5 has no BM25 function: it refuses the sparse field's
+    index or drops the function, and hybrid search would lose its keyword half.
+    """
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if m is None or (int(m.group(1)), int(m.group(2))) >= MIN_SERVER:
+        return ""
+    need = ".".join(map(str, MIN_SERVER))
+    return (
+        f"version {version.strip()}; memsearch-fast needs Milvus >= {need} (BM25 full-text search for hybrid "
+        f"search): upgrade the server, or use a local database path"
+    )
+
+
 def quiet_pymilvus() -> None:
     """Stop pymilvus printing tracebacks for errors the store reports itself.
 
