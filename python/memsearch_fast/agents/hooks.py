@@ -7,8 +7,9 @@ makes every event answer ``{}`` and touch nothing: the summarizer's own
 ``claude -p`` runs with it, so our hooks never fire inside it.
 
 SessionStart stays on a short path: no network (but a 0.3 s reachability
-check of a remote Milvus), no model, no second CLI start; the watcher is
-started detached. Stop and PreCompact read the turn at once (Codex may delete
+check of a remote Milvus), no model, no second CLI start; the memory root is
+registered with the database's service (or a watcher started detached), and
+every later event renews that lease. Stop and PreCompact read the turn at once (Codex may delete
 its rollout once the hook returns) and leave the summary to a detached
 worker (:mod:`.capture`).
 """
@@ -128,8 +129,8 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     session = _str(payload, "session_id")
     if session:
         watcher.join(project, session)
-    if os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
-        watcher.start(uri, project, Path(project.memsearch_dir) / "watch.log")
+    if _watching():
+        watcher.start(uri, project, Path(project.memsearch_dir) / "watch.log", cfg=cfg, session=session)
     out: Output = {"systemMessage": status}
     context = journal.recent_context(memory)
     if context:
@@ -172,7 +173,24 @@ def _milvus_problem(uri: str) -> str:
     return ""
 
 
+def _watching() -> bool:
+    return os.environ.get("MEMSEARCH_NO_WATCH", "") != "1"
+
+
+def _renew(payload: Mapping[str, Any], project: Project) -> None:
+    """The session's lease on its memory root lives on (taken again after the service restarted)."""
+    if not _watching() or not os.path.isdir(project.memory_dir):
+        return
+    from memsearch_fast.agents import watcher
+
+    try:
+        watcher.renew(_config(), project, _str(payload, "session_id"), Path(project.memsearch_dir) / "watch.log")
+    except Exception as exc:  # noqa: BLE001 - the event's own answer must not depend on it
+        log_error(Path(project.memsearch_dir), f"renewing the watch lease: {exc}")
+
+
 def user_prompt(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    _renew(payload, project)
     if len(_str(payload, "prompt").strip()) < MIN_PROMPT_CHARS:
         return {}
     if not os.path.isdir(project.memory_dir):
@@ -181,6 +199,7 @@ def user_prompt(platform: str, payload: Mapping[str, Any], project: Project) -> 
 
 
 def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    _renew(payload, project)
     if payload.get("stop_hook_active") is True:
         return {}
     from memsearch_fast.agents import turns
@@ -223,8 +242,12 @@ def session_end(platform: str, payload: Mapping[str, Any], project: Project) -> 
     from memsearch_fast.agents import watcher
 
     session = _str(payload, "session_id")
-    if watcher.leave(project, session or "unknown") == 0 and os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
-        watcher.stop(_uri(_config()), project)
+    live = watcher.leave(project, session or "unknown")
+    if _watching():
+        cfg = _config()
+        watcher.release(cfg, project, session)  # this session's lease; others keep the root watched
+        if live == 0:
+            watcher.stop(_uri(cfg), project)
     return {}
 
 

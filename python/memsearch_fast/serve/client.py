@@ -202,11 +202,17 @@ def main(argv: Sequence[str]) -> int:
     detached helper that starts the server and registers, so a hook never waits for it."""
     import sys
 
-    if len(argv) != 2 or argv[0] != "lease":
-        print("usage: python -m memsearch_fast.serve.client lease DB < request.json", file=sys.stderr)
+    if len(argv) not in (2, 3) or argv[0] != "lease":  # the third, the root, is for `ps`
+        print("usage: python -m memsearch_fast.serve.client lease DB [ROOT] < request.json", file=sys.stderr)
         return 2
     request = json.loads(sys.stdin.read(LINE_LIMIT))
-    reply = send_lease(argv[1], request, start=True)
+    try:
+        reply = send_lease(argv[1], request, start=True)
+    except Exception as exc:  # noqa: BLE001 - one line in the project's watch.log
+        from memsearch_fast.errors import one_line
+
+        print(f"cannot start the service of {argv[1]}: {one_line(exc)}", file=sys.stderr)
+        return 1
     if not reply or not reply.get("ok"):
         print(f"cannot register {request.get('roots')} with the service of {argv[1]}: {reply}", file=sys.stderr)
         return 1
