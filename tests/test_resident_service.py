@@ -82,6 +82,23 @@ def search(db: Path, model_dir: Path, query: str) -> list[dict[str, Any]]:
     return list(json.loads(out.stdout))
 
 
+def status_cli(db: Path, *flags: str) -> Any:
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", "status", "--milvus-uri", str(db), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout) if flags else out.stdout
+
+
+def test_status_without_a_service(served, db):
+    assert status_cli(db, "-j") == {"database": str(db), "running": False}
+    assert status_cli(db).strip() == f"No service running for {db}."
+    assert not lite_state.read_state(str(db)) and not db.exists()  # nothing started or created
+
+
 def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(served, db, model_dir, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -99,6 +116,14 @@ def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(s
     assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
     st = client.status(str(db))
     assert st is not None and [m["dir"] for m in st["models"]] == [str(model_dir.resolve())]  # one model
+    shown = status_cli(db, "-j")
+    assert shown["running"] and shown["pid"] == lite_state.read_state(str(db))["pid"] and shown["rss_mb"] > 0
+    assert shown["uptime_s"] >= 0 and shown["queue"] == 0 and len(shown["models"]) == 1
+    [root] = shown["roots"]
+    assert root["root"] == str(notes) and root["collection"] == "notes" and root["last_run"]["embedded"] == 1
+    assert sorted((x["holder"], x["pid"]) for x in root["leases"]) == [("one", os.getpid()), ("two", None)]
+    text = status_cli(db)
+    assert f"pid {shown['pid']}" in text and str(notes) in text and "lease one" in text
 
     assert client.release(str(db), "one")
     assert [x["holder"] for x in roots(db)[0]["leases"]] == ["two"]  # the other lease keeps it
