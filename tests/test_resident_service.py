@@ -190,3 +190,33 @@ def test_a_killed_service_is_restarted_by_the_next_lease(served, db, model_dir, 
     (notes / "n.md").write_text("# Note\n\nThe heron queue drains every night.\n", encoding="utf-8")
     wait_for(lambda: any(r["last_run"] and r["last_run"].get("changed") for r in roots(db)))
     assert "heron" in search(db, model_dir, "when does the heron queue drain")[0]["content"]
+
+
+def test_a_memsearch_watch_of_a_served_root_finds_it_watched(served, db, model_dir, tmp_path):
+    """One watcher per database and root, whichever process runs it: the service holds the root's watcher lock."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)["ok"]
+    wait_for(lambda: roots(db) and roots(db)[0]["state"] == "watching")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memsearch_fast.cli",
+            "watch",
+            str(notes),
+            "-j",
+            "--collection",
+            "notes",
+            "--milvus-uri",
+            str(db),
+            "-m",
+            str(model_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    [event] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert event == {"event": "already_running", "pid": lite_state.read_state(str(db))["pid"], "roots": [str(notes)]}

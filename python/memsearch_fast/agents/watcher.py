@@ -200,6 +200,14 @@ def _remember_spawn(uri: str, project: Project, pid: int) -> None:
         write_atomic(_spawn_record(uri, project), f"{pid}\n".encode(), fsync=False)
 
 
+def _is_watch(pid: int, project: Project) -> bool:
+    """Whether *pid* is a `memsearch watch` of the project's memory."""
+    from memsearch_fast.lite.process import cmdline_args
+
+    args = cmdline_args(pid) or []
+    return "watch" in args and any(project.memory_dir == a or os.path.realpath(a) == project.memory_dir for a in args)
+
+
 def _spawned(uri: str, project: Project, command: tuple[str, ...] = ("memsearch_fast.cli", "watch")) -> int | None:
     """The pid of a watcher this project started that has not taken its lock
     yet: the recorded pid, when that process is still our watcher of the project."""
@@ -222,6 +230,8 @@ def stop(uri: str, project: Project) -> bool:
     """Ask the project's watcher to finish its run and exit (SIGTERM); also the
     one just started that has not taken its lock yet."""
     pid = running(uri, project)
+    if pid is not None and not _is_watch(pid, project):
+        return False  # the database's service holds the lock: its leases decide
     if pid is None:
         pid = _spawned(uri, project)
     if pid is None or pid <= 1 or pid == os.getpid():

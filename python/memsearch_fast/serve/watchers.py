@@ -7,7 +7,10 @@ collection and settings, however many leases name it: the same
 an ordinary index run of that root through a ``MemSearch`` on the database
 path (so the writer lock, the manifest and lazy sync's record are exactly a
 CLI run's), embedding with the model the service lends (:mod:`.models`).
-Runs go one at a time; the others wait in the queue.
+Runs go one at a time; the others wait in the queue. Each watcher holds the
+root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
+watch`` of the same root (the database given as the same resolved path)
+finds it taken, and a watcher here waits while such a process watches.
 
 A lease names its holder (a session id, or a ``watch`` process) and, where
 known, the holder's pid. It lapses when that process is gone (its pid and
@@ -30,9 +33,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.serve.models import Models
+
+if TYPE_CHECKING:
+    from memsearch_fast.index.watch_lock import WatchLock
 
 logger = logging.getLogger(__name__)
 
@@ -251,6 +257,9 @@ class Registry:
 
         if before is not None:
             await asyncio.wait([before])
+        lock = await self._lock(w)
+        if lock is None:
+            return
         s = w.settings
         ms = MemSearch(
             [w.root],
@@ -295,8 +304,28 @@ class Registry:
         finally:
             w.stop.set()
             await asyncio.to_thread(ms.close)
+            lock.release()
             if self._watched.get(w.key) is w:
                 del self._watched[w.key]
+
+    async def _lock(self, w: Watched) -> WatchLock | None:
+        """The root's watcher lock, as ``memsearch watch`` takes it (one watcher per
+        database and root, whichever process runs it): while a ``memsearch watch``
+        process holds it, that process watches the root and this one waits."""
+        from memsearch_fast.index.watch_lock import WatchLock, lock_base
+
+        lock = WatchLock(lock_base(self.db_path, w.collection, [w.root]))
+        while not w.stop.is_set():
+            try:
+                if await asyncio.to_thread(lock.acquire, [w.root]):
+                    return lock
+            except OSError as exc:
+                logger.warning("cannot take the watcher lock of %s: %s", w.root, exc)
+                return None
+            w.state = f"waiting for pid {lock.holder().pid} (a memsearch watch of this root)"
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(w.stop.wait(), CHECK_S)
+        return None
 
     @staticmethod
     def _record(w: Watched, event: Any) -> None:
