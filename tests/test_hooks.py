@@ -291,6 +291,28 @@ def test_only_a_local_database_with_the_local_model_is_watched_by_the_service(en
     assert not env.served()
 
 
+def test_frequent_events_renew_the_lease_at_most_every_30_s_unless_the_service_died(env: Env) -> None:
+    """A prompt a second costs a stat of the session's marker, not a request, while the service lives."""
+    from memsearch_fast.agents import project as project_mod
+    from memsearch_fast.agents import watcher
+    from memsearch_fast.lite import state as lite_state
+
+    env.json_hook("claude-code", "session-start", {"session_id": "r"})
+    env.wait_for(lambda: len(env.served()) == 1)
+    project = project_mod.locate(str(env.project), {})
+    env.json_hook("claude-code", "user-prompt", {"session_id": "r", "prompt": "what did we decide about it?"})
+    server = lite_state.read_state(str(env.db))["pid"]
+    marker = env.project / ".memsearch" / "sessions" / "r"
+    assert marker.read_text(encoding="utf-8") == f"{server}\n"
+    assert not watcher.renew_due(project, "r")
+    os.utime(marker, (time.time() - 31, time.time() - 31))
+    assert watcher.renew_due(project, "r")
+    marker.write_text("999999999\n", encoding="utf-8")  # a service that is gone
+    assert watcher.renew_due(project, "r")
+    env.json_hook("claude-code", "user-prompt", {"session_id": "r", "prompt": "what did we decide about it?"})
+    assert marker.read_text(encoding="utf-8") == f"{server}\n" and not watcher.renew_due(project, "r")
+
+
 def test_a_session_that_never_ends_loses_its_root_with_its_agent(env: Env) -> None:
     """Codex sends no SessionEnd: the lease is held by the agent's process and
     lapses when it is killed; an event after the service was killed registers

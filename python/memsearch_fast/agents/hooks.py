@@ -184,6 +184,8 @@ def _renew(payload: Mapping[str, Any], project: Project) -> None:
     from memsearch_fast.agents import watcher
 
     try:
+        if not watcher.renew_due(project, _str(payload, "session_id") or "unknown"):
+            return
         watcher.renew(_config(), project, _str(payload, "session_id"), Path(project.memsearch_dir) / "watch.log")
     except Exception as exc:  # noqa: BLE001 - the event's own answer must not depend on it
         log_error(Path(project.memsearch_dir), f"renewing the watch lease: {exc}")

@@ -135,9 +135,50 @@ def _spawn_helper(db_path: str, request: dict[str, Any], project: Project, log: 
     _remember_spawn(db_path, project, proc.pid)
 
 
+#: A session's lease is renewed at most this often (seconds): a prompt a second
+#: costs a stat, not a configuration read and a request.
+RENEW_S = 30.0
+
+
+def renew_due(project: Project, session: str) -> bool:
+    """Whether the session's lease is due for renewal: its marker (written at each
+    renewal with the service's pid) is older than :data:`RENEW_S`, missing, or
+    names a service that is gone (killed: the root is registered again now).
+    Read through the real ``sessions`` folder only, never a link."""
+    from memsearch_fast._os import pid_alive
+
+    marker = _marker(project, session)
+    try:
+        folder = open_dir(marker.parent)
+    except OSError:
+        return True
+    try:
+        fd = open_private(marker.name, os.O_RDONLY, dir_fd=folder, shown=str(marker))
+        with open(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            pid = int(f.read(32).strip() or b"0")
+    except (OSError, ValueError):
+        return True
+    finally:
+        os.close(folder)
+    return time.time() - st.st_mtime >= RENEW_S or not pid_alive(pid)
+
+
 def renew(cfg: Settings, project: Project, session: str, log: Path) -> None:
     """A later event of the session: its lease lives on (or is taken again)."""
-    lease(cfg, project, session, log)
+    _register(cfg, project, session, log)
+
+
+def _register(cfg: Settings, project: Project, session: str, log: Path) -> bool:
+    """Register or renew; the session's marker records the service that holds the
+    lease (none yet while a helper starts it: the next event looks again)."""
+    from memsearch_fast.serve import client
+
+    served = lease(cfg, project, session, log)
+    db_path = client.served_database(cfg) if served else None
+    st = client.server_record(db_path) if db_path else None
+    join(project, session or "unknown", st["pid"] if st and st.get("pid") else 0)
+    return served
 
 
 def release(cfg: Settings, project: Project, session: str) -> None:
@@ -170,7 +211,7 @@ def start(uri: str, project: Project, log: Path, *, cfg: Settings | None = None,
     """Have the project's memory root watched: by the database's service where it
     can, else by a `memsearch watch` process unless one runs; the new pid (None
     if one ran or the service watches)."""
-    if cfg is not None and lease(cfg, project, session, log):
+    if cfg is not None and _register(cfg, project, session, log):
         return None
     if running(uri, project) is not None:
         return None
@@ -247,13 +288,17 @@ def _marker(project: Project, session: str) -> Path:
     return Path(project.memsearch_dir) / "sessions" / safe
 
 
-def join(project: Project, session: str) -> None:
-    """Record (or refresh) *session* as a user of the project's watcher."""
+def join(project: Project, session: str, service: int | None = None) -> None:
+    """Record (or refresh) *session* as a user of the project's watcher; with
+    *service*, the pid of the service that holds its lease."""
     marker = _marker(project, session)
     folder = open_dir(marker.parent, create=True)
     try:
-        fd = open_private(marker.name, os.O_WRONLY | os.O_CREAT, dir_fd=folder, shown=str(marker))
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if service is not None else 0)
+        fd = open_private(marker.name, flags, dir_fd=folder, shown=str(marker))
         try:
+            if service is not None:
+                os.write(fd, f"{service}\n".encode())
             os.utime(fd)
         finally:
             os.close(fd)
