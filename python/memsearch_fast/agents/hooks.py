@@ -9,7 +9,7 @@ makes every event answer ``{}`` and touch nothing: the summarizer's own
 SessionStart stays on a short path: no network (but a 0.3 s reachability
 check of a remote Milvus), no model, no second CLI start; the memory root is
 registered with the database's service (or a watcher started detached), and
-every later event renews that lease. Stop and PreCompact read the turn at once (Codex may delete
+later events renew that lease. Stop and PreCompact read the turn at once (Codex may delete
 its rollout once the hook returns) and leave the summary to a detached
 worker (:mod:`.capture`).
 """

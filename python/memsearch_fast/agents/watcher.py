@@ -4,8 +4,9 @@ On a local database with the local ONNX model, the database's service
 watches the project's memory root (:mod:`memsearch_fast.serve.watchers`):
 SessionStart registers it with a lease held by the agent's process (the
 nearest ancestor of the hook that is not a shell or an interpreter), every
-later event renews it, SessionEnd releases it. A session that never ends
-(Codex sends no SessionEnd) loses its lease when its agent exits, or 120 s
+later event renews it (at most every 30 s: the session's marker below
+records when, and which service), SessionEnd releases it. A session that
+never ends (Codex sends no SessionEnd) loses its lease when its agent exits, or 120 s
 after its last event; a service killed meanwhile is started again by the
 next event, which registers the root again. When no service runs, a
 detached helper starts it and registers, so the hook never waits for it.

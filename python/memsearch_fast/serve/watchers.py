@@ -12,10 +12,10 @@ root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
 watch`` of the same root (the database given as the same resolved path)
 finds it taken, and a watcher here waits while such a process watches.
 
-A lease names its holder (a session id, or a ``watch`` process) and, where
+A lease names its holder (a session id) and, where
 known, the holder's pid. It lapses when that process is gone (its pid and
 start time no longer match) or after :data:`DEFAULT_LEASE_S` seconds without
-renewal (``MEMSEARCH_WATCH_LEASE_S``). Hooks renew at every event, so a
+renewal (``MEMSEARCH_WATCH_LEASE_S``). Hooks renew at their events (at most every 30 s), so a
 session in use keeps its root; a session idle longer is re-registered at its
 next event, and the first run of the new watcher catches up with what
 changed meanwhile. A root whose last lease lapsed or was released is
