@@ -8,6 +8,7 @@ a rate-limit text, nothing, or hangs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ class Env:
 
     def __init__(self, tmp: Path, model_dir: Path) -> None:
         self.tmp = tmp
+        self.model_dir = model_dir
         self.home = tmp / "home"
         self.project = tmp / "proj"
         (self.project / ".git").mkdir(parents=True)
@@ -140,6 +142,13 @@ class Env:
             if b"watch" in argv and os.fsencode(self.memory) in argv:
                 pids.append(int(entry.name))
         return pids
+
+    def served(self) -> list[dict[str, Any]]:
+        """The database's service's watchers of this project's memory directory."""
+        from memsearch_fast.serve import client
+
+        st = client.status(str(self.db))
+        return [r for r in (st or {}).get("roots", []) if r["root"] == str(self.memory)]
 
     def close(self) -> None:
         import signal
@@ -255,18 +264,102 @@ def test_session_start_answers_fast_with_recent_memory_and_starts_one_watcher(en
     assert context.index("rates") < context.index("invoices")
     assert "old cache" not in context  # only the two newest logs
     assert "<!--" not in context
-    env.wait_for(lambda: len(env.watchers()) == 1)
+    # The database's service watches the root: no watcher process of its own.
+    env.wait_for(lambda: len(env.served()) == 1)
+    assert not env.watchers()
 
     second = env.json_hook("claude-code", "session-start", {"session_id": "two"})
     assert "ERROR" not in second["systemMessage"]
     time.sleep(1.0)
-    assert len(env.watchers()) == 1  # the running watcher is reused
+    assert len(env.served()) == 1 and not env.watchers()  # the running watcher is reused
+    assert {x["holder"] for x in env.served()[0]["leases"]} == {"session:one", "session:two"}
 
     env.json_hook("claude-code", "session-end", {"session_id": "one"})
     time.sleep(1.0)
-    assert len(env.watchers()) == 1  # the other session still uses it
+    assert len(env.served()) == 1  # the other session still uses it
     env.json_hook("claude-code", "session-end", {"session_id": "two"})
-    env.wait_for(lambda: not env.watchers(), timeout=30)
+    env.wait_for(lambda: not env.served(), timeout=30)
+    assert not env.watchers()
+
+
+def test_only_a_local_database_with_the_local_model_is_watched_by_the_service(env: Env) -> None:
+    """A remote Milvus or an API provider: no lease (the hook keeps a `memsearch watch` process)."""
+    from memsearch_fast import config
+    from memsearch_fast.agents import project as project_mod
+    from memsearch_fast.agents import watcher
+
+    project = project_mod.locate(str(env.project), {})
+    base = {"milvus.uri": str(env.db), "embedding.model": str(env.model_dir)}
+    for key, value in (("milvus.uri", "http://localhost:19530"), ("embedding.provider", "openai")):
+        cfg = config.resolve({**base, key: value}, resolve_env=False)
+        assert watcher.lease(cfg, project, "s", env.tmp / "w.log") is False
+    assert not env.served()
+
+
+def test_frequent_events_renew_the_lease_at_most_every_30_s_unless_the_service_died(env: Env) -> None:
+    """A prompt a second costs a stat of the session's marker, not a request, while the service lives."""
+    from memsearch_fast.agents import project as project_mod
+    from memsearch_fast.agents import watcher
+    from memsearch_fast.lite import state as lite_state
+
+    env.json_hook("claude-code", "session-start", {"session_id": "r"})
+    env.wait_for(lambda: len(env.served()) == 1)
+    project = project_mod.locate(str(env.project), {})
+    env.json_hook("claude-code", "user-prompt", {"session_id": "r", "prompt": "what did we decide about it?"})
+    server = lite_state.read_state(str(env.db))["pid"]
+    marker = env.project / ".memsearch" / "sessions" / "r"
+    assert marker.read_text(encoding="utf-8") == f"{server}\n"
+    assert not watcher.renew_due(project, "r")
+    os.utime(marker, (time.time() - 31, time.time() - 31))
+    assert watcher.renew_due(project, "r")
+    marker.write_text("999999999\n", encoding="utf-8")  # a service that is gone
+    assert watcher.renew_due(project, "r")
+    env.json_hook("claude-code", "user-prompt", {"session_id": "r", "prompt": "what did we decide about it?"})
+    assert marker.read_text(encoding="utf-8") == f"{server}\n" and not watcher.renew_due(project, "r")
+
+
+def test_a_session_that_never_ends_loses_its_root_with_its_agent(env: Env) -> None:
+    """Codex sends no SessionEnd: the lease is held by the agent's process and
+    lapses when it is killed; an event after the service was killed registers
+    the root again."""
+    import signal
+
+    env.memory.mkdir(parents=True)
+    start, prompt, go = env.tmp / "start.json", env.tmp / "prompt.json", env.tmp / "go"
+    start.write_text(json.dumps({"cwd": str(env.project), "session_id": "codex-1"}), encoding="utf-8")
+    prompt.write_text(
+        json.dumps({"cwd": str(env.project), "session_id": "codex-1", "prompt": "what did we decide?"}),
+        encoding="utf-8",
+    )
+    hook = f'"{sys.executable}" -m memsearch_fast.agents.main codex'
+    agent = env.bin / "codex"  # the agent process: its name is what the hook looks for above it
+    agent.write_text(
+        f'#!/bin/sh\n{hook} session-start < "{start}"\n'
+        f'while [ ! -e "{go}" ]; do sleep 0.1; done\n{hook} user-prompt < "{prompt}"\nsleep 600\n',
+        encoding="utf-8",
+    )
+    agent.chmod(0o755)
+    proc = subprocess.Popen([str(agent)], env=env.vars, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        env.wait_for(lambda: len(env.served()) == 1)
+        [lease] = env.served()[0]["leases"]
+        assert (lease["holder"], lease["pid"]) == ("session:codex-1", proc.pid)
+        from memsearch_fast.lite import state as lite_state
+
+        server = lite_state.read_state(str(env.db))["pid"]
+        os.kill(server, signal.SIGKILL)  # the service dies: the next event takes the root again
+        env.wait_for(lambda: not os.path.exists(f"/proc/{server}"), timeout=10)
+        go.touch()
+        env.wait_for(lambda: len(env.served()) == 1)
+        assert lite_state.read_state(str(env.db))["pid"] != server
+        assert [x["pid"] for x in env.served()[0]["leases"]] == [proc.pid]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        env.wait_for(lambda: not env.served(), timeout=15)  # its agent is gone
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_session_start_context_is_bounded(env: Env) -> None:

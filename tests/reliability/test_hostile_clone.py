@@ -119,7 +119,13 @@ class Home:
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def watchers(self, memory: Path) -> list[int]:
-        return watcher_pids(memory)
+        """Who watches *memory*: each `memsearch watch` process, and the database's
+        service once per watcher of that root it runs."""
+        from memsearch_fast.serve import client
+
+        st = client.status(str(self.db))
+        served = [r for r in (st or {}).get("roots", []) if r["root"] == os.path.realpath(memory)]
+        return watcher_pids(memory) + [-1] * len(served)
 
     def stop_all(self) -> None:
         for entry in Path("/proc").iterdir():

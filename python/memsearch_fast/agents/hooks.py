@@ -7,8 +7,9 @@ makes every event answer ``{}`` and touch nothing: the summarizer's own
 ``claude -p`` runs with it, so our hooks never fire inside it.
 
 SessionStart stays on a short path: no network (but a 0.3 s reachability
-check of a remote Milvus), no model, no second CLI start; the watcher is
-started detached. Stop and PreCompact read the turn at once (Codex may delete
+check of a remote Milvus), no model, no second CLI start; the memory root is
+registered with the database's service (or a watcher started detached), and
+later events renew that lease. Stop and PreCompact read the turn at once (Codex may delete
 its rollout once the hook returns) and leave the summary to a detached
 worker (:mod:`.capture`).
 """
@@ -31,7 +32,7 @@ from memsearch_fast.agents.project import Project, guard, is_absolute, locate
 from memsearch_fast.errors import MemsearchError
 
 if TYPE_CHECKING:
-    from memsearch_fast.config.settings import Embedding, Settings
+    from memsearch_fast.config.settings import Settings
 
 PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
@@ -46,15 +47,6 @@ DEADLINES_S = {"session-start": 8.0, "user-prompt": 4.0, "stop": 25.0, "pre-comp
 DEFAULT_DEADLINE_S = 8.0
 #: A session whose transcript has fewer lines has nothing worth keeping.
 MIN_TRANSCRIPT_LINES = 3
-#: Environment variables that hold the embedding provider's key when the config has none.
-API_KEY_VARS = {
-    "openai": "OPENAI_API_KEY",
-    "google": "GOOGLE_API_KEY",
-    "voyage": "VOYAGE_API_KEY",
-    "jina": "JINA_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-}
-
 Output = dict[str, Any]
 
 
@@ -128,30 +120,29 @@ def _uri(cfg: Settings) -> str:
 
 
 def session_start(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
-    from memsearch_fast.agents import watcher
+    from memsearch_fast.agents import status, watcher
 
     cfg = _config()
     emb = cfg.embedding
     uri = _uri(cfg)
-    status = (
-        f"[memsearch v{__version__}] embedding: {_embedding(emb)} | milvus: {uri} | collection: {project.collection}"
-    )
-    problem = _key_problem(emb) or _milvus_problem(uri)
+    line = f"[memsearch v{__version__}] embedding: {status.embedding(emb)} | milvus: {uri}"
+    line += f" | collection: {project.collection}"
+    problem = status.key_problem(emb) or status.milvus_problem(uri)
     if problem:
-        return {"systemMessage": f"{status} | ERROR: {problem}"}
+        return {"systemMessage": f"{line} | ERROR: {problem}"}
     if uri != str(cfg.milvus.uri):
         from memsearch_fast.lite.fallback import tell_once
 
         note = tell_once("hook")
-        status += f" | {note}" if note else ""
+        line += f" | {note}" if note else ""
     memory = Path(project.memory_dir)
     memory.mkdir(parents=True, exist_ok=True)
     session = _str(payload, "session_id")
     if session:
         watcher.join(project, session)
-    if os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
-        watcher.start(uri, project, Path(project.memsearch_dir) / "watch.log")
-    out: Output = {"systemMessage": status}
+    if _watching():
+        watcher.start(uri, project, Path(project.memsearch_dir) / "watch.log", cfg=cfg, session=session)
+    out: Output = {"systemMessage": line}
     context = journal.recent_context(memory)
     if context:
         context += (
@@ -162,57 +153,26 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     return out
 
 
-def _embedding(emb: Embedding) -> str:
-    """``provider/model`` for a model name; ``provider (path)`` for a model directory."""
-    from memsearch_fast.config.schema import DEFAULT_MODELS
-
-    model = emb.model or DEFAULT_MODELS.get(emb.provider, "default")
-    if is_absolute(model) or model.startswith(("~", ".")):
-        return f"{emb.provider} ({model})"
-    return f"{emb.provider}/{model}"
+def _watching() -> bool:
+    return os.environ.get("MEMSEARCH_NO_WATCH", "") != "1"
 
 
-def _key_problem(emb: Embedding) -> str:
-    var = API_KEY_VARS.get(emb.provider)
-    if var and not os.environ.get(var) and not emb.api_key:
-        return f"{var} not set — memory search disabled (local model: memsearch config set embedding.provider onnx)"
-    return ""
-
-
-def _milvus_problem(uri: str) -> str:
-    """A local database the installed Milvus Lite refuses, or a remote Milvus
-    that does not accept a connection within 0.3 s."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from memsearch_fast.store.compat import is_local_uri
-
-    if uri.startswith("unix:"):
-        return ""
-    if is_local_uri(uri):
-        return _lite_problem(uri)
-    parts = urlsplit(uri)
-    port = parts.port or (443 if parts.scheme == "https" else 19530)
-    try:
-        socket.create_connection((parts.hostname or "localhost", port), timeout=0.3).close()
-    except OSError:
-        return f"Milvus at {parts.hostname}:{port} is unreachable — memory search disabled"
-    return ""
-
-
-def _lite_problem(uri: str) -> str:
-    """A local database the installed Milvus Lite refuses (a watcher would only fail on it)."""
-    from memsearch_fast.errors import StoreError
-    from memsearch_fast.lite.sidecars import check_layout
+def _renew(payload: Mapping[str, Any], project: Project) -> None:
+    """The session's lease on its memory root lives on (taken again after the service restarted)."""
+    if not _watching() or not os.path.isdir(project.memory_dir):
+        return
+    from memsearch_fast.agents import watcher
 
     try:
-        check_layout(os.path.abspath(os.path.expanduser(uri)))
-    except StoreError as exc:
-        return f"{exc} — memory search disabled"
-    return ""
+        if not watcher.renew_due(project, _str(payload, "session_id") or "unknown"):
+            return
+        watcher.renew(_config(), project, _str(payload, "session_id"), Path(project.memsearch_dir) / "watch.log")
+    except Exception as exc:  # noqa: BLE001 - the event's own answer must not depend on it
+        log_error(Path(project.memsearch_dir), f"renewing the watch lease: {exc}")
 
 
 def user_prompt(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    _renew(payload, project)
     if len(_str(payload, "prompt").strip()) < MIN_PROMPT_CHARS:
         return {}
     if not os.path.isdir(project.memory_dir):
@@ -221,6 +181,7 @@ def user_prompt(platform: str, payload: Mapping[str, Any], project: Project) -> 
 
 
 def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
+    _renew(payload, project)
     if payload.get("stop_hook_active") is True:
         return {}
     from memsearch_fast.agents import turns
@@ -301,8 +262,12 @@ def session_end(platform: str, payload: Mapping[str, Any], project: Project) -> 
     from memsearch_fast.agents import watcher
 
     session = _str(payload, "session_id")
-    if watcher.leave(project, session or "unknown") == 0 and os.environ.get("MEMSEARCH_NO_WATCH", "") != "1":
-        watcher.stop(_uri(_config()), project)
+    live = watcher.leave(project, session or "unknown")
+    if _watching():
+        cfg = _config()
+        watcher.release(cfg, project, session)  # this session's lease; others keep the root watched
+        if live == 0:
+            watcher.stop(_uri(cfg), project)
     return {}
 
 

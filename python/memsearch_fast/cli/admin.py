@@ -1,6 +1,6 @@
-"""`stats` and `reset`: look at or drop the index."""
+"""`stats`, `reset` and `status`: look at or drop the index, look at the database's service."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,3 +76,98 @@ def reset(
         typer.echo(f"Collection '{name}' does not exist; nothing to drop.")
         return
     typer.echo(f"Dropped collection '{name}'.")
+
+
+def _rss_kb(pid: object) -> int | None:
+    """Resident memory of *pid* in KiB (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def service_info(db_path: str) -> dict[str, Any]:
+    """The database's service as `status` shows it: pid, RSS, uptime, models, roots, queue."""
+    import time
+
+    from memsearch_fast.lite.broker import server_status
+    from memsearch_fast.serve import client
+
+    st = server_status(db_path)
+    if st is None:
+        return {"database": db_path, "running": False}
+    pids = [p for p in (st.get("pid"), st.get("engine_pid")) if isinstance(p, int)]
+    rss = [r for r in (_rss_kb(p) for p in dict.fromkeys(pids)) if r is not None]
+    started = st.get("started")
+    info: dict[str, Any] = {
+        "database": db_path,
+        "running": True,
+        "pid": st.get("pid"),
+        "engine": st.get("engine"),
+        "engine_pid": st.get("engine_pid"),
+        "rss_mb": round(sum(rss) / 1024, 1) if rss else None,
+        "uptime_s": round(time.time() - started, 1) if isinstance(started, (int, float)) else None,
+        "idle_timeout_s": st.get("idle_timeout"),
+    }
+    served = client.status(db_path)
+    info.update(served if served is not None else {"models": None, "roots": None, "queue": None})
+    return info
+
+
+def _format_service(info: dict[str, Any]) -> str:
+    import time
+
+    if not info["running"]:
+        return f"No service running for {info['database']}."
+    lines = [
+        f"Service for {info['database']}: pid {info['pid']} (engine pid {info['engine_pid']}, {info['engine']})",
+        f"  RSS {info['rss_mb']} MB, up {info['uptime_s']:.0f} s, exits after {info['idle_timeout_s']:.0f} s idle",
+    ]
+    if info.get("roots") is None:
+        lines.append("  (its service socket does not answer: another installation, or starting)")
+        return "\n".join(lines)
+    models = ", ".join(f"{m['model']}" + (" (in use)" if m["in_use"] else "") for m in info["models"]) or "none"
+    lines.append(f"  models loaded: {models}")
+    lines.append(f"  watched roots: {len(info['roots'])}, queue: {info['queue']}")
+    for r in info["roots"]:
+        lines.append(f"  - {r['root']} [{r['collection']}] {r['state']}, {r['runs']} run(s)")
+        last = r.get("last_run")
+        if last:
+            ago = time.time() - last["at"]
+            what = (
+                f"error: {last['error']}"
+                if "error" in last
+                else f"{last['changed']} changed, {last['embedded']} embedded in {last['seconds']:.2f} s"
+            )
+            lines.append(f"      last run {ago:.0f} s ago: {what}")
+        for lease in r["leases"]:
+            pid = f"pid {lease['pid']}" if lease["pid"] else "no pid"
+            lines.append(f"      lease {lease['holder']} ({pid}), expires in {lease['expires_in']:.0f} s")
+    return "\n".join(lines)
+
+
+@app.command()
+@guard
+@flatten
+def status(
+    milvus: MilvusOptions = MILVUS,
+    json_output: JsonOutput = False,
+) -> None:
+    """Show the local database's service: pid, RSS, uptime, models, watched roots and leases."""
+    from pathlib import Path
+
+    from memsearch_fast.cli import display
+    from memsearch_fast.store.compat import is_local_uri
+
+    cfg = settings(milvus)
+    uri = str(cfg.milvus.uri)
+    if not is_local_uri(uri):
+        info: dict[str, Any] = {"database": uri, "running": False, "local": False}
+        typer.echo(display.to_json(info) if json_output else f"{uri} is a Milvus server: no local service.")
+        return
+    info = service_info(str(Path(uri).expanduser().resolve()))
+    typer.echo(display.to_json(info) if json_output else _format_service(info))

@@ -14,12 +14,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memsearch_fast.index.run import IndexReport, NullProgress, Progress, run_index
+    from memsearch_fast.index.report import IndexReport, NullProgress, Progress
+    from memsearch_fast.index.run import run_index
 
 __all__ = ["IndexReport", "NullProgress", "Progress", "run_index"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "run_index":
+        return importlib.import_module("memsearch_fast.index.run").run_index
     if name in __all__:
-        return getattr(importlib.import_module("memsearch_fast.index.run"), name)
+        return getattr(importlib.import_module("memsearch_fast.index.report"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

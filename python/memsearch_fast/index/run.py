@@ -23,8 +23,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from memsearch_fast import parallelism as par
 from memsearch_fast._core import FileChunks, ScannedFile
@@ -36,6 +34,7 @@ from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
 from memsearch_fast.index.embed import EmbedStage, Pending
 from memsearch_fast.index.protocol import IndexStore
+from memsearch_fast.index.report import IndexReport, NullProgress, Progress
 from memsearch_fast.index.span_pass import SpanReport
 from memsearch_fast.index.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
@@ -47,56 +46,6 @@ logger = logging.getLogger(__name__)
 #: recorded without its mtime, so the next run reads it again: a second write
 #: within the file system's timestamp granularity would keep size and mtime.
 MANIFEST_RACY_SECONDS = 2.0
-
-
-@dataclass
-class IndexReport:
-    """What an index run did; `failed` lists (path, one-line reason)."""
-
-    files: int = 0
-    changed: int = 0
-    unchanged: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    invalid_utf8: list[str] = field(default_factory=list)
-    chunks: int = 0
-    embedded: int = 0
-    reused: int = 0
-    deleted: int = 0
-    sources_removed: int = 0
-    seconds: float = 0.0
-    #: Files read and chunked (with a manifest, only those whose size or mtime changed).
-    read: int = 0
-    #: Whether a manifest was trusted (False: a full run, which writes a fresh one).
-    manifest: bool = False
-    #: The span pass (:mod:`memsearch_fast.index.span_pass`); None when it did not run.
-    spans: SpanReport | None = None
-
-    @property
-    def indexed(self) -> int:
-        """Chunks written in this run (embedded or with a reused vector)."""
-        return self.embedded + self.reused
-
-
-class Progress(Protocol):
-    """Receives progress; the CLI draws it, library callers may ignore it.
-
-    ``files_done(files, chunks)``: files read and planned (or skipped as
-    unchanged), and how many of their chunks were queued for embedding;
-    ``chunks_embedded(n)``: chunks embedded since (never more than queued)."""
-
-    def start(self, files: int) -> None: ...
-    def files_done(self, files: int, chunks: int) -> None: ...
-    def chunks_embedded(self, n: int) -> None: ...
-    def finish(self) -> None: ...
-
-
-class NullProgress:
-    """Draws nothing: library callers, pipes, logs and ``--quiet``."""
-
-    def start(self, files: int) -> None: ...
-    def files_done(self, files: int, chunks: int) -> None: ...
-    def chunks_embedded(self, n: int) -> None: ...
-    def finish(self) -> None: ...
 
 
 def _embed_batch_size(provider: EmbeddingProvider) -> int:

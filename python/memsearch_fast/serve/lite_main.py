@@ -1,6 +1,7 @@
 """``python -m memsearch_fast.serve.lite_main``: a local database's one server
 process, the Milvus Lite engine (:mod:`memsearch_fast.lite.server`) with the
-search service beside it (:mod:`.search`).
+service beside it (:mod:`.search`: searches, and the watched roots of
+:mod:`.watchers`, with one loaded model shared by both).
 
 The broker starts it (``serve --detach``); ``status`` and ``stop`` are for a
 person. The engine side knows nothing of the services it is handed, so
@@ -26,17 +27,24 @@ logger = logging.getLogger("memsearch_fast.lite.server")
 
 
 def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[], None]) -> Any:
-    """The search service beside a unix-socket engine, or None (a TCP server
-    serves clients of any user: no searches on their behalf)."""
+    """The service beside a unix-socket engine: searches and the watched roots,
+    sharing one loaded model; or None (a TCP server serves clients of any
+    user: no work on their behalf)."""
     if sock is None:
         return None
+    from memsearch_fast.lite.settings import env_seconds
     from memsearch_fast.serve import search
+    from memsearch_fast.serve.models import Models
+    from memsearch_fast.serve.watchers import Registry
 
+    models = Models(env_seconds(search.ENV_UNLOAD, search.DEFAULT_UNLOAD_S))
     try:
-        return search.Service(search_socket(sock), uri, touch, db_path).start()
+        service = search.Service(search_socket(sock), uri, touch, db_path, models=models)
     except OSError as exc:
         logger.warning("no search service for %s: %s", db_path, one_line(exc))
         return None
+    service.watchers = Registry(db_path, models, touch).start()
+    return service.start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,23 +23,23 @@ import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast._os import give_back_memory
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
-from memsearch_fast.lite.sockets import search_socket
+from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
+from memsearch_fast.serve.client import peer as _peer
+from memsearch_fast.serve.models import Models, fingerprint
 
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-#: Protocol version; a server of another version answers nothing we use.
-VERSION = 1
 #: Set to 0 (or off/false/no) and ``memsearch search`` never asks the server.
 ENV_SWITCH = "MEMSEARCH_SEARCH_SERVICE"
 #: Seconds without a search after which the server drops the models it loaded.
@@ -47,27 +47,6 @@ ENV_UNLOAD = "MEMSEARCH_SEARCH_UNLOAD_S"
 DEFAULT_UNLOAD_S = 300.0
 #: Models (one per collection and model) a server keeps loaded at most.
 MAX_LOADED = 4
-_LINE_LIMIT = 1 << 20
-
-
-def _peer(sock: socket.socket) -> tuple[int, int] | None:
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
-        return None
-    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
-    return pid, uid
-
-
-def _read_line(sock: socket.socket) -> bytes:
-    buf = bytearray()
-    while not buf.endswith(b"\n"):
-        part = sock.recv(65536)
-        if not part:
-            break
-        buf += part
-        if len(buf) > _LINE_LIMIT * 64:
-            raise OSError("reply too long")
-    return bytes(buf)
 
 
 def _plain(value: Any) -> Any:
@@ -77,31 +56,6 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _fingerprint(model_dir: str) -> tuple[Any, ...]:
-    """Identity of a model directory's files: a re-imported model is another model."""
-    out: list[Any] = []
-    for rel in ("tokenizer.json", "onnx/model_quantized.onnx", "onnx/model.onnx"):
-        try:
-            st = os.stat(os.path.join(model_dir, rel))
-            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
-def code_id() -> str:
-    """This installation of memsearch-fast: version, place and install time. A
-    server started before an upgrade must not answer for the new code."""
-    import memsearch_fast
-
-    init = os.path.realpath(memsearch_fast.__file__)
-    try:
-        stamp = os.stat(init).st_mtime_ns
-    except OSError:
-        stamp = 0
-    return f"{memsearch_fast.__version__}:{init}:{stamp}"
-
-
 # -- client ------------------------------------------------------------------------------
 
 
@@ -109,42 +63,26 @@ def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[st
     """The database path and request for a search the server can answer as this
     process would, or None (a remote Milvus, an embedded database, another
     provider, a reranker, a model not on this machine, the switch off)."""
-    from memsearch_fast.lite.settings import lite_mode
-    from memsearch_fast.store.compat import is_local_uri
+    from memsearch_fast.serve.client import served_database
 
-    emb, milvus = cfg.embedding, cfg.milvus
-    uri = str(milvus.uri)
-    if emb.provider != "onnx" or cfg.reranker.model or milvus.token or not is_local_uri(uri):
-        return None
-    if lite_mode() != "server":
+    db_path = served_database(cfg)
+    if db_path is None or cfg.reranker.model:
         return None
     if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         return None
-    model = emb.model or None
-    try:
-        # Resolved here, as this process would (its directory, its environment);
-        # never downloaded here: a missing model is this process's job.
-        from memsearch_fast.config.schema import DEFAULT_MODELS
-        from memsearch_fast.embeddings.models import canonical_name, resolve_model
-
-        model_dir = str(resolve_model(model, offline=True).expanduser().resolve())
-    except Exception:  # noqa: BLE001 - any problem: this process searches and reports it
-        return None
+    # Resolved here, as this process would (its directory, its environment);
+    # never downloaded here: a missing model is this process's job.
+    model = model_of(cfg)
     if model is None:
-        name = DEFAULT_MODELS["onnx"]
-    else:
-        path = Path(os.fspath(model)).expanduser()
-        # The name the collection records: a directory by its absolute path (store.schema.embedding_model).
-        name = os.path.abspath(path) if path.exists() else canonical_name(os.fspath(model))
-    db_path = str(Path(uri).expanduser().resolve())
+        return None
     prefix = options.get("source_prefix")
     request = {
         "v": VERSION,
         "op": "search",
-        "collection": milvus.collection,
+        "collection": cfg.milvus.collection,
         "code": code_id(),
-        "model_dir": model_dir,
-        "model_name": name,
+        "model_dir": model[0],
+        "model_name": model[1],
         "query": query,
         "top_k": int(options.get("top_k", DEFAULT_TOP_K)),
         "source_prefix": str(Path(prefix).expanduser().resolve()) if prefix is not None else None,
@@ -166,6 +104,8 @@ def ask(
     ``source_prefix``, ``explain``; *render*: the output tiers of
     :func:`memsearch_fast.recall.render_search` (``json_output``, ``digest``,
     ``budget``, ``min_score``)."""
+    from memsearch_fast.serve.client import call
+
     try:
         prepared = request_for(cfg, query, **options)
     except Exception:  # noqa: BLE001 - e.g. an unresolvable path: this process searches and says why
@@ -174,29 +114,10 @@ def ask(
         return None
     db_path, request = prepared
     request["render"] = dict(render or {})
-    from memsearch_fast._os import pid_alive
-    from memsearch_fast.lite.sockets import socket_path
-    from memsearch_fast.lite.state import read_state
-
-    st = read_state(db_path)
-    pid = st.get("pid") if st else None
-    if not st or st.get("status") != "ready" or not st.get("search") or not isinstance(pid, int) or not pid_alive(pid):
+    if server_record(db_path) is None:
         return None
-    try:
-        path = search_socket(socket_path(db_path, pid))
-        if st["search"] != "unix:" + path:
-            return None
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            peer = _peer(s)
-            if peer is not None and (peer[1] != os.geteuid() or peer[0] != pid):
-                return None
-            s.sendall(json.dumps(request).encode("utf-8") + b"\n")
-            reply = json.loads(_read_line(s).decode("utf-8"))
-    except Exception:  # noqa: BLE001 - no answer, whatever the reason: this process searches itself
-        return None
-    text = reply.get("text") if isinstance(reply, dict) else None
+    reply = call(db_path, request, timeout)
+    text = reply.get("text") if reply is not None else None
     return text if isinstance(text, str) else None
 
 
@@ -239,16 +160,28 @@ class Service:
     which reports it.
     """
 
-    def __init__(self, path: str, engine_uri: str, touch: Callable[[], None], db_path: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        engine_uri: str,
+        touch: Callable[[], None],
+        db_path: str | None = None,
+        *,
+        models: Models | None = None,
+        watchers: Any = None,
+    ) -> None:
         from collections import OrderedDict
 
         from memsearch_fast.lite.settings import env_seconds
 
         self.path = path
+        #: The watched roots (:class:`memsearch_fast.serve.watchers.Registry`), answered on this socket too.
+        self.watchers = watchers
         self._engine_uri = engine_uri
         self._db_path = db_path
         self._touch = touch
         self._unload_after = env_seconds(ENV_UNLOAD, DEFAULT_UNLOAD_S)
+        self.models = models if models is not None else Models(self._unload_after)
         self._instances: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._loop: Any = None
         self._last = time.monotonic()
@@ -272,6 +205,8 @@ class Service:
 
     def stop(self) -> None:
         self._stopped = True
+        if self.watchers is not None:
+            self.watchers.stop()  # the runs in hand finish and flush
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -293,6 +228,8 @@ class Service:
             except TimeoutError:
                 if self._instances and time.monotonic() - self._last > self._unload_after:
                     self._unload()
+                elif self.models.unload_idle():  # the watchers' runs have borrowed none lately
+                    give_back_memory()
                 continue
             except OSError:
                 return
@@ -305,51 +242,64 @@ class Service:
                     logger.warning("search request failed: %s", exc)
 
     def _unload(self) -> None:
-        """Drop the models after a quiet spell: a server kept up by a watcher
-        should not hold them for good."""
-        from memsearch_fast._os import give_back_memory
-
+        """Drop the searchers and the models after a quiet spell: a server kept
+        up by a watcher should not hold them for good."""
         for ms in self._instances.values():
             self._close(ms)
         self._instances.clear()
+        self.models.unload_idle()
         give_back_memory()
 
     def _answer(self, conn: socket.socket) -> None:
         peer = _peer(conn)
         if peer is not None and peer[1] != os.geteuid():
             return
-        line = _read_line(conn)
-        if len(line) > _LINE_LIMIT:
+        line = read_line(conn)
+        if len(line) > LINE_LIMIT:
             return
         reply = self.handle(json.loads(line.decode("utf-8")))
         conn.sendall(json.dumps(reply, default=_plain).encode("utf-8") + b"\n")
 
     def handle(self, req: Any) -> dict[str, Any]:
-        """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``."""
-        from memsearch_fast.errors import one_line
-
-        if not isinstance(req, dict) or req.get("v") != VERSION or req.get("op") != "search":
+        """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``;
+        ``status`` and ``watch.*`` requests go to the watched roots."""
+        if not isinstance(req, dict) or req.get("v") != VERSION:
             return {"unsupported": "request"}
         if req.get("code") != self._code:
             return {"unsupported": "another installation of memsearch-fast"}
+        op = req.get("op")
+        if op == "status":
+            roots = self.watchers.describe() if self.watchers is not None else {"roots": [], "queue": 0}
+            return {"models": self.models.describe(), "searchers": len(self._instances), **roots}
+        if isinstance(op, str) and op.startswith("watch.") and self.watchers is not None:
+            return dict(self.watchers.handle(req))
+        if op != "search":
+            return {"unsupported": "request"}
+        return self._search(req)
+
+    def _search(self, req: dict[str, Any]) -> dict[str, Any]:
+        from memsearch_fast.errors import one_line
+
         self._touch()
         if self._damaged():
             return {"unsupported": "damaged"}
-        ms = self._instance(str(req["collection"]), str(req["model_dir"]), str(req["model_name"]))
+        model_dir, model_name = str(req["model_dir"]), str(req["model_name"])
+        ms = self._instance(str(req["collection"]), model_dir, model_name)
         try:
             if not ms.collection_exists():
                 return {"missing": True}
-            hits = self._run(
-                ms.search(
-                    str(req["query"]),
-                    top_k=int(req["top_k"]),
-                    source_prefix=req.get("source_prefix"),
-                    explain=bool(req.get("explain")),
+            with self.models.lend(ms, model_dir, model_name):
+                hits = self._run(
+                    ms.search(
+                        str(req["query"]),
+                        top_k=int(req["top_k"]),
+                        source_prefix=req.get("source_prefix"),
+                        explain=bool(req.get("explain")),
+                    )
                 )
-            )
-            if self._damaged():  # the engine found damage while loading: the process reports it
-                return {"unsupported": "damaged"}
-            return {"text": _render(ms, hits, req.get("render") or {})}
+                if self._damaged():  # the engine found damage while loading: the process reports it
+                    return {"unsupported": "damaged"}
+                return {"text": _render(ms, hits, req.get("render") or {})}
         except Exception as exc:  # noqa: BLE001 - the client searches itself and reports it
             return {"error": one_line(exc)}
         finally:
@@ -365,9 +315,11 @@ class Service:
         return os.path.lexists(damage.marker_path(self._db_path)) or bool(damage.stated_since_start(self._db_path))
 
     def _instance(self, collection: str, model_dir: str, model_name: str) -> Any:
-        """The MemSearch for this collection and model, loaded once; a model whose
-        files changed (re-imported) is loaded again, and at most :data:`MAX_LOADED` stay."""
-        key = (collection, model_dir, model_name, _fingerprint(model_dir))
+        """The MemSearch for this collection and model, kept between searches (its
+        in-memory dense copy); one whose model's files changed (re-imported) is made
+        again, and at most :data:`MAX_LOADED` stay. Its model is lent per search
+        by :attr:`models`, shared with the watchers' runs."""
+        key = (collection, model_dir, model_name, fingerprint(model_dir))
         if key in self._instances:
             self._instances.move_to_end(key)
             return self._instances[key]

@@ -23,7 +23,7 @@ from memsearch_fast.store.filters import prefix_filter, quote_filter_value
 from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
-    from memsearch_fast.store.milvus import MilvusStore
+    from memsearch_fast.store.schema import StoreSchema
 
 SUFFIX = "_spans"
 #: Ids per ``in [...]`` filter, rows per write and per iterator page.
@@ -98,7 +98,7 @@ def explain_span(out: dict[str, Any], hit: dict[str, Any] | None) -> dict[str, A
 class SpanStore:
     """The companion collection of *store* (same connection, same dimension)."""
 
-    def __init__(self, store: MilvusStore) -> None:
+    def __init__(self, store: StoreSchema) -> None:
         self.store = store
         self.collection = f"{store.collection}{SUFFIX}"
         self._exists: bool | None = None

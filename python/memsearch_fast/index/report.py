@@ -1,0 +1,59 @@
+"""What an index run reports: its counts, and the progress it tells as it goes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from memsearch_fast.index.span_pass import SpanReport
+
+
+@dataclass
+class IndexReport:
+    """What an index run did; `failed` lists (path, one-line reason)."""
+
+    files: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    invalid_utf8: list[str] = field(default_factory=list)
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+    deleted: int = 0
+    sources_removed: int = 0
+    seconds: float = 0.0
+    #: Files read and chunked (with a manifest, only those whose size or mtime changed).
+    read: int = 0
+    #: Whether a manifest was trusted (False: a full run, which writes a fresh one).
+    manifest: bool = False
+    #: The span pass (:mod:`memsearch_fast.index.span_pass`); None when it did not run.
+    spans: SpanReport | None = None
+
+    @property
+    def indexed(self) -> int:
+        """Chunks written in this run (embedded or with a reused vector)."""
+        return self.embedded + self.reused
+
+
+class Progress(Protocol):
+    """Receives progress; the CLI draws it, library callers may ignore it.
+
+    ``files_done(files, chunks)``: files read and planned (or skipped as
+    unchanged), and how many of their chunks were queued for embedding;
+    ``chunks_embedded(n)``: chunks embedded since (never more than queued)."""
+
+    def start(self, files: int) -> None: ...
+    def files_done(self, files: int, chunks: int) -> None: ...
+    def chunks_embedded(self, n: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NullProgress:
+    """Draws nothing: library callers, pipes, logs and ``--quiet``."""
+
+    def start(self, files: int) -> None: ...
+    def files_done(self, files: int, chunks: int) -> None: ...
+    def chunks_embedded(self, n: int) -> None: ...
+    def finish(self) -> None: ...

@@ -1,0 +1,347 @@
+"""The watched roots of a database, inside its service process.
+
+Sessions and ``memsearch watch`` register roots here (``watch.lease``) instead
+of each running a process with its own model. One watcher per root,
+collection and settings, however many leases name it: the same
+:func:`memsearch_fast.index.watch.watch` loop as ``memsearch watch``, each run
+an ordinary index run of that root through a ``MemSearch`` on the database
+path (so the writer lock, the manifest and lazy sync's record are exactly a
+CLI run's), embedding with the model the service lends (:mod:`.models`).
+Runs go one at a time; the others wait in the queue. Each watcher holds the
+root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
+watch`` of the same root (the database given as the same resolved path)
+finds it taken, and a watcher here waits while such a process watches.
+
+A lease names its holder (a session id) and, where
+known, the holder's pid. It lapses when that process is gone (its pid and
+start time no longer match) or after :data:`DEFAULT_LEASE_S` seconds without
+renewal (``MEMSEARCH_WATCH_LEASE_S``). Hooks renew at their events (at most every 30 s), so a
+session in use keeps its root; a session idle longer is re-registered at its
+next event, and the first run of the new watcher catches up with what
+changed meanwhile. A root whose last lease lapsed or was released is
+unwatched after its run in hand is written. While any root is watched the
+service counts as active, so it does not exit idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memsearch_fast.serve.models import Models
+
+if TYPE_CHECKING:
+    from memsearch_fast.index.watch_lock import WatchLock
+
+logger = logging.getLogger(__name__)
+
+ENV_LEASE = "MEMSEARCH_WATCH_LEASE_S"
+#: Seconds a lease lives without renewal (the hooks renew at every event).
+DEFAULT_LEASE_S = 120.0
+#: How often leases are checked and the service marked active (seconds).
+CHECK_S = 1.0
+#: How long stopping the service waits for the runs in hand.
+STOP_WAIT_S = 30.0
+
+
+def pid_start(pid: int) -> str | None:
+    """The start time of *pid* (clock ticks since boot), None when it is gone: a
+    pid reused by another process is another holder."""
+    from memsearch_fast._os import pid_alive
+
+    if not pid_alive(pid):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return "?"  # alive, start unknown (no /proc)
+
+
+@dataclass
+class Lease:
+    holder: str
+    pid: int | None
+    started: str | None
+    ttl: float
+    expires: float  # monotonic
+
+    def lapsed(self, now: float) -> str:
+        if now >= self.expires:
+            return "not renewed"
+        if self.pid is not None and pid_start(self.pid) != self.started:
+            return f"pid {self.pid} exited"
+        return ""
+
+
+@dataclass
+class Watched:
+    """One root watched for one collection with one set of chunk and scan settings."""
+
+    key: tuple[Any, ...]
+    root: str
+    collection: str
+    settings: dict[str, Any]
+    leases: dict[str, Lease] = field(default_factory=dict)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    state: str = "starting"
+    runs: int = 0
+    last: dict[str, Any] | None = None
+
+    def describe(self, now: float) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "collection": self.collection,
+            "state": self.state,
+            "runs": self.runs,
+            "last_run": self.last,
+            "leases": [
+                {"holder": x.holder, "pid": x.pid, "expires_in": round(max(0.0, x.expires - now), 1)}
+                for x in self.leases.values()
+            ],
+        }
+
+
+def _key(req: Mapping[str, Any], root: str) -> tuple[Any, ...]:
+    return (
+        str(req["collection"]),
+        root,
+        str(req["model_dir"]),
+        str(req["model_name"]),
+        int(req["max_chunk_size"]),
+        int(req["overlap_lines"]),
+        tuple(sorted(str(x) for x in req.get("ignore_files") or ())),
+        tuple(sorted(str(x) for x in req.get("exclude") or ())),
+    )
+
+
+class Registry:
+    """The watchers of one database, on an event loop of their own (a thread)."""
+
+    def __init__(self, db_path: str, models: Models, touch: Callable[[], None]) -> None:
+        from memsearch_fast.lite.settings import env_seconds
+
+        self.db_path = db_path
+        self.models = models
+        self._touch = touch
+        self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
+        self._watched: dict[tuple[Any, ...], Watched] = {}
+        self._loop = asyncio.new_event_loop()
+        self._slot = asyncio.Semaphore(1)
+        self._queued = 0
+        self._closing: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, name="watchers", daemon=True)
+        self._stopped = False
+
+    def start(self) -> Registry:
+        self._thread.start()
+        return self
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._closing = asyncio.Event()
+        try:
+            self._loop.run_until_complete(self._tend())
+        finally:
+            self._loop.close()
+
+    async def _tend(self) -> None:
+        """Check the leases each :data:`CHECK_S`; keep the service active while any root is watched."""
+        assert self._closing is not None
+        while not self._closing.is_set():
+            now = time.monotonic()
+            for w in list(self._watched.values()):
+                for holder, lease in list(w.leases.items()):
+                    why = lease.lapsed(now)
+                    if why:
+                        logger.warning("lease of %s on %s lapsed: %s", holder, w.root, why)
+                        del w.leases[holder]
+                if not w.leases:
+                    w.stop.set()
+            if self._watched:
+                self._touch()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), CHECK_S)
+        for w in self._watched.values():
+            w.stop.set()
+        tasks = [w.task for w in self._watched.values() if w.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+
+    def stop(self) -> None:
+        """Stop every watcher after its run in hand; idempotent."""
+        if self._stopped or not self._thread.is_alive():
+            self._stopped = True
+            return
+        self._stopped = True
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(lambda: self._closing.set() if self._closing else None)
+        self._thread.join(STOP_WAIT_S + 5)
+
+    # -- requests (from the service's socket thread) ------------------------------------
+
+    def handle(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        if self._stopped or not self._thread.is_alive():
+            return {"error": "the service is stopping"}
+        op = req.get("op")
+        what = {"watch.lease": self._lease, "watch.release": self._release, "watch.list": self._list}.get(str(op))
+        if what is None:
+            return {"unsupported": "request"}
+        try:
+            fut = asyncio.run_coroutine_threadsafe(what(req), self._loop)
+            return fut.result(timeout=10)
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"error": f"bad request: {exc}"}
+
+    def describe(self) -> dict[str, Any]:
+        """Roots, leases, last runs and the queue (for ``status``), read from any thread."""
+        now = time.monotonic()
+        return {"roots": [w.describe(now) for w in list(self._watched.values())], "queue": self._queued}
+
+    async def _list(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return {"ok": True, **self.describe()}
+
+    async def _lease(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        holder = str(req["holder"])
+        pid = req.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+        started = pid_start(pid) if pid is not None else None
+        if pid is not None and started is None:
+            return {"error": f"pid {pid} is not running"}
+        ttl = float(req.get("ttl") or self.lease_s)
+        roots = [str(r) for r in req["roots"]]
+        if not roots or not all(os.path.isabs(r) for r in roots):
+            return {"error": "roots must be absolute paths"}
+        added = []
+        for root in roots:
+            key = _key(req, root)
+            w = self._watched.get(key)
+            if w is None or w.stop.is_set():
+                before = w.task if w is not None else None  # writes its run in hand first
+                w = self._watched[key] = Watched(key, root, key[0], dict(req))
+                w.task = asyncio.create_task(self._watch(w, before))
+                added.append(root)
+            w.leases[holder] = Lease(holder, pid, started, ttl, time.monotonic() + ttl)
+        self._touch()
+        return {"ok": True, "added": added, "lease_s": ttl}
+
+    async def _release(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        holder = str(req["holder"])
+        roots = req.get("roots")
+        collection = req.get("collection")
+        released = []
+        for w in list(self._watched.values()):
+            if roots is not None and w.root not in roots:
+                continue
+            if collection is not None and w.collection != collection:
+                continue
+            if w.leases.pop(holder, None) is not None:
+                released.append(w.root)
+            if not w.leases:
+                w.stop.set()
+        return {"ok": True, "released": released}
+
+    # -- one watcher ---------------------------------------------------------------------
+
+    async def _watch(self, w: Watched, before: asyncio.Task[None] | None) -> None:
+        from memsearch_fast.api import MemSearch
+        from memsearch_fast.index.watch import watch
+
+        if before is not None:
+            await asyncio.wait([before])
+        lock = await self._lock(w)
+        if lock is None:
+            return
+        s = w.settings
+        ms = MemSearch(
+            [w.root],
+            embedding_provider="onnx",
+            embedding_model=str(s["model_dir"]),
+            embedding_options={"model_name": str(s["model_name"])},
+            milvus_uri=self.db_path,
+            collection=w.collection,
+            max_chunk_size=int(s["max_chunk_size"]),
+            overlap_lines=int(s["overlap_lines"]),
+            ignore_files=list(s.get("ignore_files") or []),
+            exclude=list(s.get("exclude") or []),
+        )
+
+        async def run() -> Any:
+            w.state = "queued"
+            self._queued += 1
+            try:
+                await self._slot.acquire()
+            finally:
+                self._queued -= 1
+            try:
+                w.state = "indexing"
+                with self.models.lend(ms, str(s["model_dir"]), str(s["model_name"])):
+                    return await ms.index_with_report()
+            finally:
+                self._slot.release()
+                w.state = "watching"
+
+        try:
+            async for event in watch(
+                run,
+                [w.root],
+                ignore_files=ms.ignore_files,
+                debounce_ms=int(s.get("debounce_ms") or 0),
+                stop=w.stop,
+                database=self.db_path,
+            ):
+                self._record(w, event)
+        except Exception as exc:  # noqa: BLE001 - one root's failure must not stop the others
+            logger.warning("watcher of %s failed: %s", w.root, exc)
+        finally:
+            w.stop.set()
+            await asyncio.to_thread(ms.close)
+            lock.release()
+            if self._watched.get(w.key) is w:
+                del self._watched[w.key]
+
+    async def _lock(self, w: Watched) -> WatchLock | None:
+        """The root's watcher lock, as ``memsearch watch`` takes it (one watcher per
+        database and root, whichever process runs it): while a ``memsearch watch``
+        process holds it, that process watches the root and this one waits."""
+        from memsearch_fast.index.watch_lock import WatchLock, lock_base
+
+        lock = WatchLock(lock_base(self.db_path, w.collection, [w.root]))
+        while not w.stop.is_set():
+            try:
+                if await asyncio.to_thread(lock.acquire, [w.root]):
+                    return lock
+            except OSError as exc:
+                logger.warning("cannot take the watcher lock of %s: %s", w.root, exc)
+                return None
+            w.state = f"waiting for pid {lock.holder().pid} (a memsearch watch of this root)"
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(w.stop.wait(), CHECK_S)
+        return None
+
+    @staticmethod
+    def _record(w: Watched, event: Any) -> None:
+        if event.kind == "indexed":
+            w.runs += 1
+            r = event.report
+            w.last = {
+                "at": time.time(),
+                "changes": event.changes,
+                "files": r.files,
+                "changed": r.changed,
+                "embedded": r.embedded,
+                "deleted": r.deleted,
+                "seconds": round(r.seconds, 3),
+            }
+        elif event.kind == "error":
+            w.last = {"at": time.time(), "error": event.error, "retry_in": event.retry_in}
+        elif event.error:
+            logger.warning("stopped watching %s: %s", w.root, event.error)

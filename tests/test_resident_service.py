@@ -1,0 +1,222 @@
+"""The database's one resident service: its watched roots, leases and model.
+
+A real detached Lite server, real onnxruntime on the shared model, real files
+and real processes holding leases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsearch_fast.lite import state as lite_state
+from memsearch_fast.serve import client
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This process and the servers it starts: a HOME of their own, short leases and idle timeout."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MEMSEARCH_OFFLINE", "1")
+    monkeypatch.setenv("MEMSEARCH_WATCH_LEASE_S", "6")
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "4")
+    for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
+        monkeypatch.delenv(k, raising=False)
+    (tmp_path / "home").mkdir()
+
+
+def lease(model_dir: Path, root: Path, holder: str, pid: int | None, collection: str = "notes") -> dict[str, Any]:
+    m = str(model_dir.resolve())
+    return {
+        "op": "watch.lease",
+        "collection": collection,
+        "roots": [str(root)],
+        "model_dir": m,
+        "model_name": m,
+        "max_chunk_size": 1500,
+        "overlap_lines": 2,
+        "ignore_files": [],
+        "exclude": [],
+        "debounce_ms": 200,
+        "holder": holder,
+        "pid": pid,
+    }
+
+
+def wait_for(what: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+def roots(db: Path) -> list[dict[str, Any]]:
+    st = client.status(str(db))
+    return list(st["roots"]) if st else []
+
+
+def search(db: Path, model_dir: Path, query: str) -> list[dict[str, Any]]:
+    argv = ["search", query, "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return list(json.loads(out.stdout))
+
+
+def status_cli(db: Path, *flags: str) -> Any:
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", "status", "--milvus-uri", str(db), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout) if flags else out.stdout
+
+
+def test_status_without_a_service(served, db):
+    assert status_cli(db, "-j") == {"database": str(db), "running": False}
+    assert status_cli(db).strip() == f"No service running for {db}."
+    assert not lite_state.read_state(str(db)) and not db.exists()  # nothing started or created
+
+
+def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(served, db, model_dir, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
+    first = client.send_lease(str(db), lease(model_dir, notes, "one", os.getpid()), start=True)
+    assert first and first["ok"] and first["added"] == [str(notes)]
+    second = client.send_lease(str(db), lease(model_dir, notes, "two", None), start=False)
+    assert second and second["ok"] and second["added"] == []  # the same root: watched once
+    [root] = wait_for(lambda: [r for r in roots(db) if r["runs"]])
+    assert {x["holder"] for x in root["leases"]} == {"one", "two"}
+    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+
+    (notes / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
+    wait_for(lambda: roots(db)[0]["runs"] >= 2)
+    assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
+    st = client.status(str(db))
+    assert st is not None and [m["dir"] for m in st["models"]] == [str(model_dir.resolve())]  # one model
+    shown = status_cli(db, "-j")
+    assert shown["running"] and shown["pid"] == lite_state.read_state(str(db))["pid"] and shown["rss_mb"] > 0
+    assert shown["uptime_s"] >= 0 and shown["queue"] == 0 and len(shown["models"]) == 1
+    [root] = shown["roots"]
+    assert root["root"] == str(notes) and root["collection"] == "notes" and root["last_run"]["embedded"] == 1
+    assert sorted((x["holder"], x["pid"]) for x in root["leases"]) == [("one", os.getpid()), ("two", None)]
+    text = status_cli(db)
+    assert f"pid {shown['pid']}" in text and str(notes) in text and "lease one" in text
+
+    assert client.release(str(db), "one")
+    assert [x["holder"] for x in roots(db)[0]["leases"]] == ["two"]  # the other lease keeps it
+    assert client.release(str(db), "two")
+    wait_for(lambda: not roots(db), timeout=10)
+
+
+def test_a_lease_lapses_with_its_holder_or_without_renewal(served, db, model_dir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        assert client.send_lease(str(db), lease(model_dir, a, "killed", holder.pid), start=True)["ok"]
+        assert client.send_lease(str(db), lease(model_dir, b, "quiet", None), start=False)["ok"]
+        assert len(roots(db)) == 2
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        wait_for(lambda: [r["root"] for r in roots(db)] == [str(b)], timeout=10)  # its pid is gone
+        for _ in range(3):  # renewed: kept past the lease's 6 s
+            time.sleep(2.5)
+            assert client.send_lease(str(db), lease(model_dir, b, "quiet", None), start=False)["ok"]
+        assert [r["root"] for r in roots(db)] == [str(b)]
+        wait_for(lambda: not roots(db), timeout=15)  # no renewal: lapsed
+    finally:
+        holder.kill()
+        holder.wait()
+    gone = client.send_lease(str(db), lease(model_dir, a, "x", holder.pid), start=False)
+    assert gone and "not running" in gone["error"]
+
+
+def test_the_service_stays_while_a_lease_lives_then_exits_idle(served, db, model_dir, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        assert client.send_lease(str(db), lease(model_dir, notes, "s", holder.pid), start=True)["ok"]
+        pid = lite_state.read_state(str(db))["pid"]
+        for _ in range(4):  # well past the 4 s idle timeout, renewed within the lease
+            time.sleep(2.5)
+            assert client.send_lease(str(db), lease(model_dir, notes, "s", holder.pid), start=False)["ok"]
+        assert lite_state.read_state(str(db))["pid"] == pid
+        holder.kill()
+        holder.wait()
+        wait_for(lambda: lite_state.read_state(str(db)) is None, timeout=30)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_service_is_restarted_by_the_next_lease(served, db, model_dir, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)["ok"]
+    pid = lite_state.read_state(str(db))["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
+    assert client.status(str(db)) is None
+    assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=False) is None
+    again = client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)
+    assert again and again["added"] == [str(notes)]
+    assert lite_state.read_state(str(db))["pid"] != pid
+    (notes / "n.md").write_text("# Note\n\nThe heron queue drains every night.\n", encoding="utf-8")
+    wait_for(lambda: any(r["last_run"] and r["last_run"].get("changed") for r in roots(db)))
+    assert "heron" in search(db, model_dir, "when does the heron queue drain")[0]["content"]
+
+
+def test_a_memsearch_watch_of_a_served_root_finds_it_watched(served, db, model_dir, tmp_path):
+    """One watcher per database and root, whichever process runs it: the service holds the root's watcher lock."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)["ok"]
+    wait_for(lambda: roots(db) and roots(db)[0]["state"] == "watching")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memsearch_fast.cli",
+            "watch",
+            str(notes),
+            "-j",
+            "--collection",
+            "notes",
+            "--milvus-uri",
+            str(db),
+            "-m",
+            str(model_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    [event] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert event == {"event": "already_running", "pid": lite_state.read_state(str(db))["pid"], "roots": [str(notes)]}
