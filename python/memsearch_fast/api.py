@@ -399,7 +399,7 @@ class MemSearch:
         """Drop the collection; False when there was none. Waits for a running
         index of it (the writer lock; *on_wait* hears why), which would go on
         writing into what is dropped."""
-        from memsearch_fast.index import sync
+        from memsearch_fast.index import record
 
         writer = self._manifest()
         if on_wait is not None:
@@ -411,7 +411,7 @@ class MemSearch:
             if not store.exists:
                 return False
             store.drop()
-            sync.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
+            record.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
             return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:
