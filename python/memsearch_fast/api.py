@@ -393,7 +393,8 @@ class MemSearch:
         store = self._read_store()
         if not store.exists:
             return None
-        return {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
+        counts = {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
+        return {**counts, "span_vectors": store.spans.count()}  # loads them: a damaged part is reported too
 
     def drop(self, *, on_wait: Callable[[str], None] | None = None) -> bool:
         """Drop the collection; False when there was none. Waits for a running

@@ -317,6 +317,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     lines = [
         f"Total indexed chunks: {stats['chunks']}",
         f"Files: {stats['files']}",
+        *([f"Span vectors: {stats['span_vectors']}"] if stats.get("span_vectors") else []),
         f"Dimension: {stats['dimension'] if stats['dimension'] is not None else '-'}",
         f"Collection: {stats['collection']}",
         f"URI: {stats['uri']}",

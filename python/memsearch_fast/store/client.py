@@ -171,12 +171,13 @@ class StoreClient:
             )
         return StoreError(f"Milvus {op} failed on {self._display}: {msg}")
 
-    def _load(self, *, retry: bool = True) -> None:
+    def _load(self, *, retry: bool = True, collection: str | None = None) -> None:
         """Load the collection; on a shared Lite server, also make sure the engine
         loaded all of it. Milvus Lite 2.x answers a load that stopped at a damaged
         page with success and serves the rows read so far; only its log says
         "Load data failed" (lite.damage)."""
-        self._call("load_collection", lambda c: c.load_collection(self.collection), retry=retry)
+        name = collection or self.collection
+        self._call("load_collection", lambda c: c.load_collection(name), retry=retry)
         if self._shared and self._path is not None:
             from memsearch_fast.lite import damage
 

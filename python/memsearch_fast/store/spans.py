@@ -111,8 +111,8 @@ class SpanStore:
             if not self.store.exists:
                 return False
             self._exists = bool(self._call("has_collection", lambda c: c.has_collection(self.collection)))
-            if self._exists:
-                self._call("load_collection", lambda c: c.load_collection(self.collection))
+            if self._exists:  # loaded as the main collection is: a damaged part is reported, not served
+                self.store._load(collection=self.collection)
         return self._exists
 
     def create(self) -> bool:
@@ -197,6 +197,18 @@ class SpanStore:
             self._call("delete", lambda c, e=expr: c.delete(collection_name=self.collection, filter=e))
 
     # -- reads ------------------------------------------------------------------------
+
+    def count(self) -> int:
+        """Span rows (0 without the collection)."""
+        if not self.exists:
+            return 0
+        rows = self._call(
+            "count",
+            lambda c: c.query(
+                collection_name=self.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+            ),
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
 
     def chunk_hashes(self) -> set[str]:
         """The chunks that have their span rows (row 0 is written last of a chunk's)."""
