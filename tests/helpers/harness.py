@@ -23,6 +23,10 @@ from typing import Any
 
 from memsearch_fast.lite import broker as lite_broker
 
+# The reliability tests take these from here too.
+from tests.helpers.cli import ok as ok
+from tests.helpers.cli import one_line_error as one_line_error
+
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = "memsearch_chunks"
 FIELDS = ["source", "start_line", "end_line", "heading", "heading_level", "content"]
@@ -62,21 +66,6 @@ def memsearch(
         errors="replace",
         timeout=timeout,
     )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The command failed with exactly one line on stderr (no traceback) holding ``needles``."""
-    assert proc.returncode != 0, proc.stdout
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 class Background:

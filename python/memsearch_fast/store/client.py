@@ -171,6 +171,43 @@ class StoreClient:
             )
         return StoreError(f"Milvus {op} failed on {self._display}: {msg}")
 
+    def _search_in(
+        self,
+        collection: str,
+        data: list[Any],
+        field: str,
+        metric: str,
+        limit: int,
+        source_prefix: str | None,
+        fields: list[str],
+    ) -> list[dict[str, Any]]:
+        """One ranked list of *collection* (rows with *fields* and their ``distance``),
+        under *source_prefix* when given (re-checked: the filter is a range)."""
+        from memsearch_fast.store.filters import prefix_filter
+
+        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        res = self._call(
+            "search",
+            lambda c: c.search(
+                collection_name=collection,
+                data=data,
+                anns_field=field,
+                search_params={"metric_type": metric, "params": {}},
+                limit=limit,
+                filter=expr,
+                output_fields=fields,
+            ),
+        )
+        hits = []
+        for hit in res[0] if res else []:
+            entity = hit.get("entity", hit)
+            row = {f: entity.get(f) for f in fields}
+            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
+                continue
+            row["distance"] = float(hit["distance"])
+            hits.append(row)
+        return hits
+
     def _load(self, *, retry: bool = True, collection: str | None = None) -> None:
         """Load the collection; on a shared Lite server, also make sure the engine
         loaded all of it. Milvus Lite 2.x answers a load that stopped at a damaged

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.tuning import API_TOP_K
 from memsearch_fast.errors import StoreError, StoreUnavailableError
-from memsearch_fast.store.filters import prefix_filter
 from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema
 
 if TYPE_CHECKING:
@@ -115,25 +114,4 @@ class StoreSearch(StoreSchema):
     ) -> list[dict[str, Any]]:
         if not self._exists or limit <= 0:
             return []
-        expr = prefix_filter("source", source_prefix) if source_prefix else ""
-        res = self._call(
-            "search",
-            lambda c: c.search(
-                collection_name=self.collection,
-                data=data,
-                anns_field=field,
-                search_params={"metric_type": metric, "params": {}},
-                limit=limit,
-                filter=expr,
-                output_fields=QUERY_FIELDS,
-            ),
-        )
-        hits = []
-        for hit in res[0] if res else []:
-            entity = hit.get("entity", hit)
-            row = {f: entity.get(f) for f in QUERY_FIELDS}
-            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
-                continue
-            row["distance"] = float(hit["distance"])
-            hits.append(row)
-        return hits
+        return self._search_in(self.collection, data, field, metric, limit, source_prefix, QUERY_FIELDS)

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.store.filters import prefix_filter, quote_filter_value
+from memsearch_fast.store.filters import quote_filter_value
 from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
@@ -269,28 +269,7 @@ class SpanStore:
         """The best spans for *vector*, best first, each with its ``distance``."""
         if not self.exists or limit <= 0:
             return []
-        expr = prefix_filter("source", source_prefix) if source_prefix else ""
-        res = self._call(
-            "search",
-            lambda c: c.search(
-                collection_name=self.collection,
-                data=[vector],
-                anns_field="embedding",
-                search_params={"metric_type": "COSINE", "params": {}},
-                limit=limit,
-                filter=expr,
-                output_fields=FIELDS,
-            ),
-        )
-        hits = []
-        for hit in res[0] if res else []:
-            entity = hit.get("entity", hit)
-            row = {f: entity.get(f) for f in FIELDS}
-            if source_prefix and not str(row.get("source") or "").startswith(source_prefix):
-                continue
-            row["distance"] = float(hit["distance"])
-            hits.append(row)
-        return hits
+        return self.store._search_in(self.collection, [vector], "embedding", "COSINE", limit, source_prefix, FIELDS)
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         it = self._call(
