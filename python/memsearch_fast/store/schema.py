@@ -316,14 +316,4 @@ class StoreSchema(StoreClient):
 
     def count(self) -> int:
         """Rows in the collection, by ``count(*)`` (metadata row counts lag)."""
-        if not self._exists:
-            return 0
-        rows = self._call(
-            "count",
-            lambda c: c.query(
-                collection_name=self.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
-            ),
-        )
-        if not rows:
-            return 0
-        return int(rows[0]["count(*)"])
+        return self._count_in(self.collection) if self._exists else 0

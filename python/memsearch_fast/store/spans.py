@@ -200,15 +200,7 @@ class SpanStore:
 
     def count(self) -> int:
         """Span rows (0 without the collection)."""
-        if not self.exists:
-            return 0
-        rows = self._call(
-            "count",
-            lambda c: c.query(
-                collection_name=self.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
-            ),
-        )
-        return int(rows[0]["count(*)"]) if rows else 0
+        return self.store._count_in(self.collection) if self.exists else 0
 
     def chunk_hashes(self) -> set[str]:
         """The chunks that have their span rows (row 0 is written last of a chunk's)."""
