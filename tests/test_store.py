@@ -546,6 +546,31 @@ def test_server_uri_roundtrip(milvus_server):
         s.close()
 
 
+def test_span_vectors_on_a_server_uri(milvus_server, model_dir, tmp_path, monkeypatch):
+    """Spans live in a companion collection on a Milvus server too (not only in Lite
+    or the in-memory copy): written, searched, and dropped with the collection."""
+    import asyncio
+
+    from memsearch_fast import MemSearch
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a server's manifest goes under ~/.memsearch
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    filler = [f"Reviewed pull request {i} of the aspen worker pool; the build stayed green." for i in range(10)]
+    fact = "The aspen nightly export now writes its archive to the cold bucket named glacier-otter-7."
+    (notes / "day.md").write_text("### 10:00\n" + "".join(f"- {b}\n" for b in [*filler, fact]), encoding="utf-8")
+    args = {"embedding_model": str(model_dir), "milvus_uri": milvus_server, "collection": "spans_srv"}
+    with MemSearch([str(notes)], **args) as ms:
+        report = asyncio.run(ms.index_with_report())
+        assert report.spans is not None and report.spans.embedded >= len(filler)
+        assert ms.store.spans.chunk_hashes() == {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+        vector = asyncio.run(ms.provider.embed_query("which bucket does the aspen export archive go to"))
+        best = ms.store.search(vector, "", top_k=1, explain=True)[0]
+        assert best["explain"]["span"]["start_line"] == best["explain"]["span"]["end_line"] == 12
+        assert ms.drop() is True and not ms.store.spans.exists
+
+
 def test_server_uri_missing_collection_reads_empty(milvus_server):
     s = MilvusStore(milvus_server, collection="never_created")
     assert not s.exists and s.count() == 0 and s.search(list(unit(1)[0]), "x") == []
