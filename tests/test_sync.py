@@ -292,3 +292,17 @@ def test_a_record_or_manifest_planted_by_another_user_is_ignored(tmp_path: Path,
     assert report is None or str(planted.parent) not in report["roots"]
     assert not any("pelican" in h["content"] for h in hits)
     assert records._read(record, COLLECTION) is None
+
+
+def test_one_watcher_lock_per_database_however_its_path_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/m.db`, `./m.db` and the absolute path are one database: one watcher lock."""
+    home = tmp_path / "home"
+    (home / "sub").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home / "sub")
+    roots = [str(tmp_path / "notes")]
+    spelled = {lock_base(u, COLLECTION, roots) for u in ("~/m.db", "../m.db", str(home / "m.db"), f"{home}//m.db")}
+    assert spelled == {home / f"m.db.watch-{next(iter(spelled)).name.rsplit('-', 1)[1]}"}
+    assert lock_base(str(home / "other.db"), COLLECTION, roots) not in spelled

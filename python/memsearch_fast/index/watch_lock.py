@@ -43,12 +43,14 @@ def lock_base(uri: str, collection: str, roots: Sequence[str]) -> Path:
     ``~/.memsearch/watch/``. The key hashes the collection and the sorted
     roots, so another root set on the same database is another watcher.
     """
-    key_src = "\0".join([uri, collection, *sorted(roots)])
-    key = hashlib.sha256(key_src.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     from memsearch_fast.store.compat import is_local_uri
 
-    if is_local_uri(uri):
-        db = Path(uri).expanduser().resolve()
+    # A local database by its real path: `~/m.db`, `./m.db` and `/home/u/m.db` are one
+    # database, so one watcher (the database's service keys it this way too).
+    db = Path(uri).expanduser().resolve() if is_local_uri(uri) else None
+    key_src = "\0".join([str(db) if db is not None else uri, collection, *sorted(roots)])
+    key = hashlib.sha256(key_src.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    if db is not None:
         return db.parent / f"{db.name}.watch-{key}"
     return Path(os.path.expanduser("~")) / ".memsearch" / "watch" / key
 
