@@ -67,7 +67,11 @@ class Watcher:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=60)
+        return self.wait()
+
+    def wait(self, timeout: float = 60) -> int:
+        """The exit status of a watcher that ends on its own (no signal sent); its pipes closed."""
+        rc = self.proc.wait(timeout=timeout)
         for reader in self.readers:  # they end at the pipes' end of file
             reader.join(timeout=10)
         for pipe in (self.proc.stdout, self.proc.stderr):
@@ -186,7 +190,7 @@ def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[
         second = Watcher([str(root), *common(db, model_dir)], env)
         busy = second.next("already_running")
         assert busy["pid"] == first.proc.pid
-        assert second.stop() == 0
+        assert second.wait() == 0
 
         # A killed holder leaves no lock behind: the next watcher takes over.
         first.proc.kill()
@@ -210,7 +214,7 @@ def test_watcher_exits_when_its_roots_are_deleted(
     w.next("indexed")
     shutil.rmtree(tmp_path / "worktree")
     assert "gone" in w.next("stopped", timeout=60)["reason"]
-    assert w.stop() == 0
+    assert w.wait() == 0
 
 
 def test_start_stop_cycles_leave_no_watcher_behind(
