@@ -59,6 +59,15 @@ def index(ms: MemSearch):
     return asyncio.run(ms.index_with_report())
 
 
+def spanned(ms: MemSearch) -> set[str]:
+    """The stored chunks long enough to have spans (a short chunk has no span rows)."""
+    ids = [cid for cid, _ in ms.store.iter_ids_by_source(None)]
+    rows = ms.store.rows_for_ids(ids, ["content", "heading", "start_line"])
+    out = {r["chunk_hash"] for r in rows if spans(r["content"], r["heading"], int(r["start_line"]))}
+    assert out and len(out) < len(ids)  # the notes have both kinds
+    return out
+
+
 def dense_only(ms: MemSearch, query: str):
     vector = asyncio.run(ms.provider.embed_query(query))
     return ms.store.search(vector, "", top_k=3, explain=True)
@@ -95,15 +104,13 @@ def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path)
         def chunks_with_spans() -> set[str]:
             return spans_store.chunk_hashes()
 
-        stored = {cid for cid, _ in ms.store.iter_ids_by_source(None)}
-        assert chunks_with_spans() == stored
+        assert chunks_with_spans() == spanned(ms)
 
         # A rename: every span takes its old vector.
         (notes / "2026-11-20.md").rename(notes / "moved.md")
         moved = index(ms)
         assert moved.spans is not None and moved.spans.embedded == 0 and moved.spans.reused > 0
-        stored = {cid for cid, _ in ms.store.iter_ids_by_source(None)}
-        assert chunks_with_spans() == stored
+        assert chunks_with_spans() == spanned(ms)
         assert not any(
             src.endswith("2026-11-20.md") for page in spans_store.iter_rows() for src in (r["source"] for r in page)
         )
@@ -114,7 +121,7 @@ def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path)
         (notes / "moved.md").write_text(text, encoding="utf-8")
         edited = index(ms)
         assert edited.spans is not None and 1 <= edited.spans.embedded <= 2
-        assert chunks_with_spans() == {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+        assert chunks_with_spans() == spanned(ms)
 
         # A deleted file: its spans go with its chunks.
         (notes / "moved.md").unlink()
@@ -141,8 +148,8 @@ def test_a_collection_indexed_before_spans_gets_them_in_one_run(
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=db) as ms:
         report = index(ms)
         assert report.manifest and report.changed == 0 and report.embedded == 0  # the files did not change
-        assert report.spans is not None and report.spans.chunks == ms.store.count()
-        assert ms.store.spans.chunk_hashes() == {cid for cid, _ in ms.store.iter_ids_by_source(None)}
+        assert report.spans is not None and report.spans.chunks == len(spanned(ms))
+        assert ms.store.spans.chunk_hashes() == spanned(ms)
 
 
 def test_spans_a_killed_run_left_out_are_added_by_the_next(notes: Path, tmp_path: Path, model_dir: Path) -> None:
@@ -152,7 +159,7 @@ def test_spans_a_killed_run_left_out_are_added_by_the_next(notes: Path, tmp_path
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(db)) as ms:
         index(ms)
         clean = sorted(r["span_id"] for page in ms.store.spans.iter_rows() for r in page)
-        victim = next(cid for cid, _ in ms.store.iter_ids_by_source(None))
+        victim = sorted(spanned(ms))[0]
         ms.store.spans.delete_chunks([victim])  # as if killed before this chunk's spans
         Manifest.for_store(ms.uri, ms.collection).invalidate()
         ms.store.spans.upsert(  # and an orphan span of a chunk that is gone
@@ -171,3 +178,29 @@ def test_spans_a_killed_run_left_out_are_added_by_the_next(notes: Path, tmp_path
         repaired = index(ms)
         assert repaired.spans is not None and repaired.spans.removed == 1 and repaired.spans.chunks == 1
         assert sorted(r["span_id"] for page in ms.store.spans.iter_rows() for r in page) == clean
+
+
+def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
+    notes: Path, tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each list one deep: the fact's chunk is BM25's only hit and not the dense
+    list's, so its dense score is computed among its own vectors (its chunk vector
+    and its spans'): the best of them, as the model gives it."""
+    import numpy as np
+
+    from memsearch_fast.store import fusion
+
+    monkeypatch.setattr(fusion, "DEPTH", 1)
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        index(ms)
+        query = asyncio.run(ms.provider.embed_query("a short entry about lunch"))
+        assert not any(FACT in h["content"] for h in ms.store.search(query, "", top_k=2))  # not in the dense list
+        fact = next(h for h in ms.store.search(query, "glacier-otter-7", top_k=2, explain=True) if FACT in h["content"])
+        row = ms.store.rows_for_ids([fact["chunk_hash"]], ["content", "heading", "start_line", "embedding"])[0]
+        texts = [s.text for s in spans(row["content"], row["heading"], int(row["start_line"]))]
+        vectors = np.asarray([row["embedding"], *asyncio.run(ms.provider.embed(texts))], dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32)
+        cosines = vectors @ q / np.linalg.norm(vectors, axis=1) / float(np.linalg.norm(q))
+        assert fact["explain"]["dense_score"] == pytest.approx(float(cosines.max()), abs=1e-3)
+        assert fact["explain"]["sparse_rank"] == 1
+        assert ("span" in fact["explain"]) == (int(cosines.argmax()) > 0)

@@ -5,7 +5,8 @@ run wrote, so they follow whatever the run decided (new, moved, reused
 chunks) without another path through the stages. A span whose text was
 embedded before (a moved or copied chunk, an identical line elsewhere) takes
 the stored vector. A chunk's row 0 (its own vector) is written after its
-spans, so a chunk with row 0 has all its spans.
+spans, so a chunk with row 0 has all its spans; a short chunk has no spans
+and no rows (a full reconcile reads it again and finds none).
 
 A run with no trusted manifest (a first run, a repair after a killed run, a
 collection indexed before spans existed) reconciles the whole collection:
@@ -44,6 +45,8 @@ def enabled() -> bool:
 
 @dataclass
 class SpanReport:
+    """``chunks``: chunks given their span rows (a short chunk gets none)."""
+
     chunks: int = 0
     embedded: int = 0
     reused: int = 0
@@ -102,15 +105,17 @@ async def _page(
     span_rows = [
         _row(row, s.index, s.start_line, s.end_line, h, known[h]) for (row, s), h in zip(pieces, hashes, strict=True)
     ]
+    spanned = {id(row) for row, _ in pieces}
     own = [
         _row(row, 0, int(row.get("start_line") or 0), int(row.get("end_line") or 0), "", list(row["embedding"]))
         for row in rows
+        if id(row) in spanned
     ]
     # Rows a killed pass left of these chunks go first; then every row is new.
     await asyncio.to_thread(store.spans.delete_chunks, [str(row["chunk_hash"]) for row in rows])
     await asyncio.to_thread(store.spans.insert, span_rows)
     await asyncio.to_thread(store.spans.insert, own)  # last: a chunk with row 0 has all its spans
-    report.chunks += len(rows)
+    report.chunks += len(own)
 
 
 async def _embed(provider: EmbeddingProvider, wanted: list[str], texts: dict[str, str]) -> dict[str, list[float]]:

@@ -190,12 +190,18 @@ class StoreClient:
         limit: int,
         source_prefix: str | None,
         fields: list[str],
+        *,
+        where: str = "",
+        group_by: str | None = None,
     ) -> list[dict[str, Any]]:
         """One ranked list of *collection* (rows with *fields* and their ``distance``),
-        under *source_prefix* when given (re-checked: the filter is a range)."""
+        under *source_prefix* when given (re-checked: the filter is a range), among
+        the rows *where* holds, and with *group_by* the best row of each value."""
         from memsearch_fast.store.filters import prefix_filter
 
-        expr = prefix_filter("source", source_prefix) if source_prefix else ""
+        parts = [p for p in (prefix_filter("source", source_prefix) if source_prefix else "", where) if p]
+        expr = " and ".join(f"({p})" for p in parts) if len(parts) > 1 else "".join(parts)
+        extra: dict[str, Any] = {"group_by_field": group_by} if group_by else {}
         res = self._call(
             "search",
             lambda c: c.search(
@@ -206,6 +212,7 @@ class StoreClient:
                 limit=limit,
                 filter=expr,
                 output_fields=fields,
+                **extra,
             ),
         )
         hits = []

@@ -397,7 +397,7 @@ class DenseIndex:
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         dense = self._dense(copy, by_source, vector, deep, source_prefix)
-        span_hits = store.spans.search(list(map(float, vector)), min(MAX_TOP_K, deep * spans.FANOUT), source_prefix)
+        span_hits = store.spans.search(list(map(float, vector)), deep, source_prefix)
         ranked, matched = spans.merge_dense(dense, span_hits, deep)
         sparse = store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
         if any(h["chunk_hash"] not in pos for h in sparse):
@@ -407,10 +407,12 @@ class DenseIndex:
         have = {cid for cid, _ in ranked}
         lacking = [h["chunk_hash"] for h in sparse if h["chunk_hash"] not in have]
         if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
-            vectors = store.spans.vectors_of_chunks(lacking)
-            for cid in lacking:
-                vectors.setdefault(cid, [copy.matrix[pos[cid]].tolist()])
-            ranked = spans.fill_dense(ranked, list(map(float, vector)), vectors)
+            q = self._unit(vector)
+            own = [(cid, float(copy.matrix[pos[cid]] @ q)) for cid in lacking]
+            best = store.spans.best_of(list(map(float, vector)), lacking)
+            scores, found = spans.merge_dense(own, list(best.values()), len(lacking))
+            matched.update(found)
+            ranked = spans.fill_dense(ranked, dict(scores))
         ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
         fused = fusion.fuse(ranked, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
         return [
@@ -420,14 +422,17 @@ class DenseIndex:
             for f in fused
         ]
 
+    @staticmethod
+    def _unit(vector: Any) -> np.ndarray:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        return q / norm if norm else q
+
     def _dense(
         self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
     ) -> list[tuple[str, float]]:
         """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it."""
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(q))
-        if norm:
-            q = q / norm
+        q = self._unit(vector)
         if prefix:
             picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
             if not picked:

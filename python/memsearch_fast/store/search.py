@@ -58,9 +58,9 @@ class StoreSearch(StoreSchema):
             if self._exists and self.count() == 0:
                 return []
             raise
-        span_hits = self.spans.search(list(dense), min(MAX_TOP_K, deep * spans.FANOUT), source_prefix)
+        span_hits = self.spans.search(list(dense), deep, source_prefix)
         ranked, matched = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
-        ranked = self._fill_dense(ranked, list(dense), [h["chunk_hash"] for h in sparse_hits])
+        ranked = self._fill_dense(ranked, matched, list(dense), [h["chunk_hash"] for h in sparse_hits])
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
         missing = [cid for cid, _ in ranked if cid not in rows]
         if missing:
@@ -73,18 +73,34 @@ class StoreSearch(StoreSchema):
         return [spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id)) for f in fused]
 
     def _fill_dense(
-        self, ranked: list[tuple[str, float]], vector: list[float], ids: list[str]
+        self, ranked: list[tuple[str, float]], matched: dict[str, dict[str, Any]], vector: list[float], ids: list[str]
     ) -> list[tuple[str, float]]:
-        """The dense scores of the BM25 hits the dense list lacks (see :func:`.spans.fill_dense`)."""
+        """*ranked* with the dense scores of the BM25 hits it lacks (see
+        :func:`.spans.fill_dense`), computed by Milvus among those chunks alone;
+        the spans that gave them go into *matched*."""
         from memsearch_fast.store import spans
 
-        lacking = [cid for cid in dict.fromkeys(ids) if cid not in {c for c, _ in ranked}]
+        have = {c for c, _ in ranked}
+        lacking = [cid for cid in dict.fromkeys(ids) if cid not in have]
         if not lacking:
             return ranked
-        vectors = self.spans.vectors_of_chunks(lacking)
-        for row in self.rows_for_ids([c for c in lacking if c not in vectors], ["embedding"]):
-            vectors[row["chunk_hash"]] = [list(row["embedding"])]
-        return spans.fill_dense(ranked, vector, vectors)
+        own: list[tuple[str, float]] = []
+        for i in range(0, len(lacking), spans.BATCH):
+            part = lacking[i : i + spans.BATCH]
+            hits = self._search_in(
+                self.collection,
+                [vector],
+                "embedding",
+                "COSINE",
+                len(part),
+                None,
+                ["chunk_hash"],
+                where=spans.in_filter("chunk_hash", part),
+            )
+            own.extend((h["chunk_hash"], h["distance"]) for h in hits)
+        scores, found = spans.merge_dense(own, list(self.spans.best_of(vector, lacking).values()), len(lacking))
+        matched.update(found)
+        return spans.fill_dense(ranked, dict(scores))
 
     @property
     def spans(self) -> SpanStore:

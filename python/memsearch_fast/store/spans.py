@@ -1,9 +1,11 @@
 """The span vectors of a collection, in a companion collection ``<collection>_spans``.
 
 The main collection keeps memsearch 0.4.23's schema, so a 0.4.23 client
-still searches it. Beside it, one row per vector a chunk is ranked by
-(:mod:`memsearch_fast.index.spans`): index 0 is the chunk's own vector, 1…
-its spans. ``text_hash`` (the span text's content hash) lets a moved or
+still searches it. Beside it, the rows of the chunks that have spans
+(:mod:`memsearch_fast.index.spans`; a short chunk has none): index 1… its
+spans, index 0 its own vector, written last as the mark that the chunk has
+all its rows. Milvus ranks them grouped by chunk, so one search gives each
+chunk's best span. ``text_hash`` (the span text's content hash) lets a moved or
 copied chunk take its spans' vectors instead of embedding them again.
 
 Rows follow their chunk: :class:`~memsearch_fast.store.milvus.MilvusStore`
@@ -31,10 +33,6 @@ BATCH = 512
 FIELDS = ["span_id", "chunk_hash", "source", "text_hash", "start_line", "end_line"]
 
 
-#: Span hits fetched per chunk wanted in the dense list (a chunk has several spans).
-FANOUT = 8
-
-
 def span_id(chunk_hash: str, index: int) -> str:
     return f"{chunk_hash}:{index}"
 
@@ -60,28 +58,21 @@ def merge_dense(
     return ranked, {cid: matched[cid] for cid, _ in ranked if cid in matched}
 
 
-def fill_dense(
-    ranked: list[tuple[str, float]], vector: list[float], vectors: dict[str, list[list[float]]]
-) -> list[tuple[str, float]]:
-    """*ranked* plus the chunks of *vectors* it lacks, each at its best cosine with
-    *vector*, best first: a chunk BM25 found but the dense list was too short to
-    hold is fused with its real dense score, not with none (an exact key, a port or
-    a date, has look-alikes whose sentences the dense side ranks above it)."""
-    import numpy as np
-
+def fill_dense(ranked: list[tuple[str, float]], scores: dict[str, float]) -> list[tuple[str, float]]:
+    """*ranked* plus the chunks of *scores* it lacks, at their best cosine, best
+    first: a chunk BM25 found but the dense list was too short to hold is fused
+    with its real dense score, not with none (an exact key, a port or a date, has
+    look-alikes whose sentences the dense side ranks above it)."""
     have = {cid for cid, _ in ranked}
-    extra = [(cid, vs) for cid, vs in vectors.items() if cid not in have and vs]
+    extra = [(cid, score) for cid, score in scores.items() if cid not in have]
     if not extra:
         return ranked
-    q = np.asarray(vector, dtype=np.float32)
-    q /= float(np.linalg.norm(q)) or 1.0
-    out = list(ranked)
-    for cid, vs in extra:
-        m = np.asarray(vs, dtype=np.float32)
-        norms = np.linalg.norm(m, axis=1)
-        norms[norms == 0] = 1.0
-        out.append((cid, float(np.max((m @ q) / norms))))
-    return sorted(out, key=lambda kv: -kv[1])
+    return sorted([*ranked, *extra], key=lambda kv: -kv[1])
+
+
+def in_filter(field: str, values: list[str]) -> str:
+    """``field in [...]`` with every value escaped."""
+    return f"{field} in [{', '.join(quote_filter_value(v) for v in values)}]"
 
 
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None) -> dict[str, Any]:
@@ -193,7 +184,7 @@ class SpanStore:
         if not values or not self.exists:
             return
         for i in range(0, len(values), BATCH):
-            expr = f"{field} in [{', '.join(quote_filter_value(v) for v in values[i : i + BATCH])}]"
+            expr = in_filter(field, values[i : i + BATCH])
             self._call("delete", lambda c, e=expr: c.delete(collection_name=self.collection, filter=e))
 
     # -- reads ------------------------------------------------------------------------
@@ -224,44 +215,52 @@ class SpanStore:
     def vectors_for(self, text_hashes: list[str]) -> dict[str, list[float]]:
         """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans)."""
         out: dict[str, list[float]] = {}
-        if not text_hashes or not self.exists:
-            return out
-        wanted = list(dict.fromkeys(text_hashes))
-        for i in range(0, len(wanted), BATCH):
-            expr = f"text_hash in [{', '.join(quote_filter_value(v) for v in wanted[i : i + BATCH])}]"
-            rows = self._call(
-                "query",
-                lambda c, e=expr: c.query(
-                    collection_name=self.collection, filter=e, output_fields=["text_hash", "embedding"]
-                ),
-            )
-            for r in rows:
-                out.setdefault(r["text_hash"], list(r["embedding"]))
+        for r in self._query_in("text_hash", text_hashes, ["text_hash", "embedding"]):
+            out.setdefault(r["text_hash"], list(r["embedding"]))
         return out
 
-    def vectors_of_chunks(self, chunk_hashes: list[str]) -> dict[str, list[list[float]]]:
-        """Every stored vector of these chunks (theirs and their spans'), by chunk."""
-        out: dict[str, list[list[float]]] = {}
+    def _query_in(self, field: str, values: list[str], fields: list[str]) -> Iterator[dict[str, Any]]:
+        """The rows whose *field* is one of *values*, a batch of values per query."""
+        wanted = list(dict.fromkeys(values))
+        if not wanted or not self.exists:
+            return
+        for i in range(0, len(wanted), BATCH):
+            expr = in_filter(field, wanted[i : i + BATCH])
+            yield from self._call(
+                "query", lambda c, e=expr: c.query(collection_name=self.collection, filter=e, output_fields=fields)
+            )
+
+    def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
+        """The *limit* chunks whose best span is nearest to *vector*, best first: each
+        chunk's best span row, with its ``distance`` (Milvus groups by chunk)."""
+        if not self.exists or limit <= 0:
+            return []
+        return self.store._search_in(
+            self.collection, [vector], "embedding", "COSINE", limit, source_prefix, FIELDS, group_by="chunk_hash"
+        )
+
+    def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
+        """The best span row of each of these chunks for *vector* (chunks without
+        span rows are absent): the dense score of a chunk only BM25 found."""
         wanted = list(dict.fromkeys(chunk_hashes))
+        out: dict[str, dict[str, Any]] = {}
         if not wanted or not self.exists:
             return out
         for i in range(0, len(wanted), BATCH):
-            expr = f"chunk_hash in [{', '.join(quote_filter_value(v) for v in wanted[i : i + BATCH])}]"
-            rows = self._call(
-                "query",
-                lambda c, e=expr: c.query(
-                    collection_name=self.collection, filter=e, output_fields=["chunk_hash", "embedding"]
-                ),
-            )
-            for r in rows:
-                out.setdefault(r["chunk_hash"], []).append(list(r["embedding"]))
+            part = wanted[i : i + BATCH]
+            for hit in self.store._search_in(
+                self.collection,
+                [vector],
+                "embedding",
+                "COSINE",
+                len(part),
+                None,
+                FIELDS,
+                where=in_filter("chunk_hash", part),
+                group_by="chunk_hash",
+            ):
+                out[str(hit["chunk_hash"])] = hit
         return out
-
-    def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
-        """The best spans for *vector*, best first, each with its ``distance``."""
-        if not self.exists or limit <= 0:
-            return []
-        return self.store._search_in(self.collection, [vector], "embedding", "COSINE", limit, source_prefix, FIELDS)
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         it = self._call(
