@@ -664,6 +664,43 @@ def test_fusion_scales_each_list_and_weighs_them():
     assert fusion.fuse([("only", -0.3)], [], 1)[0].score == 1.0
 
 
+def test_bm25_is_trusted_by_how_far_its_best_stands_out():
+    """A list that falls off fast (a key, a name) keeps BM25's share; a flat one
+    (words that are everywhere) gives it up, and the dense side ranks."""
+    from memsearch_fast.store import fusion
+
+    assert fusion.trust([9.0, 2.0, 1.5, 1.0], 30) == 1.0
+    assert fusion.trust([5.0], 30) == 1.0  # padded with zeros: one hit stands out
+    flat = [10.0 - i * 0.05 for i in range(30)]
+    assert fusion.trust(flat, 30) == pytest.approx(2 * (10.0 - flat[15]) / 10.0)
+    assert fusion.trust(flat, 30) < 0.2
+    assert fusion.trust([], 30) == 1.0
+    dense = [("a", 0.9), ("b", 0.5)]
+    sparse = [("b", 10.0), ("c", 9.9)]
+    assert fusion.fuse(dense, sparse, 3)[0].id == "b"  # trusted: b's BM25 lead lifts it
+    low = fusion.fuse(dense, sparse, 3, bm25_trust=0.1)
+    assert low[0].id == "a"
+    # First in both lists is 1.0 whatever the trust.
+    assert fusion.fuse([("a", 0.9)], [("a", 3.0)], 1, bm25_trust=0.3)[0].score == pytest.approx(1.0)
+
+
+def test_a_dense_hit_beyond_the_bm25_list_keeps_its_bm25_score(store, monkeypatch):
+    """Each list one deep: the dense hit is not BM25's first, but it holds the
+    query's word and is fused with that score (a BM25 search among the dense hits)."""
+    from memsearch_fast.store import fusion
+
+    monkeypatch.setattr(fusion, "DEPTH", 1)
+    texts = ["otter otter otter report", "the otter report for the week", "nothing to see"]
+    vecs = unit(3, seed=31)
+    store.upsert([make_row(i, vecs[i], content=t, source=f"o/{i}.md") for i, t in enumerate(texts)])
+    hits = store.search(list(vecs[1]), "otter", top_k=1, explain=True)
+    assert hits[0]["content"] == texts[1]
+    ex = hits[0]["explain"]
+    assert ex["dense_rank"] == 1 and ex["sparse_score"] is not None and ex["sparse_score"] > 0
+    sparse_alone = store.sparse_search("otter", top_k=2)
+    assert ex["sparse_score"] == pytest.approx(next(h["distance"] for h in sparse_alone if h["content"] == texts[1]))
+
+
 def test_explain_gives_each_retrievers_rank_and_the_fused_score(store):
     texts = [*FILLER, "the quick brown fox", "a quick note about foxes and hounds"]
     vecs = unit(len(texts), seed=21)

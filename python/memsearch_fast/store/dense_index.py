@@ -414,7 +414,13 @@ class DenseIndex:
             matched.update(found)
             ranked = spans.fill_dense(ranked, dict(scores))
         ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
-        fused = fusion.fuse(ranked, [(h["chunk_hash"], h["distance"]) for h in sparse], top_k)
+        pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
+        fused = fusion.fuse(
+            ranked,
+            store.fill_sparse(pairs, ranked, query_text),
+            top_k,
+            bm25_trust=fusion.trust([score for _, score in pairs], deep),
+        )
         return [
             spans.explain_span(
                 fusion.hit(f, rows.get(f.id) or copy.row(pos[f.id]), QUERY_FIELDS, explain), matched.get(f.id)

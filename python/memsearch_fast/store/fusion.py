@@ -29,6 +29,15 @@ hit@5 at 1-2 MB, dense 0.5 → 0.6 → 0.7: exact keys 0.850 / 1.000 → 0.800 /
 facts 0.950 / 1.000 at all three. 0.6 gains a few first places and loses a
 keyword whose dense score is the worst (a BM25-only hit then cannot reach
 the top 3: tests/test_store.py), so 0.5 stays (docs/retrieval.md).
+
+BM25's share is then scaled by :func:`trust` (how far its best stands out of
+its list), and a dense hit the BM25 list was too short to hold gets its BM25
+score (:meth:`.search.StoreSearch.fill_sparse`). Measured on the same lists
+(``benches/fusion_offline.py``), hit@1 / hit@5 / MRR@10: agent journals
+0.500 / 0.850 / 0.649 → 0.675 / 0.850 / 0.742, dialogue 0.375 / 0.450 / 0.412
+→ 0.475 / 0.675 / 0.558, planted facts and exact keys unchanged (0.950 /
+1.000 and 0.850 / 1.000); :data:`PEAK` 1.5 and 3 and a dense weight of 0.4 or
+0.6 were each worse in the mean (docs/retrieval.md has the table).
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ from typing import Any
 DEPTH = 30
 #: The dense list's share of a fused score; BM25 has the rest.
 DENSE_WEIGHT = 0.5
+#: BM25 keeps its whole share when its best score is at least this many times
+#: (best − middle of its list) over best: see :func:`trust`.
+PEAK = 2.0
 
 
 @dataclass(slots=True)
@@ -58,6 +70,23 @@ def depth(top_k: int, limit: int) -> int:
     return min(limit, max(top_k, DEPTH))
 
 
+def trust(scores: Sequence[float], deep: int) -> float:
+    """How much of its share BM25 gets for one question, 0..1: how far its best
+    score stands above the middle of its list (padded with zeros to *deep*).
+
+    A question whose words single out a few chunks (a key, a name, a port)
+    gives a list that falls off fast: BM25 keeps its share. One whose words
+    are everywhere (a project's name, "who", "said") gives a flat list of
+    near-equal scores that ranks noise; scaled to its best, every hit of it
+    would gain almost a full share over chunks the dense side ranks higher.
+    """
+    ranked = sorted((max(0.0, s) for s in scores), reverse=True)
+    if not ranked or ranked[0] <= 0:
+        return 1.0
+    ranked += [0.0] * max(0, deep - len(ranked))
+    return min(1.0, PEAK * (ranked[0] - ranked[len(ranked) // 2]) / ranked[0])
+
+
 def _scaled(scores: Sequence[float]) -> list[float]:
     """Each score over the list's best, in 0..1 (all 1.0 when the best is not above 0)."""
     if not scores:
@@ -66,12 +95,20 @@ def _scaled(scores: Sequence[float]) -> list[float]:
     return [1.0 if hi <= 0 else max(0.0, s) / hi for s in scores]
 
 
-def fuse(dense: Sequence[tuple[str, float]], sparse: Sequence[tuple[str, float]], top_k: int) -> list[Fused]:
+def fuse(
+    dense: Sequence[tuple[str, float]], sparse: Sequence[tuple[str, float]], top_k: int, *, bm25_trust: float = 1.0
+) -> list[Fused]:
     """The best ``top_k`` of the two ranked lists of (id, score), best first.
 
-    Equal scores keep the dense order, then the BM25 order.
+    BM25's weight is its share times *bm25_trust* (:func:`trust`); scores are
+    divided by the weights' sum, so a chunk first in both lists still scores
+    1.0. Equal scores keep the dense order, then the BM25 order.
     """
-    weights = (DENSE_WEIGHT, 1.0 - DENSE_WEIGHT) if dense and sparse else (1.0, 1.0)
+    if dense and sparse:
+        total = DENSE_WEIGHT + (1.0 - DENSE_WEIGHT) * bm25_trust
+        weights = (DENSE_WEIGHT / total, (1.0 - DENSE_WEIGHT) * bm25_trust / total)
+    else:
+        weights = (1.0, 1.0)
     out: dict[str, Fused] = {}
     for rank, ((cid, raw), value) in enumerate(zip(dense, _scaled([s for _, s in dense]), strict=True), start=1):
         if cid not in out:

@@ -65,10 +65,12 @@ class StoreSearch(StoreSchema):
         missing = [cid for cid, _ in ranked if cid not in rows]
         if missing:
             rows.update((r["chunk_hash"], r) for r in self.rows_for_ids(missing, QUERY_FIELDS))
+        sparse = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
         fused = fusion.fuse(
             [(cid, score) for cid, score in ranked if cid in rows],  # a span whose chunk is gone: skipped
-            [(h["chunk_hash"], h["distance"]) for h in sparse_hits],
+            self.fill_sparse(sparse, ranked, query_text),
             top_k,
+            bm25_trust=fusion.trust([score for _, score in sparse], deep),
         )
         return [spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id)) for f in fused]
 
@@ -101,6 +103,35 @@ class StoreSearch(StoreSchema):
         scores, found = spans.merge_dense(own, list(self.spans.best_of(vector, lacking).values()), len(lacking))
         matched.update(found)
         return spans.fill_dense(ranked, dict(scores))
+
+    def fill_sparse(
+        self, sparse: list[tuple[str, float]], ranked: list[tuple[str, float]], query_text: str
+    ) -> list[tuple[str, float]]:
+        """*sparse* (the BM25 list) plus the BM25 scores of the dense hits it lacks,
+        best first: the mirror of :meth:`_fill_dense`. A chunk the dense side ranks
+        first but whose BM25 score fell just short of a flat list keeps that score
+        instead of none."""
+        from memsearch_fast.store import spans
+
+        have = {cid for cid, _ in sparse}
+        lacking = [cid for cid, _ in ranked if cid not in have]
+        if not lacking or not sparse or not query_text.strip():
+            return sparse
+        extra: list[tuple[str, float]] = []
+        for i in range(0, len(lacking), spans.BATCH):
+            part = lacking[i : i + spans.BATCH]
+            hits = self._search_in(
+                self.collection,
+                [query_text],
+                "sparse_vector",
+                "BM25",
+                len(part),
+                None,
+                ["chunk_hash"],
+                where=spans.in_filter("chunk_hash", part),
+            )
+            extra.extend((h["chunk_hash"], h["distance"]) for h in hits)
+        return sorted([*sparse, *extra], key=lambda kv: -kv[1])  # stable: ties keep the BM25 order
 
     @property
     def spans(self) -> SpanStore:
