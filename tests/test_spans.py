@@ -204,3 +204,25 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
         assert fact["explain"]["dense_score"] == pytest.approx(float(cosines.max()), abs=1e-3)
         assert fact["explain"]["sparse_rank"] == 1
         assert ("span" in fact["explain"]) == (int(cosines.argmax()) > 0)
+
+
+def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:
+    """``search --explain`` (text and ``-j``) says which lines gave a hit its dense score."""
+    import json
+
+    from memsearch_fast.lite import broker
+    from tests.helpers.cli import ok, run
+
+    db = tmp_path / "cli.db"
+    common = ["--milvus-uri", str(db), "-m", str(model_dir)]
+    try:
+        ok(run(["index", str(notes), *common], env))
+        query = "which bucket does the aspen nightly export archive go to"
+        fact_line = journal().splitlines().index(f"- {FACT}") + 1
+        hits = json.loads(ok(run(["search", query, "-j", "-k", "1", "--explain", *common], env)).stdout)
+        assert FACT in hits[0]["content"] and hits[0]["explain"]["span"]["start_line"] == fact_line
+        text = ok(run(["search", query, "-k", "1", "--explain", *common], env)).stdout
+        why = next(line for line in text.splitlines() if line.startswith("Why:"))
+        assert f"line {fact_line})" in why, why
+    finally:
+        broker.stop_server(str(db))

@@ -68,14 +68,20 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
 
 
 def explain_line(e: dict[str, Any]) -> str:
-    """``--explain``: where a hit stood in each retriever's list, and the fused score
-    (and, when reranked, the cross-encoder's log-odds and the hit's fused rank)."""
+    """``--explain``: where a hit stood in each retriever's list (and the lines of
+    the span that gave its dense score), the fused score (and, when reranked, the
+    cross-encoder's log-odds and the hit's fused rank)."""
 
     def part(name: str, key: str) -> str:
         rank, score = e.get(f"{key}_rank"), e.get(f"{key}_score")
         return f"{name} #{rank} ({score:.4f})" if rank is not None else f"{name} -"
 
-    line = f"Why: {part('dense', 'dense')} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f}"
+    dense = part("dense", "dense")
+    span = e.get("span")
+    if span and e.get("dense_rank") is not None:  # the lines whose own vector gave the dense score
+        a, b = span["start_line"], span["end_line"]
+        dense = f"{dense[:-1]}, {f'line {a}' if a == b else f'lines {a}-{b}'})"
+    line = f"Why: {dense} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f}"
     if e.get("rerank_score") is not None:
         line += f" · rerank {float(e['rerank_score']):.4f} (logit; fused #{e.get('fused_rank')})"
     return line
