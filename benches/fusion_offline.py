@@ -38,7 +38,7 @@ VARIANTS = [
     *(f"scaled+bm25fill {w:.1f}" for w in (0.4, 0.5, 0.6)),
     *(f"spanlex:{lam} {w:.1f}" for lam in (0.1, 0.2) for w in (0.5, 0.6, 0.7)),
     *(f"adapt:{a} {w:.1f}" for a in (1.5, 2, 3) for w in (0.4, 0.5, 0.6)),
-    *(f"adaptlex:2:{lam} {w:.1f}" for lam in (0.1, 0.2) for w in (0.5, 0.6, 0.7)),
+    *(f"adaptlex:{p}:{lam} {w:.1f}" for p in (2, 3) for lam in (0.1, 0.2, 0.3) for w in (0.5, 0.6, 0.7)),
 ]
 
 
@@ -55,92 +55,55 @@ def facts_of(corpus_set: str, count: int, seed: int, by_key: bool) -> list[Any]:
 def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
     """Per question: the store's two lists as fusion receives them, the BM25 scores
     of the dense hits, and the content of every chunk named."""
-    from memsearch_fast.store import fusion, spans
+    from memsearch_fast.store import spans
 
-    seen: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]] = []
-    matched: dict[str, dict[str, Any]] = {}
-    filled: dict[str, float] = {}
-    real, real_merge = fusion.fuse, spans.merge_dense
+    seen: dict[str, Any] = {}
+    real_words = spans.with_words
     store = ms.store
     real_fill = store.fill_sparse
 
-    def spy(dense: Any, sparse: Any, top_k: int, **kw: Any) -> Any:
-        seen.append((list(dense), list(sparse)))
-        return real(dense, sparse, top_k, **kw)
-
-    def spy_merge(*args: Any) -> Any:
-        ranked, found = real_merge(*args)
-        matched.update(found)
-        return ranked, found
+    def spy_words(ranked: Any, matched: Any, rows: Any, question: str) -> Any:
+        seen.update(dense=list(ranked), matched=dict(matched), rows=dict(rows))
+        return real_words(ranked, matched, rows, question)
 
     def spy_fill(sparse: Any, ranked: Any, query_text: str) -> Any:
         out = real_fill(sparse, ranked, query_text)
         have = {c for c, _ in sparse}
-        filled.update((c, s) for c, s in out if c not in have)
+        seen.update(sparse=list(sparse), filled={c: s for c, s in out if c not in have})
         return out
 
-    fusion.fuse = spy  # type: ignore[assignment]
-    spans.merge_dense = spy_merge  # type: ignore[assignment]
+    spans.with_words = spy_words  # type: ignore[assignment]
     store.fill_sparse = spy_fill
     out = []
     try:
         for fact in facts:
             vector = asyncio.run(ms.provider.embed_query(fact.question))
             seen.clear()
-            matched.clear()
-            filled.clear()
             store.search(vector, fact.question, top_k=10)
-            dense, full = seen[-1]
-            sparse = [(c, s) for c, s in full if c not in filled]
+            dense, sparse, matched = seen["dense"], seen["sparse"], seen["matched"]
             ids = list(dict.fromkeys([c for c, _ in dense] + [c for c, _ in sparse]))
             rows = {r["chunk_hash"]: r for r in store.rows_for_ids(ids, ["content", "start_line"])}
-            content = {c: r["content"] for c, r in rows.items()}
-            best = {c: _span_text(rows[c], matched.get(c)) for c in rows}
             out.append(
                 {
                     "fact": fact,
                     "dense": dense,
                     "sparse": sparse,
-                    "filled": dict(filled),
-                    "content": content,
-                    "best": best,
+                    "filled": seen["filled"],
+                    "content": {c: r["content"] for c, r in rows.items()},
+                    "best": {c: spans.span_text(rows[c], matched.get(c)) for c in rows},
                 }
             )
     finally:
-        fusion.fuse = real  # type: ignore[assignment]
-        spans.merge_dense = real_merge  # type: ignore[assignment]
+        spans.with_words = real_words  # type: ignore[assignment]
         del store.fill_sparse
     return out
 
 
-def _span_text(row: dict[str, Any], hit: dict[str, Any] | None) -> str:
-    """The lines of the span that gave a chunk its dense score (the whole chunk
-    when its own vector did)."""
-    if hit is None:
-        return str(row["content"])
-    lines = str(row["content"]).split("\n")
-    first = int(row["start_line"])
-    return "\n".join(lines[int(hit["start_line"]) - first : int(hit["end_line"]) - first + 1])
-
-
-_STOP = set(
-    "a an the of to in on at for by with from and or is are was were be been it its this that these those "
-    "what which who whom whose when where why how did do does has have had we our you your they their he she "
-    "his her them i me my not no yes as so than then there here after before about into over under up down "
-    "can could would should will shall may might must any all some each every much many more most".split()
-)
-
-
-def _terms(text: str) -> set[str]:
-    import re
-
-    words = re.findall(r"[a-z0-9][a-z0-9_.-]*|[\u3400-\u9fff]", text.lower())
-    return {w for w in words if w not in _STOP}
-
-
 def _overlap(question: str, text: str) -> float:
-    q = _terms(question)
-    return len(q & _terms(text)) / len(q) if q else 0.0
+    from memsearch_fast.store.spans import words
+
+    q = words(question)
+    return len(q & words(text)) / len(q) if q else 0.0
 
 
 def _scaled(pairs: list[tuple[str, float]], top: float | None = None) -> dict[str, float]:

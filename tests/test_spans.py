@@ -185,7 +185,8 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
 ) -> None:
     """Each list one deep: the fact's chunk is BM25's only hit and not the dense
     list's, so its dense score is computed among its own vectors (its chunk vector
-    and its spans'): the best of them, as the model gives it."""
+    and its spans'): the best of them, as the model gives it, plus the bonus for
+    the question's words in the lines that matched."""
     import numpy as np
 
     from memsearch_fast.store import fusion
@@ -201,9 +202,35 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
         vectors = np.asarray([row["embedding"], *asyncio.run(ms.provider.embed(texts))], dtype=np.float32)
         q = np.asarray(query, dtype=np.float32)
         cosines = vectors @ q / np.linalg.norm(vectors, axis=1) / float(np.linalg.norm(q))
-        assert fact["explain"]["dense_score"] == pytest.approx(float(cosines.max()), abs=1e-3)
+        from memsearch_fast.store.spans import WORD_BONUS
+
+        # Plus the bonus for the question's word in the lines that gave the score: the whole
+        # chunk holds it (its own vector best), a filler line does not (a span best).
+        share = fact["explain"]["words"]
+        assert share == (1.0 if int(cosines.argmax()) == 0 else 0.0)
+        assert fact["explain"]["dense_score"] == pytest.approx(float(cosines.max()) + WORD_BONUS * share, abs=1e-3)
         assert fact["explain"]["sparse_rank"] == 1
         assert ("span" in fact["explain"]) == (int(cosines.argmax()) > 0)
+
+
+def test_the_questions_words_in_the_line_that_matched_tell_look_alikes_apart() -> None:
+    from memsearch_fast.store.spans import WORD_BONUS, with_words
+
+    content = "### 10:00\n- {p} invoices are generated on day {d} of each month.\n- Lunch with the team."
+    rows = {
+        "birch": {"content": content.format(p="birch", d=12), "start_line": 4},
+        "aspen": {"content": content.format(p="aspen", d=20), "start_line": 40},
+    }
+    matched = {"birch": {"start_line": 5, "end_line": 5}, "aspen": {"start_line": 41, "end_line": 41}}
+    ranked = [("birch", 0.61), ("aspen", 0.60)]  # the model cannot tell the projects apart
+    boosted, share = with_words(ranked, matched, rows, "when do aspen customers receive their bill")
+    assert [cid for cid, _ in boosted] == ["aspen", "birch"]
+    assert share == {"aspen": 0.25, "birch": 0.0}  # aspen of: aspen, customers, receive, bill
+    assert boosted[0][1] == pytest.approx(0.60 + WORD_BONUS * 0.25)
+    # Only the lines that matched count: the project named on another line of the chunk does not.
+    matched["aspen"] = {"start_line": 42, "end_line": 42}
+    assert with_words(ranked, matched, rows, "when do aspen customers receive their bill")[1]["aspen"] == 0.0
+    assert with_words(ranked, matched, rows, "the of and") == (ranked, {})  # no word that says something
 
 
 def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:

@@ -414,19 +414,12 @@ class DenseIndex:
             matched.update(found)
             ranked = spans.fill_dense(ranked, dict(scores))
         ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
+        for cid, _ in ranked:
+            rows.setdefault(cid, copy.row(pos[cid]))
         pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
-        fused = fusion.fuse(
-            ranked,
-            store.fill_sparse(pairs, ranked, query_text),
-            top_k,
-            bm25_trust=fusion.trust([score for _, score in pairs], deep),
+        return store.fuse_lists(  # type: ignore[no-any-return]
+            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain
         )
-        return [
-            spans.explain_span(
-                fusion.hit(f, rows.get(f.id) or copy.row(pos[f.id]), QUERY_FIELDS, explain), matched.get(f.id)
-            )
-            for f in fused
-        ]
 
     @staticmethod
     def _unit(vector: Any) -> np.ndarray:

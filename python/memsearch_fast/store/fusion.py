@@ -31,13 +31,14 @@ keyword whose dense score is the worst (a BM25-only hit then cannot reach
 the top 3: tests/test_store.py), so 0.5 stays (docs/retrieval.md).
 
 BM25's share is then scaled by :func:`trust` (how far its best stands out of
-its list), and a dense hit the BM25 list was too short to hold gets its BM25
-score (:meth:`.search.StoreSearch.fill_sparse`). Measured on the same lists
-(``benches/fusion_offline.py``), hit@1 / hit@5 / MRR@10: agent journals
-0.500 / 0.850 / 0.649 → 0.675 / 0.850 / 0.742, dialogue 0.375 / 0.450 / 0.412
-→ 0.475 / 0.675 / 0.558, planted facts and exact keys unchanged (0.950 /
-1.000 and 0.850 / 1.000); :data:`PEAK` 1.5 and 3 and a dense weight of 0.4 or
-0.6 were each worse in the mean (docs/retrieval.md has the table).
+its list), a dense hit the BM25 list was too short to hold gets its BM25
+score (:meth:`.search.StoreSearch.fill_sparse`), and the dense list gains the
+share of the question's words in the lines that matched
+(:func:`.spans.with_words`). On six sets (``benches/fusion_offline.py``, the
+same lists for every variant) the mean hit@5 went 0.792 → 0.854 and MRR@10
+0.690 → 0.781, no set lower; docs/retrieval.md has the table. A dense
+weight of 0.6 or 0.7 gained another point or two in the mean but lost the
+unique keyword with the worst dense score (tests/test_store.py).
 """
 
 from __future__ import annotations

@@ -65,14 +65,38 @@ class StoreSearch(StoreSchema):
         missing = [cid for cid, _ in ranked if cid not in rows]
         if missing:
             rows.update((r["chunk_hash"], r) for r in self.rows_for_ids(missing, QUERY_FIELDS))
+        ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         sparse = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
+        return self.fuse_lists(ranked, matched, sparse, rows, query_text, top_k=top_k, deep=deep, explain=explain)
+
+    def fuse_lists(
+        self,
+        ranked: list[tuple[str, float]],
+        matched: dict[str, dict[str, Any]],
+        sparse: list[tuple[str, float]],
+        rows: dict[str, dict[str, Any]],
+        query_text: str,
+        *,
+        top_k: int,
+        deep: int,
+        explain: bool,
+    ) -> list[dict[str, Any]]:
+        """The hits of the dense list *ranked* (chunks at their best vector, *matched*
+        the spans that gave them) and the BM25 list *sparse*, fused; *rows* holds
+        every ranked chunk's display fields."""
+        from memsearch_fast.store import fusion, spans
+
+        ranked, share = spans.with_words(ranked, matched, rows, query_text)
         fused = fusion.fuse(
-            [(cid, score) for cid, score in ranked if cid in rows],  # a span whose chunk is gone: skipped
+            ranked,
             self.fill_sparse(sparse, ranked, query_text),
             top_k,
             bm25_trust=fusion.trust([score for _, score in sparse], deep),
         )
-        return [spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id)) for f in fused]
+        return [
+            spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id), share.get(f.id))
+            for f in fused
+        ]
 
     def _fill_dense(
         self, ranked: list[tuple[str, float]], matched: dict[str, dict[str, Any]], vector: list[float], ids: list[str]

@@ -18,6 +18,7 @@ gone, and the next full run removes it.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -70,13 +71,70 @@ def fill_dense(ranked: list[tuple[str, float]], scores: dict[str, float]) -> lis
     return sorted([*ranked, *extra], key=lambda kv: -kv[1])
 
 
+#: The dense score's bonus for the share of the question's words found in the lines
+#: that gave a chunk its score (docs/retrieval.md, "span words").
+WORD_BONUS = 0.3
+_WORD = re.compile(r"[0-9a-z](?:[0-9a-z_.-]*[0-9a-z])?|[\u3400-\u9fff]")
+_STOP = frozenset(
+    "a an the of to in on at for by with from and or is are was were be been it its this that these those "
+    "what which who whom whose when where why how did do does has have had we our you your they their he she "
+    "his her them i me my not no yes as so than then there here after before about into over under up down "
+    "can could would should will shall may might must any all some each every much many more most".split()
+)
+
+
+def words(text: str) -> set[str]:
+    """The words of *text* that say something: lowercased, stop words left out,
+    each CJK character a word."""
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def span_text(row: dict[str, Any], hit: dict[str, Any] | None) -> str:
+    """The lines of *row* (a chunk with ``content`` and ``start_line``) that *hit*
+    (its best span) covers; the whole chunk when its own vector was the best."""
+    content = str(row.get("content") or "")
+    if hit is None:
+        return content
+    first = int(row.get("start_line") or 0)
+    lines = content.split("\n")
+    return "\n".join(lines[max(0, int(hit["start_line"]) - first) : int(hit["end_line"]) - first + 1])
+
+
+def with_words(
+    ranked: list[tuple[str, float]],
+    matched: dict[str, dict[str, Any]],
+    rows: dict[str, dict[str, Any]],
+    question: str,
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """The dense list with each chunk's score raised by :data:`WORD_BONUS` times the
+    share of the question's words found in the lines that gave it its score, best
+    first, and each chunk's share.
+
+    The model scores a fact and its look-alikes (the same sentence about another
+    project, with other numbers) nearly alike; BM25 sees the words, but over the
+    whole chunk, where a project's name is in every entry. The question's own
+    words in the very line that matched tell the fact from its look-alikes.
+    """
+    asked = words(question)
+    if not asked:
+        return ranked, {}
+    share = {
+        cid: len(asked & words(span_text(rows[cid], matched.get(cid)))) / len(asked) for cid, _ in ranked if cid in rows
+    }
+    out = [(cid, score + WORD_BONUS * share.get(cid, 0.0)) for cid, score in ranked]
+    return sorted(out, key=lambda kv: -kv[1]), share
+
+
 def in_filter(field: str, values: list[str]) -> str:
     """``field in [...]`` with every value escaped."""
     return f"{field} in [{', '.join(quote_filter_value(v) for v in values)}]"
 
 
-def explain_span(out: dict[str, Any], hit: dict[str, Any] | None) -> dict[str, Any]:
-    """*out* (a search result with ``explain``) with the lines of the span that matched."""
+def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
+    """*out* (a search result with ``explain``) with the lines of the span that matched
+    and the share of the question's words found in them (:func:`with_words`)."""
+    if words_share is not None and "explain" in out:
+        out["explain"]["words"] = round(words_share, 6)
     if hit is not None and "explain" in out:
         out["explain"]["span"] = {
             "start_line": int(hit["start_line"]),
