@@ -81,6 +81,8 @@ def explain_line(e: dict[str, Any]) -> str:
     if span and e.get("dense_rank") is not None:  # the lines whose own vector gave the dense score
         a, b = span["start_line"], span["end_line"]
         dense = f"{dense[:-1]}, {f'line {a}' if a == b else f'lines {a}-{b}'})"
+    if e.get("words"):  # the dense score includes the bonus for the question's words in those lines
+        dense += f" words {float(e['words']):.0%}"
     line = f"Why: {dense} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f}"
     if e.get("rerank_score") is not None:
         line += f" · rerank {float(e['rerank_score']):.4f} (logit; fused #{e.get('fused_rank')})"
