@@ -51,7 +51,9 @@ class Env:
         self.vars = dict(
             os.environ,
             HOME=str(self.home),
-            PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}",
+            # This environment's `memsearch` and `memsearch-hook` are on PATH, as where the
+            # agent runs them, whether or not the environment was activated.
+            PATH=os.pathsep.join([str(self.bin), str(Path(sys.executable).parent), os.environ["PATH"]]),
             MEMSEARCH_SUMMARIZE_TIMEOUT="20",
         )
         for name in ("MEMSEARCH_DISABLE", "MEMSEARCH_DIR", "MEMSEARCH_NO_WATCH", "CLAUDE_PROJECT_DIR", "CODEX_HOME"):
