@@ -34,11 +34,13 @@ SMALL_MB = int(os.environ.get("MEMSEARCH_BENCH_SMALL_MB", "20"))
 LARGE_MB = int(os.environ.get("MEMSEARCH_BENCH_LARGE_MB", "100"))
 MODEL_MB = float(os.environ.get("MEMSEARCH_BENCH_MODEL_MB", "1"))
 REF_MB = float(os.environ.get("MEMSEARCH_BENCH_REF_MB", "5"))
-# memsearch 0.4.23 runs in this interpreter: by default the one running the
-# benchmarks (the test extra installs it beside memsearch-fast, on the same
-# milvus-lite); point it at a separate venv's python to measure the reference
-# as ``pip install memsearch==0.4.23`` sets it up (its own milvus-lite).
-REF_PYTHON = os.environ.get("MEMSEARCH_BENCH_REF_PYTHON") or sys.executable
+# memsearch 0.4.23 runs in the Python of an environment of its own: the tests'
+# (MEMSEARCH_TEST_REFERENCE_PYTHON, on our milvus-lite), or another venv's to
+# measure the reference as ``pip install memsearch==0.4.23`` sets it up (its own
+# milvus-lite).
+REF_PYTHON = (
+    os.environ.get("MEMSEARCH_BENCH_REF_PYTHON") or os.environ.get("MEMSEARCH_TEST_REFERENCE_PYTHON") or sys.executable
+)
 
 RESULTS: dict[str, dict] = {}
 

@@ -299,7 +299,7 @@ class Sessions:
         (home / ".memsearch" / "config.toml").write_text(
             f'[milvus]\nuri = "{db}"\n[embedding]\nmodel = "{model}"\n', encoding="utf-8"
         )
-        self.env = dict(env, PYTHONPATH=str(ROOT / "python"))
+        self.env = dict(env)
         self.open: list[str] = []
         self.n = 0
 

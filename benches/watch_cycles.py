@@ -125,7 +125,7 @@ class Lab:
             f'[milvus]\nuri = "{self.db}"\n[embedding]\nmodel = "{MODEL_DIR}"\n', encoding="utf-8"
         )
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSEARCH_", "CLAUDE"))}
-        self.env.update(HOME=str(self.home), MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT / "python"))
+        self.env.update(HOME=str(self.home), MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1")
         self.env["MEMSEARCH_LITE_IDLE_TIMEOUT"] = str(IDLE_S)
         self.project = self.new_project("proj")
         self.sessions = 0

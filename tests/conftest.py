@@ -1,4 +1,4 @@
-"""Shared fixtures: locations of the shared model and the bundled sample."""
+"""Shared fixtures: the test model, the bundled sample, the subprocesses' environment."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.model import MISSING, find_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
@@ -50,19 +52,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-def shared_model_dir() -> Path:
-    """The shared ONNX model; MEMSEARCH_TEST_MODEL_DIR overrides it."""
-    override = os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
-    if override:
-        return Path(override)
-    return ROOT.parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
-
-
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    path = shared_model_dir()
-    if not (path / "tokenizer.json").is_file():
-        pytest.fail(f"shared model not found at {path}; set MEMSEARCH_TEST_MODEL_DIR")
+    """The ONNX export of all-MiniLM-L6-v2 (tests/helpers/model.py says where it comes from)."""
+    path = find_model_dir()
+    if path is None or not (path / "tokenizer.json").is_file():
+        pytest.fail(f"{MISSING} (looked in {path})" if path else MISSING)
     return path
 
 
@@ -73,11 +68,11 @@ def sample_dir() -> Path:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """Environment for `memsearch` subprocesses: a HOME of their own, this
-    checkout's package, databases shared through their server."""
+    """Environment for `memsearch` subprocesses: a HOME of their own, the installed
+    package (the one this process imports), databases shared through their server."""
     home = tmp_path / "home"
     home.mkdir()
-    e = dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT / "python"))
+    e = dict(os.environ, HOME=str(home))
     for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
         e.pop(k, None)
     return e

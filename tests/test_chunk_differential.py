@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memsearch_fast as ms
+from tests.helpers import reference
 
-ref_chunker = pytest.importorskip("memsearch.chunker", reason="reference memsearch==0.4.23 is a test dependency")
+ref_chunker = reference.module("memsearch.chunker")
 
 FIELDS = ("content", "source", "heading", "heading_level", "start_line", "end_line", "content_hash")
 FENCE = re.compile(r"^ {0,3}(```|~~~)", re.MULTILINE)

@@ -222,11 +222,14 @@ def test_codex_install_help_prints_help_and_installs_nothing(tmp_path: Path) -> 
 
 
 def test_every_install_hint_says_how_to_install_from_a_clone(tmp_path: Path) -> None:
-    """The package is not on PyPI: README, the hook shim and the Codex installer
-    all say pipx install . / uv tool install ."""
+    """The package is not on PyPI: README, the plugins' READMEs, both shims and the Codex
+    installer all say pipx install . / uv tool install ."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pip install memsearch-fast" not in readme
     assert "pipx install ." in readme and "uv tool install ." in readme
+    for plugin in ("opencode", "openclaw"):
+        text = (ROOT / "hooks" / plugin / "README.md").read_text(encoding="utf-8")
+        assert "pipx install ." in text and "uv tool install ." in text, plugin
     sh = shutil.which("sh")
     assert sh
     shim = subprocess.run(
@@ -240,6 +243,15 @@ def test_every_install_hint_says_how_to_install_from_a_clone(tmp_path: Path) -> 
     message = json.loads(shim.stdout)["systemMessage"]
     assert "pipx install ." in message and "uv tool install ." in message
     assert "pip install memsearch-fast" not in message
+    cli = subprocess.run(
+        [sh, str(ROOT / "hooks" / "claude-code" / "bin" / "memsearch"), "search", "x"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
+        timeout=30,
+    )
+    assert cli.returncode == 127
+    assert "pipx install ." in cli.stderr and "uv tool install ." in cli.stderr, cli.stderr
     installer = subprocess.run(
         [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")],
         capture_output=True,

@@ -36,7 +36,7 @@ class Project:
         self.out = tmp / "out"
         self.server = server
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MEMSEARCH_DIR"))}
-        self.env.update(HOME=str(tmp / "home"), PYTHONPATH=str(ROOT / "python"))
+        self.env.update(HOME=str(tmp / "home"))
         self.common = ["--milvus-uri", str(self.db), "-m", str(model_dir)]
         self.llm = ["--llm-provider", "openai", "--llm-base-url", f"{server.url}/v1", "--llm-api-key", KEY]
 
@@ -177,7 +177,7 @@ def test_rewrite_keeps_a_concurrent_append(tmp_path: Path) -> None:
         "        journal.rewrite(log, lambda old, i=i: old + f'\\n## Memory Compact\\n\\nsummary {i}\\n')\n"
     )
     log = tmp_path / "memory" / "2026-11-23.md"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    env = dict(os.environ)
     procs = [
         subprocess.Popen([sys.executable, "-c", script, str(log), mode], env=env) for mode in ("append", "rewrite")
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import time
@@ -24,15 +23,13 @@ from memsearch_fast.embeddings import (
 )
 from memsearch_fast.embeddings.onnx import OnnxEmbedding
 from memsearch_fast.parallelism import available_cpus, plan
+from tests.helpers.model import MISSING, find_model_dir, reference_embeddings
 
-MODEL_DIR = Path(
-    os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
-)
-if not (MODEL_DIR / "reference_embeddings.json").is_file():
-    pytest.skip(f"shared test model not found at {MODEL_DIR} (set MEMSEARCH_TEST_MODEL_DIR)", allow_module_level=True)
-
-REFERENCE = json.loads((MODEL_DIR / "reference_embeddings.json").read_text())
+_found = find_model_dir()
+if _found is None:
+    pytest.fail(MISSING, pytrace=False)
+MODEL_DIR: Path = _found
+REFERENCE = reference_embeddings()
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

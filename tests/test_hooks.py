@@ -51,8 +51,9 @@ class Env:
         self.vars = dict(
             os.environ,
             HOME=str(self.home),
-            PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}",
-            PYTHONPATH=str(ROOT / "python"),
+            # This environment's `memsearch` and `memsearch-hook` are on PATH, as where the
+            # agent runs them, whether or not the environment was activated.
+            PATH=os.pathsep.join([str(self.bin), str(Path(sys.executable).parent), os.environ["PATH"]]),
             MEMSEARCH_SUMMARIZE_TIMEOUT="20",
         )
         for name in ("MEMSEARCH_DISABLE", "MEMSEARCH_DIR", "MEMSEARCH_NO_WATCH", "CLAUDE_PROJECT_DIR", "CODEX_HOME"):
@@ -554,7 +555,7 @@ def test_concurrent_stops_on_one_daily_log_lose_nothing(tmp_path: Path) -> None:
         "    journal.append(Path(sys.argv[2]), '10:00', journal.Anchor(s, f'{s}-{i}', '/t.jsonl'),"
         " [f'- note {i} of {s} ' + 'y' * 3000])\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    env = dict(os.environ)
     procs = [subprocess.Popen([sys.executable, "-c", script, f"s{k}", str(log)], env=env) for k in range(4)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     text = log.read_text(encoding="utf-8")

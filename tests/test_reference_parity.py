@@ -3,7 +3,8 @@
 Both tools run as subprocesses on one HOME, one Milvus Lite database and one
 local server that speaks OpenAI embeddings and chat completions, so every
 difference in output is a difference between the tools. Ours: `python -m
-memsearch_fast`; the reference: its click group, one process for a list of
+memsearch_fast`; the reference (in an environment of its own, see
+tests/helpers/reference.py): its click group, one process for a list of
 invocations (its start-up is seconds). Our Lite server is stopped before the
 reference opens the database file (one engine per file).
 
@@ -28,10 +29,9 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import reference
 from tests.helpers.cli import make_env, ok, run
 from tests.helpers.llm import KEY, FakeLLMServer, Reply
-
-pytest.importorskip("memsearch.cli", reason="reference memsearch==0.4.23 is a test dependency")
 
 DIM = 1536  # text-embedding-3-small, the default model of both tools' openai provider
 SUMMARY = "## Billing\n\n- Invoices are rounded once per invoice.\n- The cron job runs at 02:00."
@@ -101,9 +101,9 @@ class Lab:
         self.stop_server()
         todo = [[c, None] if isinstance(c, list) else [c[0], c[1]] for c in calls]
         out = subprocess.run(
-            [sys.executable, "-c", REF_RUNNER],
+            [reference.require(), "-c", REF_RUNNER],
             input=json.dumps(todo),
-            env=self.env,
+            env=reference.environment(self.env),
             cwd=self.tmp,
             capture_output=True,
             text=True,
@@ -126,6 +126,7 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    reference.require()
     server = Server()
     server.answer = SUMMARY
     lab = Lab(tmp_path_factory.mktemp("parity"), server)

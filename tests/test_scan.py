@@ -12,8 +12,9 @@ import pytest
 
 import memsearch_fast as ms
 from memsearch_fast.index.scan import ScanError
+from tests.helpers import reference
 
-ref_scanner = pytest.importorskip("memsearch.scanner")
+ref_scanner = reference.module("memsearch.scanner")
 
 
 def touch(path: Path, text: str = "# T\nbody text\n") -> Path:

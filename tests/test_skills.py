@@ -1,7 +1,8 @@
 """`memsearch skills`: the candidate store shared with memsearch 0.4.23.
 
-Our CLI runs as a subprocess; the reference runs in-process (click's runner,
-in the same directory and HOME) so the differential checks stay fast. Both
+Our CLI runs as a subprocess; the reference runs in a long-lived process of
+its own environment (click's runner, in the same directory and HOME) so the
+differential checks stay fast. Both
 work on the same store: whatever one writes, the other lists the same way.
 `distill` talks to a local OpenAI-compatible server or a fake `claude`.
 """
@@ -23,10 +24,11 @@ import pytest
 
 from memsearch_fast.agents.skills import distill as dist
 from memsearch_fast.agents.skills import store
+from tests.helpers import reference
 from tests.helpers.llm import KEY, FakeLLMServer
 
-ROOT = Path(__file__).resolve().parents[1]
-SPEC = ROOT.parent / "shared" / "reference" / "memsearch-0.4.23-cli-help.txt"
+#: `--help` of every memsearch 0.4.23 command, as that release prints it.
+SPEC = Path(__file__).resolve().parent / "fixtures" / "memsearch-0.4.23-cli-help.txt"
 BODY = "## Run the tests\n\n1. Run `make test`.\n2. Read the first failure.\n"
 HINT = "SKILLS: {} candidate skill version(s) pending install - run the memory-to-skill skill to review and install.\n"
 READ_ONLY = [
@@ -37,6 +39,26 @@ READ_ONLY = [
     ["status", "--hint"],
     ["status", "--hint", "-j"],
 ]
+
+
+REF_SKILLS = """
+import os
+from click.testing import CliRunner
+from memsearch import config as ref_config
+from memsearch.cli import cli
+
+overrides = {k: None for k in os.environ if k.startswith(("MEMSEARCH_", "OPENAI_", "ANTHROPIC_", "GIT_"))}
+overrides.update(env)
+before, global_config = os.getcwd(), ref_config.GLOBAL_CONFIG_PATH
+os.chdir(cwd)
+ref_config.GLOBAL_CONFIG_PATH = home / ".memsearch" / "config.toml"  # fixed when it was imported
+try:
+    r = CliRunner().invoke(cli, argv, input=stdin, env=overrides)
+finally:
+    os.chdir(before)
+    ref_config.GLOBAL_CONFIG_PATH = global_config
+result = [r.exit_code, r.stdout, r.stderr]
+"""
 
 
 @dataclass
@@ -74,23 +96,11 @@ class Project:
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
     def ref(self, *args: str, stdin: str | None = None, **env: str) -> Run:
-        from click.testing import CliRunner
-        from memsearch import config as ref_config
-        from memsearch.cli import cli
-
-        overrides: dict[str, str | None] = {
-            k: None for k in os.environ if k.startswith(("MEMSEARCH_", "OPENAI_", "ANTHROPIC_", "GIT_"))
-        }
-        overrides.update(HOME=str(self.home), **self.env, **env)
-        before, global_config = os.getcwd(), ref_config.GLOBAL_CONFIG_PATH
-        os.chdir(self.root)
-        ref_config.GLOBAL_CONFIG_PATH = self.home / ".memsearch" / "config.toml"  # fixed when it was imported
-        try:
-            result = CliRunner().invoke(cli, ["skills", *args], input=stdin, env=overrides)
-        finally:
-            os.chdir(before)
-            ref_config.GLOBAL_CONFIG_PATH = global_config
-        return Run(result.exit_code, result.stdout, result.stderr)
+        overrides = dict(HOME=str(self.home), **self.env, **env)
+        code, out, err = reference.run(
+            REF_SKILLS, argv=["skills", *args], stdin=stdin, env=overrides, cwd=self.root, home=self.home
+        )
+        return Run(code, out, err)
 
     def both_agree(self) -> None:
         for args in READ_ONLY:
@@ -423,8 +433,7 @@ def test_concurrent_writers_lose_nothing(project: Project) -> None:
 
 
 def test_names_slugify_as_the_reference() -> None:
-    from memsearch import skills as ref_skills
-
+    ref_skills = reference.module("memsearch.skills")
     for name in ("Run Tests!", "  ", "--a--b--", "ÄÖÜ", "a_b.c", "deploy/staging", "x" * 300, "CamelCase2"):
         expected = ref_skills._slugify(name)
         assert store.slugify(name) == expected[: store.MAX_SLUG].rstrip("-")
@@ -513,8 +522,7 @@ def test_distill_mines_journals_and_follows_the_due_logic(server: FakeLLMServer,
     assert not (project.store / "no-body").exists()
 
     # The state is the reference's: same key, same digest of the input.
-    from memsearch.maintenance import _input_digest
-
+    _input_digest = reference.module("memsearch.maintenance")._input_digest
     state = json.loads((project.root / ".memsearch" / ".maintenance-state.json").read_text(encoding="utf-8"))
     entry = state["codex.memory_to_skill"]
     assert entry["last_action"] == "distilled" and entry["last_input_digest"] == _input_digest(memory)
@@ -687,10 +695,15 @@ def test_parse_answer_keeps_only_usable_skills() -> None:
             dist.parse_answer(bad)
 
 
-def test_due_logic_matches_the_reference() -> None:
-    from memsearch import maintenance
-    from memsearch.config import PluginMemoryToSkillConfig
+REF_IS_DUE = """
+from memsearch import maintenance
+from memsearch.config import PluginMemoryToSkillConfig
 
+result = maintenance._is_due(PluginMemoryToSkillConfig(min_interval_hours=24), entry, digest, force)
+"""
+
+
+def test_due_logic_matches_the_reference() -> None:
     cases: list[tuple[dict[str, Any], str, bool]] = [
         ({}, "d", False),
         ({"last_input_digest": "d"}, "d", False),
@@ -700,5 +713,5 @@ def test_due_logic_matches_the_reference() -> None:
         ({"last_input_digest": "o", "last_success_at": "garbage"}, "d", False),
     ]
     for entry, digest, force in cases:
-        expected = maintenance._is_due(PluginMemoryToSkillConfig(min_interval_hours=24), entry, digest, force)
+        expected = tuple(reference.run(REF_IS_DUE, entry=entry, digest=digest, force=force))  # a JSON list
         assert dist.is_due(24, entry, digest, force) == expected, entry

@@ -34,6 +34,7 @@ from memsearch_fast.store import (
 )
 from memsearch_fast.store import milvus as store_mod
 from memsearch_fast.store import schema as schema_mod
+from tests.helpers import reference
 
 DIM = 8
 PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
@@ -447,16 +448,30 @@ def test_long_heading_truncated_long_source_rejected(store):
 # -- memsearch 0.4.23 interoperability ------------------------------------------------------
 
 
-def _reference():
-    return pytest.importorskip("memsearch.store")
+REF_WRITE = """
+from memsearch.store import MilvusStore
+ref = MilvusStore(db, dimension=dim, _create_if_missing=True)
+ref.upsert(rows)
+ref.close()
+"""
+
+REF_READ = """
+from memsearch.store import MilvusStore
+ref = MilvusStore(db, dimension=dim)
+hits = ref.search(query, query_text="mango", top_k=2)
+result = {
+    "hits": [[h["chunk_hash"], h["score"]] for h in hits],
+    "sources": sorted(ref.indexed_sources()),
+    "hashes": sorted(ref.hashes_by_source("o/2.md")),
+}
+ref.close()
+"""
 
 
 def test_reference_collection_is_readable_by_us(db):
-    ref_mod = _reference()
     vecs = unit(4, seed=21)
-    ref = ref_mod.MilvusStore(db, dimension=DIM, _create_if_missing=True)
-    ref.upsert([make_row(i, vecs[i], content=f"reference row {FRUIT[i]}", source=f"r/{i}.md") for i in range(4)])
-    ref.close()
+    rows = [make_row(i, vecs[i], content=f"reference row {FRUIT[i]}", source=f"r/{i}.md") for i in range(4)]
+    reference.run_apart(REF_WRITE, db=db, dim=DIM, rows=rows)
     s = MilvusStore(db)
     assert s.dimension == DIM and s.count() == 4 and s.count_sources() == 4
     hits = s.search(list(vecs[2]), "lemon", top_k=2)
@@ -470,17 +485,14 @@ def test_reference_collection_is_readable_by_us(db):
 
 
 def test_our_collection_is_readable_by_reference(db):
-    ref_mod = _reference()
     vecs = unit(4, seed=22)
     s = MilvusStore(db, dimension=DIM)
     s.upsert([make_row(i, vecs[i], content=f"our row {FRUIT[i]}", source=f"o/{i}.md") for i in range(4)])
     s.close()
-    ref = ref_mod.MilvusStore(db, dimension=DIM)
-    hits = ref.search(list(vecs[1]), query_text="mango", top_k=2)
-    assert hits[0]["chunk_hash"] == f"{1:064x}" and hits[0]["score"] == pytest.approx(1.0, abs=1e-6)
-    assert ref.indexed_sources() == {f"o/{i}.md" for i in range(4)}
-    assert ref.hashes_by_source("o/2.md") == {f"{2:064x}"}
-    ref.close()
+    got = reference.run_apart(REF_READ, db=db, dim=DIM, query=list(map(float, vecs[1])))
+    assert got["hits"][0][0] == f"{1:064x}" and got["hits"][0][1] == pytest.approx(1.0, abs=1e-6)
+    assert got["sources"] == [f"o/{i}.md" for i in range(4)]
+    assert got["hashes"] == [f"{2:064x}"]
 
 
 # -- Milvus server URI (a real milvus-lite gRPC server) ---------------------------------------

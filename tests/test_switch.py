@@ -50,7 +50,7 @@ def test_the_default_3x_database_is_left_and_the_index_goes_beside_it(home: Path
 
 def _hook(home: Path, project: Path, event: str) -> dict[str, object]:
     env = make_env(home)
-    env.update(PYTHONPATH=str(ROOT / "python"), MEMSEARCH_NO_WATCH="1")
+    env.update(MEMSEARCH_NO_WATCH="1")
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", event],
         input=json.dumps({"cwd": str(project), "session_id": "s"}),

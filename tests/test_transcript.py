@@ -2,8 +2,8 @@
 
 The recorded sessions under fixtures/transcripts/ hold every record kind the
 reference's parsers know (and the metadata records they skip) for Claude
-Code, Codex and OpenClaw. The reference runs in this process through click's
-test runner; ours runs as the real command in a subprocess; stdout must be
+Code, Codex and OpenClaw. The reference runs in its own environment through
+click's test runner; ours runs as the real command in a subprocess; stdout must be
 byte-identical, for text and -j, with and without --turn/--context.
 Generated sessions (hypothesis) cover the same ground at random, including
 the read-ahead that settles tool calls whose results never come.
@@ -19,19 +19,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner as TyperRunner
 
 from memsearch_fast.cli.app import app
 from memsearch_fast.recall.transcript import stream
+from tests.helpers import reference as ref_env
 
-ref_cli = pytest.importorskip("memsearch.cli", reason="reference memsearch==0.4.23 is a test dependency")
-ref_transcript = pytest.importorskip("memsearch.transcript")
+ref_transcript = ref_env.module("memsearch.transcript")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 CLAUDE = FIXTURES / "claude-code.jsonl"
@@ -56,15 +56,25 @@ def ours(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[st
     )
 
 
+REF_TRANSCRIPT = """
+from click.testing import CliRunner
+from memsearch.cli import cli
+r = CliRunner().invoke(cli, argv, prog_name="memsearch", terminal_width=80)
+exception = None if r.exception is None else type(r.exception).__name__
+result = {"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr, "exception": exception}
+"""
+
+
 def reference(*args: str) -> Any:
-    """memsearch 0.4.23's `transcript` (a click Result: exit_code, stdout, stderr, exception)."""
-    return CliRunner().invoke(ref_cli.cli, ["transcript", *args], prog_name="memsearch", terminal_width=80)
+    """memsearch 0.4.23's `transcript` through click's runner, in its own environment: exit_code,
+    stdout, stderr and the type name of the exception it ended with."""
+    return SimpleNamespace(**ref_env.run(REF_TRANSCRIPT, argv=["transcript", *args]))
 
 
 def same_as_reference(*args: str) -> str:
     mine = ours(*args)
     ref = reference(*args)
-    assert ref.exception is None or isinstance(ref.exception, SystemExit), ref.exception
+    assert ref.exception in (None, "SystemExit"), ref.exception
     assert (mine.returncode, mine.stdout) == (ref.exit_code, ref.stdout)
     assert mine.stderr == ref.stderr
     return mine.stdout
@@ -434,7 +444,7 @@ def test_generated_sessions_match_reference(
             if code == 1:
                 # No record of a known format: an error for us, where the reference exits 3
                 # or (a file with no JSON object at all) prints nothing.
-                with pytest.raises(ref_transcript.UnknownTranscriptFormat):
+                with pytest.raises(ref_env.ReferenceRaised, match=r"^UnknownTranscriptFormat:"):
                     ref_transcript.detect_format([r for r in rows if isinstance(r, dict)])
                 assert ref.exit_code == 3 or ref.stdout in ("\n\n", "[]\n")
                 continue
@@ -450,7 +460,7 @@ def test_partial_multibyte_last_line(tmp_path: Path) -> None:
     done = write_jsonl(tmp_path / "done.jsonl", _claude_session(3))
     live = tmp_path / "live.jsonl"
     live.write_bytes(done.read_bytes() + '{"type": "user", "message": {"content": "上'.encode()[:-1])
-    assert isinstance(reference(str(live)).exception, UnicodeDecodeError)
+    assert reference(str(live)).exception == "UnicodeDecodeError"
     for args in ([], ["-j"], ["-t", "00000001", "-c", "0"]):
         assert ours(str(live), *args).stdout == reference(str(done), *args).stdout
 
@@ -461,7 +471,7 @@ def test_invalid_utf8_is_replaced_not_fatal(tmp_path: Path) -> None:
         b'{"type": "user", "uuid": "u1", "message": {"content": "caf\xe9 au lait"}}\n'
         b'{"type": "user", "uuid": "u2", "message": {"content": "fine"}}\n'
     )
-    assert isinstance(reference(str(path)).exception, UnicodeDecodeError)
+    assert reference(str(path)).exception == "UnicodeDecodeError"
     turns = json.loads(ours(str(path), "-j").stdout)
     assert [t["text"] for t in turns] == ["caf\ufffd au lait", "fine"]
 
@@ -537,7 +547,7 @@ def test_values_the_reference_crashes_on(tmp_path: Path, case: str) -> None:
     rows, args, expected = BROKEN_FOR_REFERENCE[case]
     path = write_jsonl(tmp_path / "odd.jsonl", rows)
     ref = reference(str(path), *args)
-    assert ref.exception is not None and not isinstance(ref.exception, SystemExit)
+    assert ref.exception not in (None, "SystemExit")
     proc = ours(str(path), *args)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, expected, "")
 
@@ -742,7 +752,7 @@ def test_an_oversized_record_is_skipped_not_held(tmp_path: Path) -> None:
         "print(int(hwm) // 1024)\n"  # not ru_maxrss: Linux carries it over from the forking parent
         "print(out)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "python"))
+    env = dict(os.environ)
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     peak_mb, _, text = done.stdout.partition("\n")

