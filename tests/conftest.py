@@ -21,6 +21,7 @@ E2E_MODULES = {
     "test_expand",
     "test_hooks",
     "test_js_plugins",
+    "test_maintenance",
     "test_mcp",
     "test_milvus_server",
     "test_recall_tiers",

@@ -24,12 +24,18 @@ def dispatch(platform: str, event: str, job: str | None = None) -> int:
     if platform not in hooks.PLATFORMS:
         print(f"Error: unknown platform {platform!r}; expected one of {', '.join(hooks.PLATFORMS)}", file=sys.stderr)
         return 2
-    if event == "capture" and job:  # the detached worker of stop and pre-compact
+    if event in hooks.WORKERS and job:  # the detached workers of stop, pre-compact and session-end
         from pathlib import Path
 
+        if hooks.disabled():
+            return 0
+        if event == "maintain":
+            from memsearch_fast.agents import maintain
+
+            return maintain.run(Path(job))
         from memsearch_fast.agents import capture
 
-        return 0 if hooks.disabled() else capture.run(Path(job))
+        return capture.run(Path(job))
     if event not in hooks.EVENTS:
         print(f"Error: unknown event {event!r}; expected one of {', '.join(hooks.EVENTS)}", file=sys.stderr)
         return 2
