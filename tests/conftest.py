@@ -22,6 +22,7 @@ E2E_MODULES = {
     "test_hooks",
     "test_js_plugins",
     "test_maintenance",
+    "test_plugin_skills",
     "test_mcp",
     "test_milvus_server",
     "test_recall_tiers",
