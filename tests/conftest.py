@@ -36,6 +36,7 @@ E2E_MODULES = {
     "test_switch",
     "test_sync",
     "test_transcript",
+    "test_update_hint",
     "test_watch",
 }
 

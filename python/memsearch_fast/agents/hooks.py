@@ -130,6 +130,10 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     uri = _uri(cfg)
     line = f"[memsearch v{__version__}] embedding: {status.embedding(emb)} | milvus: {uri}"
     line += f" | collection: {project.collection}"
+    from memsearch_fast.agents import update
+
+    note = update.hint(__version__)  # local files only; a configured index is asked in the background
+    line += f" | {note}" if note else ""
     problem = status.key_problem(emb) or status.milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{line} | ERROR: {problem}"}
