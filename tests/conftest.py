@@ -38,6 +38,7 @@ E2E_MODULES = {
     "test_transcript",
     "test_update_hint",
     "test_watch",
+    "test_windows",
 }
 
 
