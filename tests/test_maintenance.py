@@ -46,6 +46,9 @@ class TaskServer(FakeLLMServer):
 
     def respond(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
         prompt = body["messages"][0]["content"]
+        if "\nTranscript:\n" in prompt:  # a turn to summarize
+            self.answer = "- User asked to run the ledger tests.\n- Codex ran them."
+            return super().respond(path, headers, body)
         task = next((t for t in ("project_review", "user_profile") if f"Task: {t}" in prompt), "memory_to_skill")
         self.answer = json.dumps(self.by_task[task])
         return super().respond(path, headers, body)
@@ -138,13 +141,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     return Project(tmp_path)
 
 
-def provider(server: FakeLLMServer, *tasks: str) -> str:
+def provider(server: FakeLLMServer, *tasks: str, platform: str = "claude-code") -> str:
     text = (
         f'[llm.providers.work]\ntype = "openai"\nmodel = "judge"\nbase_url = "{server.url}/v1"\n'
         'api_key = "env:WORK_LLM_KEY"\n'
     )
     for task in tasks:
-        text += f'[plugins.claude-code.{task}]\nenabled = true\nprovider = "work"\n'
+        text += f'[plugins.{platform}.{task}]\nenabled = true\nprovider = "work"\n'
     return text
 
 
@@ -255,3 +258,41 @@ def test_a_failing_task_is_recorded_and_the_others_still_run(server: TaskServer,
     entry = project.state()["claude-code.project_review"]
     assert entry["last_action"] == "error" and "'none' or 'replace'" in entry["last_error"]
     assert not (project.mem / "PROJECT.md").exists() and (project.mem / "USER.md").exists()
+
+
+def test_codex_without_session_end_maintains_after_a_capture(
+    server: TaskServer, project: Project, model_dir: Path
+) -> None:
+    """Codex has no SessionEnd event: the enabled tasks follow its Stop's capture, in the worker."""
+    project.configure(
+        f'[milvus]\nuri = "{project.tmp / "milvus.db"}"\n[embedding]\nmodel = "{model_dir}"\n'
+        + provider(server, "project_review", platform="codex")
+        + '[plugins.codex.summarize]\nprovider = "work"\n'
+    )
+    codex_home = project.tmp / "codex"
+    codex_home.mkdir()
+    (codex_home / "history.jsonl").write_text(
+        json.dumps({"session_id": "c1", "ts": 1, "text": "run the ledger tests please"}) + "\n", encoding="utf-8"
+    )
+    project.vars["CODEX_HOME"] = str(codex_home)
+    payload = {"cwd": str(project.root), "session_id": "c1", "turn_id": "t1", "last_assistant_message": "Done."}
+    out = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.agents.main", "codex", "stop"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=project.vars,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    try:
+        project.wait_for(lambda: "maintenance project_review: replace" in project.hooks_log(), timeout=120)
+    finally:
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(project.tmp / "milvus.db"))  # the capture's index started the database's service
+    assert (project.mem / "PROJECT.md").read_text(encoding="utf-8") == PROJECT_MD + "\n"
+    assert "User asked to run the ledger tests." in "".join(
+        p.read_text(encoding="utf-8") for p in project.memory.glob("*.md")
+    )
+    assert project.state()["codex.project_review"]["last_action"] == "replace"

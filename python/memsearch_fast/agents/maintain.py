@@ -5,7 +5,10 @@ default, so no model is called unasked).
 
 SessionEnd only writes a job file and starts this worker detached
 (``memsearch-hook PLATFORM maintain --job FILE``): the agent never waits for a
-model. As in memsearch 0.4.23, a task runs when its input (the journals under
+model. Codex has no SessionEnd event, so there (as in the reference's Codex
+plugin) the tasks follow each turn's capture, in its detached worker.
+
+As in memsearch 0.4.23, a task runs when its input (the journals under
 ``input_dir``) changed since its last success and ``min_interval_hours``
 passed; the state (``.maintenance-state.json``, key ``<platform>.<task>``) and
 lock files are the reference's, shared with ``memsearch skills distill``.
@@ -264,7 +267,6 @@ def save_job(platform: str, project_dir: str, memsearch_dir: str) -> Path:
 def run(job_file: Path) -> int:
     """The detached worker: the job's enabled tasks; reports only to ``hooks.log``."""
     from memsearch_fast import config as cfgmod
-    from memsearch_fast.agents.project import check_folder
 
     try:
         job = json.loads(job_file.read_text("utf-8"))
@@ -274,13 +276,24 @@ def run(job_file: Path) -> int:
         return 1
     finally:
         job_file.unlink(missing_ok=True)
-    where = Path(memsearch_dir)
     try:
         if os.path.isdir(project_dir):
             os.chdir(project_dir)  # the project's .memsearch.toml applies
         cfg = cfgmod.resolve(resolve_env=False)
+    except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
+        log_error(Path(memsearch_dir), f"maintenance: {exc}")
+        return 1
+    return run_logged(cfg, platform, project_dir, memsearch_dir)
+
+
+def run_logged(cfg: Settings, platform: str, project_dir: str, memsearch_dir: str) -> int:
+    """:func:`run_all` for a worker: every outcome a line in ``hooks.log``, nothing raised."""
+    from memsearch_fast.agents.project import check_folder
+
+    where = Path(memsearch_dir)
+    try:
         check_folder(memsearch_dir)  # as the hook found it: no link has appeared since
-        lines = run_all(cfg, platform, Path(project_dir), Path(memsearch_dir).resolve())
+        lines = run_all(cfg, platform, Path(project_dir), where.resolve())
     except Exception as exc:  # noqa: BLE001 - reported to the log, never to the agent
         log_error(where, f"maintenance: {exc}")
         return 1
