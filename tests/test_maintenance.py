@@ -189,6 +189,9 @@ def test_session_end_writes_project_user_and_skills_in_the_background(server: Ta
 
 
 def test_maintenance_is_off_by_default(server: TaskServer, project: Project) -> None:
+    from memsearch_fast.agents import hooks
+
+    assert set(hooks.MAINTENANCE_TASKS) == set(maintain.ALL_TASKS)  # the hook's switches are the worker's tasks
     project.configure(provider(server))  # a provider, but no task enabled
     assert maintain.enabled_tasks(project.settings(), "claude-code") == []
     project.session_end()

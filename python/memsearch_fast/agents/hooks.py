@@ -39,6 +39,8 @@ PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
 #: The detached workers the events start (``--job FILE``).
 WORKERS = ("capture", "maintain")
+#: ``plugins.<platform>.<task>`` switches whose task SessionEnd starts (:data:`.maintain.ALL_TASKS`).
+MAINTENANCE_TASKS = ("project_review", "user_profile", "memory_to_skill")
 #: How long a hook waits for its stdin to close (some agents never close it).
 STDIN_DEADLINE_S = 2.0
 STDIN_MAX_BYTES = 8 << 20
@@ -281,10 +283,12 @@ def session_end(platform: str, payload: Mapping[str, Any], project: Project) -> 
 
 def _maintain(platform: str, cfg: Settings, project: Project) -> None:
     """PROJECT.md, USER.md and skill candidates, when enabled: in a detached worker (a model call)."""
+    tables = cfg.plugins[platform]
+    if not any(getattr(tables, task).enabled for task in MAINTENANCE_TASKS) or not os.path.isdir(project.memory_dir):
+        return  # the usual case: nothing more is imported
     from memsearch_fast.agents import maintain
 
-    if maintain.enabled_tasks(cfg, platform) and os.path.isdir(project.memory_dir):
-        _detach(platform, "maintain", maintain.save_job(platform, project.project_dir, project.memsearch_dir))
+    _detach(platform, "maintain", maintain.save_job(platform, project.project_dir, project.memsearch_dir))
 
 
 def locate_event(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
