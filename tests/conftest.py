@@ -23,6 +23,8 @@ E2E_MODULES = {
     "test_expand",
     "test_hooks",
     "test_js_plugins",
+    "test_maintenance",
+    "test_plugin_skills",
     "test_mcp",
     "test_milvus_server",
     "test_recall_tiers",
@@ -36,7 +38,9 @@ E2E_MODULES = {
     "test_switch",
     "test_sync",
     "test_transcript",
+    "test_update_hint",
     "test_watch",
+    "test_windows",
 }
 
 

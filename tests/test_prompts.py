@@ -28,6 +28,8 @@ def settings(**keys: str) -> Settings:
         ("summarize", ["{{AGENT_NAME}}"]),
         ("compact", ["{chunks}"]),
         ("memory_to_skill", ["{{AGENT_NAME}}", "{{PROJECT_DIR}}", "{{INPUT_DIR}}", "{{MIN_OCCURRENCES}}"]),
+        ("project_review", ["{{AGENT_NAME}}", "{{TASK_NAME}}", "{{PROJECT_DIR}}", "{{INPUT_DIR}}", "{{OUTPUT_FILE}}"]),
+        ("user_profile", ["{{AGENT_NAME}}", "{{TASK_NAME}}", "{{PROJECT_DIR}}", "{{INPUT_DIR}}", "{{OUTPUT_FILE}}"]),
     ],
 )
 def test_builtin_prompt(task: str, markers: list[str]) -> None:

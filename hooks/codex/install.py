@@ -28,6 +28,11 @@ HERE = Path(__file__).resolve().parent
 SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
 #: How to put the command where agents find it (the package is not on PyPI).
 INSTALL_HINT = "install memsearch-fast first, from a clone: pipx install . (or uv tool install .)"
+#: Windows: said in one line, nothing written (the hooks need a POSIX system).
+UNSUPPORTED = (
+    "memsearch-fast's hooks do not support Windows (they need a POSIX system: Linux, macOS, or WSL); "
+    "nothing was installed"
+)
 EVENTS = {
     "SessionStart": ("session-start", 30),
     "UserPromptSubmit": ("user-prompt", 10),
@@ -143,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         "moves ~/.codex); running it again changes nothing.",
     )
     parser.parse_args(argv)
+    if (os.environ.get("MEMSEARCH_TEST_OS_NAME") or os.name) != "posix":  # as memsearch_fast.agents.posix
+        sys.exit(UNSUPPORTED)
     home = Path(os.path.expanduser("~"))
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
     codex.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ job from a file the hook wrote, and reports only to ``.memsearch/hooks.log``.
 Only bullet notes become memory: an LLM error, a rate-limit message, an empty
 or bullet-less answer leaves at most a one-line marker under the turn's
 anchor (when the anchor names a transcript, so the turn stays reachable
-through ``transcript``), never the answer or the raw turn.
+through ``transcript``), never the answer or the raw turn. For Codex, which
+has no SessionEnd event, the enabled maintenance tasks follow (:mod:`.maintain`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 #: The summarizer's own deadline (seconds), under the agents' 120 s hook timeout.
 DEFAULT_TIMEOUT_S = 100.0
 MARKER = "- Turn not summarized; its transcript is linked above."
+#: Platforms without a SessionEnd event: their maintenance (:mod:`.maintain`) follows a capture.
+NO_SESSION_END = ("codex",)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
 
 
@@ -144,7 +147,13 @@ def run(job_file: Path) -> int:
     except OSError as exc:
         log_error(where, f"capture: cannot append to {log}: {exc}")
         return 1
-    return index(where, job, log)
+    code = index(where, job, log)
+    if job.platform in NO_SESSION_END:
+        from memsearch_fast.agents import maintain
+
+        if maintain.enabled_tasks(cfg, job.platform):
+            maintain.run_logged(cfg, job.platform, job.project_dir, job.memsearch_dir)
+    return code
 
 
 def index(where: Path, job: Job, log: Path) -> int:

@@ -11,7 +11,8 @@ check of a remote Milvus), no model, no second CLI start; the memory root is
 registered with the database's service (or a watcher started detached), and
 later events renew that lease. Stop and PreCompact read the turn at once (Codex may delete
 its rollout once the hook returns) and leave the summary to a detached
-worker (:mod:`.capture`).
+worker (:mod:`.capture`); SessionEnd leaves its enabled maintenance
+(PROJECT.md, USER.md, skill candidates) to another (:mod:`.maintain`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 
 PLATFORMS = ("claude-code", "codex", "opencode", "openclaw")
 EVENTS = ("session-start", "user-prompt", "stop", "pre-compact", "session-end", "locate")
+#: The detached workers the events start (``--job FILE``).
+WORKERS = ("capture", "maintain")
+#: ``plugins.<platform>.<task>`` switches whose task SessionEnd starts (:data:`.maintain.ALL_TASKS`).
+MAINTENANCE_TASKS = ("project_review", "user_profile", "memory_to_skill")
 #: How long a hook waits for its stdin to close (some agents never close it).
 STDIN_DEADLINE_S = 2.0
 STDIN_MAX_BYTES = 8 << 20
@@ -127,6 +132,10 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
     uri = _uri(cfg)
     line = f"[memsearch v{__version__}] embedding: {status.embedding(emb)} | milvus: {uri}"
     line += f" | collection: {project.collection}"
+    from memsearch_fast.agents import update
+
+    note = update.hint(__version__)  # local files only; a configured index is asked in the background
+    line += f" | {note}" if note else ""
     problem = status.key_problem(emb) or status.milvus_problem(uri)
     if problem:
         return {"systemMessage": f"{line} | ERROR: {problem}"}
@@ -263,12 +272,23 @@ def session_end(platform: str, payload: Mapping[str, Any], project: Project) -> 
 
     session = _str(payload, "session_id")
     live = watcher.leave(project, session or "unknown")
+    cfg = _config()
     if _watching():
-        cfg = _config()
         watcher.release(cfg, project, session)  # this session's lease; others keep the root watched
         if live == 0:
             watcher.stop(_uri(cfg), project)
+    _maintain(platform, cfg, project)
     return {}
+
+
+def _maintain(platform: str, cfg: Settings, project: Project) -> None:
+    """PROJECT.md, USER.md and skill candidates, when enabled: in a detached worker (a model call)."""
+    tables = cfg.plugins[platform]
+    if not any(getattr(tables, task).enabled for task in MAINTENANCE_TASKS) or not os.path.isdir(project.memory_dir):
+        return  # the usual case: nothing more is imported
+    from memsearch_fast.agents import maintain
+
+    _detach(platform, "maintain", maintain.save_job(platform, project.project_dir, project.memsearch_dir))
 
 
 def locate_event(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
@@ -336,8 +356,6 @@ def _codex_fallback(payload: Mapping[str, Any], session: str) -> Any:
 def _spawn_capture(
     platform: str, event: str, project: Project, session: str, excerpt: Any, transcript: str, kind: str = "transcript"
 ) -> None:
-    import subprocess
-
     from memsearch_fast.agents.capture import Job
 
     now = time.localtime()
@@ -356,10 +374,16 @@ def _spawn_capture(
         now=time.strftime("%H:%M", now),
         anchor_kind=kind,
     )
-    path = job.save(Path(project.memsearch_dir) / "jobs")
+    _detach(platform, "capture", job.save(Path(project.memsearch_dir) / "jobs"))
+
+
+def _detach(platform: str, worker: str, job: Path) -> None:
+    """Start a worker (``capture``, ``maintain``) on *job*, detached: the hook does not wait for it."""
+    import subprocess
+
     env = dict(os.environ, MEMSEARCH_NO_WATCH="1", PATH=worker_path(os.environ.get("PATH", "")))
     subprocess.Popen(
-        [sys.executable, "-m", "memsearch_fast.agents.main", platform, "capture", "--job", str(path)],
+        [sys.executable, "-m", "memsearch_fast.agents.main", platform, worker, "--job", str(job)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,5 +1,6 @@
 """The agent tasks' prompts: the built-in ones are text files in this package
-(``summarize``, ``compact``, ``memory_to_skill``), so they read and diff as
+(``summarize``, ``compact``, ``memory_to_skill``,
+``project_review``, ``user_profile``), so they read and diff as
 text; ``prompts.<task>`` in the configuration names a file that replaces one.
 
 The newline that ends a file is not part of its prompt.

@@ -121,11 +121,13 @@ def resolve_task_path(raw: str, project: Path, mem_root: Path) -> Path:
 # -- input -----------------------------------------------------------------------------------
 
 
-def _journals(input_dir: Path) -> list[Path]:
-    """Markdown files under *input_dir*, in path order (directory symlinks not followed)."""
+def journal_files(input_dir: Path) -> list[Path]:
+    """Markdown files under *input_dir*, in path order. Links are left out (directory
+    links are not followed either): a cloned repository's journal linked to a private
+    file must not reach a model's prompt."""
     if not input_dir.is_dir():
         return []
-    return sorted(p for p in input_dir.rglob("*.md") if p.is_file())
+    return sorted(p for p in input_dir.rglob("*.md") if not p.is_symlink() and p.is_file())
 
 
 def input_digest(input_dir: Path) -> str:
@@ -133,7 +135,7 @@ def input_digest(input_dir: Path) -> str:
     if not input_dir.is_dir():
         return "sha256:empty"
     h = hashlib.sha256()
-    for path in _journals(input_dir):
+    for path in journal_files(input_dir):
         h.update(str(path.relative_to(input_dir)).encode())
         h.update(b"\0")
         h.update(path.read_bytes())
@@ -165,7 +167,7 @@ def recent_journals(input_dir: Path, budget: int) -> str:
     """The newest journals (by modification time, at most 12), each after a
     ``<!-- source:PATH -->`` line; beyond *budget* characters the oldest text goes."""
     dated: list[tuple[float, Path]] = []
-    for path in _journals(input_dir):
+    for path in journal_files(input_dir):
         with contextlib.suppress(OSError):
             dated.append((path.stat().st_mtime, path))
     dated.sort(key=lambda item: item[0])
@@ -230,8 +232,8 @@ def build_prompt(
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.S)
 
 
-def _json_object(text: str) -> dict[str, Any] | None:
-    """The answer's JSON object with a ``skills`` key: the whole text, a fenced
+def json_object(text: str, key: str = "skills") -> dict[str, Any] | None:
+    """The answer's JSON object with a *key* key: the whole text, a fenced
     block, or the first such object found in surrounding prose."""
     candidates = [text]
     fenced = _FENCED.search(text)
@@ -253,7 +255,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
             value, _end = decoder.raw_decode(text, start)
         except json.JSONDecodeError:
             value = None
-        if isinstance(value, dict) and "skills" in value:
+        if isinstance(value, dict) and key in value:
             return value
         start = text.find("{", start + 1)
     return None
@@ -269,7 +271,7 @@ def parse_answer(raw: str) -> list[store.Candidate]:
     An entry needs a description and a body (strings); its name is slugified;
     a repeated name keeps its first entry.
     """
-    data = _json_object(raw.strip())
+    data = json_object(raw.strip())
     if data is None:
         raise LLMError(f"{TASK}: the LLM did not answer with a JSON object: {one_line(raw, 120)}")
     skills = data.get("skills")
@@ -384,12 +386,14 @@ def distill(
     require_enabled: bool = False,
     complete: Callable[[LLMSettings, str], str] | None = None,
     warn: Callable[[str], None] | None = None,
+    native: Callable[[str], LLMSettings] | None = None,
 ) -> DistillResult:
     """Distill candidates from the recent journals when the input changed and the task is due.
 
     *require_enabled* makes ``memory_to_skill.enabled = false`` a skip (the
     background pass); an explicit command runs regardless. *complete* replaces
-    the LLM call (``(settings, prompt) -> answer``).
+    the LLM call (``(settings, prompt) -> answer``); *native* runs a ``native``
+    provider (the hooks' background pass gives the host CLI) instead of refusing it.
     """
     task = task_config(cfg, platform)
     if require_enabled and not task.enabled:
@@ -407,7 +411,7 @@ def distill(
     due, reason = is_due(task.min_interval_hours, previous, digest, force)
     if not due:
         return DistillResult("skip", reason=reason, skipped=True)
-    if not _journals(input_dir):
+    if not journal_files(input_dir):
         return DistillResult("skip", reason=f"no memory journals in {input_dir}", skipped=True)
 
     with task_lock(mem_root / f".maintenance-{platform}-{TASK}.lock") as locked:
@@ -415,7 +419,7 @@ def distill(
             return DistillResult("locked", skipped=True)
         root = store.ensure_store(mem_root)
         try:
-            settings = route(cfg, platform)
+            settings = route(cfg, platform) if native is None else routing.route(cfg, platform, TASK, native)
             template = load_template(cfg, warn)
             prompt = build_prompt(
                 template,
