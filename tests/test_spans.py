@@ -234,7 +234,8 @@ def test_the_questions_words_in_the_line_that_matched_tell_look_alikes_apart() -
 
 
 def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:
-    """``search --explain`` (text and ``-j``) says which lines gave a hit its dense score."""
+    """``search --explain`` (text and ``-j``) says which lines gave a hit its dense score;
+    ``index -j`` tells the span pass's progress."""
     import json
 
     from memsearch_fast.lite import broker
@@ -243,7 +244,13 @@ def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_
     db = tmp_path / "cli.db"
     common = ["--milvus-uri", str(db), "-m", str(model_dir)]
     try:
-        ok(run(["index", str(notes), *common], env))
+        proc = ok(run(["index", str(notes), *common, "-j"], env))
+        # The span pass, after the chunks, is told as it goes: its own counts in the JSON progress.
+        report = json.loads(proc.stdout)
+        told = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"event":"progress"')]
+        spanned = [line for line in told if "span_chunks" in line]
+        assert report["spans"]["chunks"] > 0 and spanned
+        assert spanned[-1]["span_chunks_done"] == spanned[-1]["span_chunks"] >= report["spans"]["chunks"]
         query = "which bucket does the aspen nightly export archive go to"
         fact_line = journal().splitlines().index(f"- {FACT}") + 1
         hits = json.loads(ok(run(["search", query, "-j", "-k", "1", "--explain", *common], env)).stdout)

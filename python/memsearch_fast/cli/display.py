@@ -68,23 +68,23 @@ class RichProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("[bold]indexing"),
+            TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("files read,"),
-            TextColumn("{task.fields[embedded]}/{task.fields[chunks]} chunks embedded ({task.fields[rate]}/s)"),
+            TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("{task.fields[eta]}"),
             console=Console(file=stream or sys.stderr),
             transient=True,
         )
         self._task: Any = None
+        self._spans: Any = None
         self._counts = _Counts()
 
     def start(self, files: int) -> None:
         self._counts.files = files
         self._counts.started = time.perf_counter()
-        self._task = self._progress.add_task("index", total=files, chunks=0, embedded=0, rate="0", eta="estimating")
+        self._task = self._progress.add_task("indexing", total=files, detail="files read", eta="ETA estimating")
         self._progress.start()
 
     def files_done(self, files: int, chunks: int) -> None:
@@ -101,11 +101,14 @@ class RichProgress:
         self._progress.update(
             self._task,
             advance=advance,
-            chunks=c.chunks,
-            embedded=c.embedded,
-            rate=f"{c.rate(now):.0f}",
-            eta=_clock(c.eta(now)),
+            detail=f"files read, {c.embedded}/{c.chunks} chunks embedded ({c.rate(now):.0f}/s)",
+            eta=f"ETA {_clock(c.eta(now))}",
         )
+
+    def spans_done(self, done: int, total: int) -> None:
+        if self._spans is None:  # the span pass: a second bar once the chunks are written
+            self._spans = self._progress.add_task("span vectors", total=total, detail="chunks", eta="")
+        self._progress.update(self._spans, completed=done)
 
     def finish(self) -> None:
         self._progress.stop()
@@ -116,13 +119,15 @@ class JsonProgress:
 
     ``{"event": "progress", "files_done", "files", "chunks", "embedded",
     "chunks_per_s", "eta_s"}``: files read, the chunks they queued for
-    embedding, those embedded, and the ETA of :class:`_Counts`.
+    embedding, those embedded, and the ETA of :class:`_Counts`; during the span
+    pass also ``span_chunks_done`` and ``span_chunks``.
     """
 
     def __init__(self, stream: TextIO | None = None, interval: float = 2.0) -> None:
         self._stream = stream or sys.stderr
         self._interval = interval
         self._counts = _Counts()
+        self._spans: tuple[int, int] | None = None
         self._last = 0.0
 
     def start(self, files: int) -> None:
@@ -137,6 +142,13 @@ class JsonProgress:
     def chunks_embedded(self, n: int) -> None:
         self._counts.embedded += n
         self._maybe_emit()
+
+    def spans_done(self, done: int, total: int) -> None:
+        self._spans = (done, total)
+        if done in (0, total):
+            self._emit(time.perf_counter())
+        else:
+            self._maybe_emit()
 
     def finish(self) -> None:
         self._emit(time.perf_counter())
@@ -158,6 +170,8 @@ class JsonProgress:
             "chunks_per_s": round(c.rate(now), 1),
             "eta_s": c.eta(now),
         }
+        if self._spans is not None:  # the span pass, after the chunks: chunks given their span vectors
+            line["span_chunks_done"], line["span_chunks"] = self._spans
         try:
             self._stream.write(to_json_line(line) + "\n")
             self._stream.flush()

@@ -260,7 +260,14 @@ class _Run:
         if not span_pass.enabled() or getattr(self.store, "spans", None) is None:
             return None
         full = self.loaded is None and self.only_sources is None
-        return await span_pass.write_spans(self.store, self.provider, self.written_ids, full=full)  # type: ignore[arg-type]
+        told = getattr(self.progress, "spans_done", None)  # optional in a caller's own progress
+        return await span_pass.write_spans(
+            self.store,  # type: ignore[arg-type]
+            self.provider,
+            self.written_ids,
+            full=full,
+            progress=told,
+        )
 
     async def _plan(self) -> list[str]:
         """The files to read, and (in ``self.gone``) the sources whose rows go: from

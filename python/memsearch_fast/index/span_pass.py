@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +54,15 @@ class SpanReport:
 
 
 async def write_spans(
-    store: MilvusStore, provider: EmbeddingProvider, written: Iterable[str], *, full: bool
+    store: MilvusStore,
+    provider: EmbeddingProvider,
+    written: Iterable[str],
+    *,
+    full: bool,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SpanReport:
-    """Give the chunks *written* (every chunk lacking them when *full*) their span rows."""
+    """Give the chunks *written* (every chunk lacking them when *full*) their span
+    rows; *progress* hears (chunks done, chunks to do) after each page."""
     report = SpanReport()
     spans_store = store.spans
     written = list(written)
@@ -67,9 +73,13 @@ async def write_spans(
         todo = await asyncio.to_thread(_reconcile, store, report)
     else:
         todo = list(dict.fromkeys(written))
+    if progress is not None and todo:
+        progress(0, len(todo))
     for i in range(0, len(todo), PAGE):
         rows = await asyncio.to_thread(store.rows_for_ids, todo[i : i + PAGE], _FIELDS)
         await _page(store, provider, rows, report)
+        if progress is not None:
+            progress(min(len(todo), i + PAGE), len(todo))
     await asyncio.to_thread(spans_store.flush)
     return report
 
