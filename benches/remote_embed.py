@@ -11,9 +11,10 @@ handed over in process (distinct vectors: what they cost the store), and
 with ``--provider openai --base-url`` pointed at ``benches.embed_server
 zero`` (answers at once). The ratio of chunks/s, remote over in-process,
 says what the remote path costs over the pipeline.
-``onnx``: the same remote run against ``benches.embed_server onnx`` with K
-model processes, for each K and N: how chunks/s scales with the server's
-capacity and the client's ``--workers``.
+``onnx``: the model in process with N inference workers, then the remote
+run against ``benches.embed_server onnx`` with K model processes, for each
+K and N: how chunks/s scales with the server's capacity and the client's
+``--workers``.
 
 Every run is a fresh process (peak RSS is that run's: ru_maxrss). The
 server runs in processes of its own, so the client's RSS excludes it but its
@@ -61,6 +62,8 @@ elif url == "pool":  # the server's vectors, in process: what distinct vectors c
         async def embed(self, texts):
             return [self.table[zlib.crc32(t.encode("utf-8", "surrogatepass")) % POOL] for t in texts]
     provider = PoolCost()
+elif url.startswith("onnx:"):  # the model in process, N inference workers
+    provider = get_provider("onnx", model=url[5:], workers=workers)
 else:
     provider = get_provider("openai", model="bench", base_url=url, workers=workers, dimensions=384)
 store = MilvusStore(uri, dimension=provider.dimension)
@@ -187,6 +190,10 @@ def bench_zero(root: Path, tmp: Path, args: argparse.Namespace) -> None:
 
 
 def bench_onnx(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+    for workers in ints(args.workers):  # the model in process first: what one machine's embedder does
+        res = run_once(root, tmp / f"inproc-{workers}.db", f"onnx:{MODEL_DIR}", workers)
+        res.update(in_process=True, workers=workers, mb=args.mb, load=[round(x, 2) for x in os.getloadavg()])
+        print(json.dumps(res), flush=True)
     for procs in ints(args.procs):
         with Server("onnx", procs) as server:
             for workers in ints(args.workers):
