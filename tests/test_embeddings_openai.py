@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
+import logging
 import math
 import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +32,13 @@ def fake_vector(text: str) -> list[float]:
     return [(b - 127.5) / 10.0 for b in digest[:DIM]]
 
 
+def encoded(vec: list[float], base64_mode: str | bool) -> Any:
+    """*vec* as the server sends it: base64 float32 bytes when asked and honoured."""
+    if base64_mode == "answer":
+        return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+    return vec
+
+
 def normalized(vec: list[float]) -> list[float]:
     norm = math.sqrt(sum(v * v for v in vec))
     return [v / norm for v in vec]
@@ -43,6 +53,8 @@ class FakeServer:
         self.lock = threading.Lock()
         self.require_key = True
         self.delay = 0.0
+        # encoding_format base64: "answer" it, "ignore" it (floats) or "refuse" it (HTTP 400)
+        self.base64 = "answer"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,8 +79,12 @@ class FakeServer:
                     return self.reply(404, {}, {"error": {"message": "model missing-model does not exist"}})
                 texts = body["input"]
                 if self.path == "/v1/embeddings":
+                    b64 = body.get("encoding_format") == "base64"
+                    if b64 and server.base64 == "refuse":
+                        return self.reply(400, {}, {"error": {"message": "unknown variant `base64`"}})
                     items = [
-                        {"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)
+                        {"object": "embedding", "index": i, "embedding": encoded(fake_vector(t), b64 and server.base64)}
+                        for i, t in enumerate(texts)
                     ]
                     items.reverse()  # the API gives an index per item; order is not guaranteed
                     return self.reply(200, {}, {"object": "list", "data": items, "model": body["model"]})
@@ -137,7 +153,51 @@ def test_order_preserved_across_batches(server: FakeServer) -> None:
     assert sorted(t for r in reqs for t in r["body"]["input"]) == sorted(texts)
     assert {r["auth"] for r in reqs} == {f"Bearer {KEY}"}
     assert all(r["body"]["model"] == "text-embedding-3-small" for r in reqs)
-    assert all(r["body"]["dimensions"] == DIM and r["body"]["encoding_format"] == "float" for r in reqs)
+    assert all(r["body"]["dimensions"] == DIM and r["body"]["encoding_format"] == "base64" for r in reqs)
+
+
+@pytest.mark.parametrize("mode", ["answer", "ignore"])
+def test_base64_vectors_match_floats(server: FakeServer, mode: str) -> None:
+    """Base64 answers (and a server that ignores the option and sends floats) give the float path's vectors."""
+    texts = [f"text {i}" for i in range(5)]
+    server.base64 = mode
+    with openai(server, dimensions=DIM) as p:
+        vectors = run(p.embed(texts))
+    for text, vec in zip(texts, vectors, strict=True):
+        assert vec == pytest.approx(normalized(fake_vector(text)), abs=1e-6)
+        assert all(type(v) is float for v in vec)
+    assert [r["body"]["encoding_format"] for r in server.embedding_requests()] == ["base64"]
+
+
+def test_base64_refused_falls_back_to_floats(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    server.base64 = "refuse"
+    with caplog.at_level(logging.INFO), openai(server, dimensions=DIM) as p:
+        first = run(p.embed(["a", "b"]))
+        second = run(p.embed(["c"]))
+    assert first[0] == pytest.approx(normalized(fake_vector("a")), abs=1e-6)
+    assert second[0] == pytest.approx(normalized(fake_vector("c")), abs=1e-6)
+    formats = [r["body"]["encoding_format"] for r in server.embedding_requests()]
+    assert formats == ["base64", "float", "float"]  # refused once, then floats only
+    assert "refused base64" in caplog.text and KEY not in caplog.text
+
+
+def test_a_400_for_floats_too_is_raised_and_base64_kept(server: FakeServer) -> None:
+    too_long = (400, {}, {"error": {"message": "input too long"}})
+    server.faults = [too_long, too_long]
+    with openai(server, dimensions=DIM, max_retries=0) as p:
+        with pytest.raises(EmbeddingAPIError, match="input too long") as exc:
+            run(p.embed(["x"]))
+        assert exc.value.status == 400
+        run(p.embed(["y"]))
+    formats = [r["body"]["encoding_format"] for r in server.embedding_requests()]
+    assert formats == ["base64", "float", "base64"]
+
+
+def test_malformed_base64_vector_is_reported(server: FakeServer) -> None:
+    bad = {"data": [{"index": 0, "embedding": "not base64!"}]}
+    server.faults = [(200, {}, bad)]
+    with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError, match="unexpected answer"):
+        run(p.embed(["x"]))
 
 
 def test_token_budget_splits_requests(server: FakeServer) -> None:
@@ -304,7 +364,8 @@ def test_workers_are_the_concurrent_requests(server: FakeServer) -> None:
 
 def test_long_error_message_is_bounded_and_redacted(server: FakeServer) -> None:
     # The key straddles the 300-character bound: it must be masked before the message is cut.
-    server.faults.append((400, {}, {"error": {"message": "x" * 290 + f" key {KEY} was bad\nsecond line"}}))
+    fault = (400, {}, {"error": {"message": "x" * 290 + f" key {KEY} was bad\nsecond line"}})
+    server.faults += [fault, fault]  # base64 refused, then floats too: the server's answer
     with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
         run(p.embed(["alpha"]))
     assert info.value.status == 400

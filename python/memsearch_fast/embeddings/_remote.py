@@ -9,6 +9,8 @@ concurrency, retries, normalisation and order preservation live here once.
 from __future__ import annotations
 
 import asyncio
+import binascii
+import logging
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,11 @@ from memsearch_fast.embeddings._http import (
 )
 from memsearch_fast.errors import EmbeddingAPIError, EmbeddingError
 from memsearch_fast.parallelism import Parallelism, plan
+
+logger = logging.getLogger(__name__)
+
+#: HTTP statuses with which a server may refuse ``encoding_format: base64``.
+BASE64_REFUSED = frozenset({400, 415, 422})
 
 #: How HTTP providers count tokens (their tokenizer is on the server); the
 #: same name as ``memsearch_fast.recall.APPROX_TOKENIZER``.
@@ -44,6 +51,11 @@ class RemoteEmbedding:
     key_env: str | None = None
     #: Name of the token count that :meth:`count_tokens` gives.
     tokenizer_name = APPROX_TOKENIZER
+    #: Ask for base64 vectors (``encoding_format: base64``, OpenAI's shape): 4
+    #: bytes a number instead of ~20 of JSON text, and no float parsing, which
+    #: otherwise costs the client more CPU than the whole zero-cost pipeline
+    #: (docs/scale.md). A server that refuses it gets floats from then on.
+    base64_vectors: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -80,13 +92,15 @@ class RemoteEmbedding:
         self._client = JsonClient(timeout)
         self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix=f"memsearch-{self.kind.split()[0]}")
         self._closed = False
+        self._base64 = self.base64_vectors
 
     # subclass hooks -------------------------------------------------------------
 
     def _payload(self, texts: list[str], query: bool) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _parse(self, data: Any, n: int) -> list[list[float]]:
+    def _parse(self, data: Any, n: int) -> Any:
+        """The *n* vectors of an answer, in input order: a list, or a 2-D array."""
         raise NotImplementedError
 
     def _headers(self) -> dict[str, str]:
@@ -171,24 +185,39 @@ class RemoteEmbedding:
             raise EmbeddingError(f"the {self.kind} provider is closed")
         prepared = [t[: self._max_chars] if t.strip() else " " for t in texts]
         parts = await asyncio.gather(*(self._request(prepared[a:b], query) for a, b in self._split(prepared)))
-        vectors = [v for part in parts for v in part]
-        return await asyncio.get_running_loop().run_in_executor(None, self._normalize, vectors)
+        return await asyncio.get_running_loop().run_in_executor(None, self._normalize, parts)
 
-    async def _request(self, texts: list[str], query: bool = False) -> list[list[float]]:
-        data = await post_json(
-            self._client,
-            self._executor,
-            self._url,
-            self._payload(texts, query),
-            headers=self._headers(),
-            secret=self._secret,
-            what=self.kind,
-            max_retries=self._max_retries,
-            base_delay=self._base_delay,
-            max_delay=self._max_delay,
-            key_env=self.key_env,
-            key_rejected=self._key_rejected,
-        )
+    async def _request(self, texts: list[str], query: bool = False, *, floats: bool = False) -> Any:
+        """One request's vectors: a list of them, or a float32 array when sent as base64."""
+        payload = self._payload(texts, query)
+        asked_base64 = self._base64 and not floats
+        if self.base64_vectors:
+            payload["encoding_format"] = "base64" if asked_base64 else "float"
+        try:
+            data = await post_json(
+                self._client,
+                self._executor,
+                self._url,
+                payload,
+                headers=self._headers(),
+                secret=self._secret,
+                what=self.kind,
+                max_retries=self._max_retries,
+                base_delay=self._base_delay,
+                max_delay=self._max_delay,
+                key_env=self.key_env,
+                key_rejected=self._key_rejected,
+            )
+        except EmbeddingAPIError as exc:
+            if not (asked_base64 and exc.status in BASE64_REFUSED):
+                raise
+            # Floats for this request; only if they are accepted was base64 the problem.
+            vectors = await self._request(texts, query, floats=True)
+            if self._base64:
+                self._base64 = False
+                where = safe_url(self._url)
+                logger.info("%s at %s refused base64 vectors (%s); asking for floats", self.kind, where, exc)
+            return vectors
         try:
             vectors = self._parse(data, len(texts))
         except (KeyError, TypeError, ValueError, IndexError):
@@ -212,11 +241,15 @@ class RemoteEmbedding:
         ranges.append((start, len(texts)))
         return ranges
 
-    def _normalize(self, vectors: list[list[float]]) -> list[list[float]]:
+    def _normalize(self, parts: list[Any]) -> list[list[float]]:
+        """The requests' vectors (lists, or arrays from base64) as one list of unit vectors."""
         import numpy as np
 
         try:
-            arr = np.asarray(vectors, dtype=np.float32)
+            if all(isinstance(p, np.ndarray) for p in parts):
+                arr = np.concatenate(parts).astype(np.float32, copy=False)
+            else:
+                arr = np.asarray([v for part in parts for v in part], dtype=np.float32)
         except ValueError:
             raise EmbeddingAPIError(f"{self.kind} returned vectors of different lengths", 200) from None
         if arr.ndim != 2 or arr.shape[1] == 0:
@@ -338,13 +371,33 @@ class HostedEmbedding(RemoteEmbedding):
             payload[self.dimensions_field] = self._dimensions
         return payload
 
-    def _parse(self, data: Any, n: int) -> list[list[float]]:
+    def _parse(self, data: Any, n: int) -> Any:
         return parse_indexed(data, n)
 
 
-def parse_indexed(data: Any, n: int) -> list[list[float]]:
+def decode_base64_rows(rows: list[str]) -> Any:
+    """Base64 vectors (little-endian float32, ``encoding_format: base64``) as one
+    float32 array of shape (rows, dimension): unpadded strings of one length are
+    joined and decoded in one call, the cost of a copy."""
+    import numpy as np
+
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError("base64 vectors of different lengths")
+    # Not validated (as OpenAI's own client): a stray character changes the
+    # length, which is checked; binascii.Error is a ValueError.
+    if any(r.endswith("=") for r in rows):  # padding inside a join is invalid: one at a time
+        raw = b"".join(binascii.a2b_base64(r) for r in rows)
+    else:
+        raw = binascii.a2b_base64("".join(rows))
+    if not raw or len(raw) % (4 * len(rows)):
+        raise ValueError("bad base64 vector")
+    return np.frombuffer(raw, dtype="<f4").reshape(len(rows), -1)
+
+
+def parse_indexed(data: Any, n: int) -> Any:
     """``{"data": [{"index": i, "embedding": [...]}, ...]}`` (OpenAI's shape, also
-    Voyage's, Jina's and Mistral's) in input order; a missing index means list order."""
+    Voyage's, Jina's and Mistral's) in input order; a missing index means list order.
+    Base64 embeddings (see ``RemoteEmbedding.base64_vectors``) come back as one array."""
     items = data["data"]
     out: list[Any] = [None] * n
     for pos, item in enumerate(items):
@@ -354,6 +407,8 @@ def parse_indexed(data: Any, n: int) -> list[list[float]]:
         out[index] = item["embedding"]
     if any(v is None for v in out):
         raise ValueError("missing index")
+    if out and all(isinstance(v, str) for v in out):
+        return decode_base64_rows(out)
     return out
 
 

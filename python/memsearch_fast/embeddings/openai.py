@@ -33,5 +33,5 @@ class OpenAIEmbedding(HostedEmbedding):
     known_dimensions = KNOWN_DIMENSIONS
     max_batch = 2048
     default_batch_size = 2048
-    payload_options = (("encoding_format", "float"),)
+    base64_vectors = True  # OpenAI, vLLM, TEI, Infinity: a server that refuses it gets floats
     default_max_input_chars = 24_000
