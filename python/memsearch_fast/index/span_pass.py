@@ -153,5 +153,8 @@ def _row(
         "text_hash": text_hash,
         "start_line": start,
         "end_line": end,
-        "embedding": [float(x) for x in vector],
+        # Already a list of floats from the provider or the store; a copy costs seconds a 5 MB run.
+        "embedding": vector
+        if isinstance(vector, list) and (not vector or type(vector[0]) is float)
+        else [float(x) for x in vector],
     }
