@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+#: Chunk ids per ``chunk_hash in [...]`` filter of :meth:`StoreClient._search_among`.
+AMONG_BATCH = 512
+
+
 class StoreClient:
     """The connection half of :class:`~memsearch_fast.store.milvus.MilvusStore`.
 
@@ -223,6 +227,31 @@ class StoreClient:
                 continue
             row["distance"] = float(hit["distance"])
             hits.append(row)
+        return hits
+
+    def _search_among(
+        self,
+        collection: str,
+        data: list[Any],
+        field: str,
+        metric: str,
+        chunk_hashes: list[str],
+        fields: list[str],
+        *,
+        group_by: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """:meth:`_search_in` among the rows of these chunks alone, as many hits as
+        chunks (in batches of :data:`AMONG_BATCH` ids: one filter each)."""
+        from memsearch_fast.store.filters import in_filter
+
+        wanted = list(dict.fromkeys(chunk_hashes))
+        hits: list[dict[str, Any]] = []
+        for i in range(0, len(wanted), AMONG_BATCH):
+            part = wanted[i : i + AMONG_BATCH]
+            where = in_filter("chunk_hash", part)
+            hits += self._search_in(
+                collection, data, field, metric, len(part), None, fields, where=where, group_by=group_by
+            )
         return hits
 
     def _load(self, *, retry: bool = True, collection: str | None = None) -> None:

@@ -30,6 +30,11 @@ def quote_filter_value(value: str) -> str:
     return '"' + escape_filter_value(value) + '"'
 
 
+def in_filter(field: str, values: list[str]) -> str:
+    """``field in [...]`` with every value escaped."""
+    return f"{field} in [{', '.join(quote_filter_value(v) for v in values)}]"
+
+
 def prefix_filter(field: str, prefix: str) -> str:
     """Filter for ``field`` starting with ``prefix``, free of LIKE wildcards.
 

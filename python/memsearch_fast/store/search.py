@@ -110,20 +110,8 @@ class StoreSearch(StoreSchema):
         lacking = [cid for cid in dict.fromkeys(ids) if cid not in have]
         if not lacking:
             return ranked
-        own: list[tuple[str, float]] = []
-        for i in range(0, len(lacking), spans.BATCH):
-            part = lacking[i : i + spans.BATCH]
-            hits = self._search_in(
-                self.collection,
-                [vector],
-                "embedding",
-                "COSINE",
-                len(part),
-                None,
-                ["chunk_hash"],
-                where=spans.in_filter("chunk_hash", part),
-            )
-            own.extend((h["chunk_hash"], h["distance"]) for h in hits)
+        hits = self._search_among(self.collection, [vector], "embedding", "COSINE", lacking, ["chunk_hash"])
+        own = [(h["chunk_hash"], h["distance"]) for h in hits]
         scores, found = spans.merge_dense(own, list(self.spans.best_of(vector, lacking).values()), len(lacking))
         matched.update(found)
         return spans.fill_dense(ranked, dict(scores))
@@ -135,26 +123,12 @@ class StoreSearch(StoreSchema):
         best first: the mirror of :meth:`_fill_dense`. A chunk the dense side ranks
         first but whose BM25 score fell just short of a flat list keeps that score
         instead of none."""
-        from memsearch_fast.store import spans
-
         have = {cid for cid, _ in sparse}
         lacking = [cid for cid, _ in ranked if cid not in have]
         if not lacking or not sparse or not query_text.strip():
             return sparse
-        extra: list[tuple[str, float]] = []
-        for i in range(0, len(lacking), spans.BATCH):
-            part = lacking[i : i + spans.BATCH]
-            hits = self._search_in(
-                self.collection,
-                [query_text],
-                "sparse_vector",
-                "BM25",
-                len(part),
-                None,
-                ["chunk_hash"],
-                where=spans.in_filter("chunk_hash", part),
-            )
-            extra.extend((h["chunk_hash"], h["distance"]) for h in hits)
+        hits = self._search_among(self.collection, [query_text], "sparse_vector", "BM25", lacking, ["chunk_hash"])
+        extra = [(h["chunk_hash"], h["distance"]) for h in hits]
         return sorted([*sparse, *extra], key=lambda kv: -kv[1])  # stable: ties keep the BM25 order
 
     @property

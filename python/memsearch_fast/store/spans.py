@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.store.filters import quote_filter_value
+from memsearch_fast.store.filters import in_filter
 from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
@@ -123,11 +123,6 @@ def with_words(
     }
     out = [(cid, score + WORD_BONUS * share.get(cid, 0.0)) for cid, score in ranked]
     return sorted(out, key=lambda kv: -kv[1]), share
-
-
-def in_filter(field: str, values: list[str]) -> str:
-    """``field in [...]`` with every value escaped."""
-    return f"{field} in [{', '.join(quote_filter_value(v) for v in values)}]"
 
 
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
@@ -300,25 +295,12 @@ class SpanStore:
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
         """The best span row of each of these chunks for *vector* (chunks without
         span rows are absent): the dense score of a chunk only BM25 found."""
-        wanted = list(dict.fromkeys(chunk_hashes))
-        out: dict[str, dict[str, Any]] = {}
-        if not wanted or not self.exists:
-            return out
-        for i in range(0, len(wanted), BATCH):
-            part = wanted[i : i + BATCH]
-            for hit in self.store._search_in(
-                self.collection,
-                [vector],
-                "embedding",
-                "COSINE",
-                len(part),
-                None,
-                FIELDS,
-                where=in_filter("chunk_hash", part),
-                group_by="chunk_hash",
-            ):
-                out[str(hit["chunk_hash"])] = hit
-        return out
+        if not chunk_hashes or not self.exists:
+            return {}
+        hits = self.store._search_among(
+            self.collection, [vector], "embedding", "COSINE", chunk_hashes, FIELDS, group_by="chunk_hash"
+        )
+        return {str(hit["chunk_hash"]): hit for hit in hits}
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         it = self._call(
