@@ -24,7 +24,6 @@ agent's CLI, with ``sonnet`` for Claude Code since this task needs judgement.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -201,21 +200,7 @@ def run_task(
 
 
 def _record_failure(state_path: Path, key: str, digest: str, output: Path, exc: BaseException) -> None:
-    last = distill.load_state(state_path).get(key)
-    entry = dict(last) if isinstance(last, dict) else {}
-    stamp = store.now()
-    entry.update(
-        {
-            "last_checked_at": stamp,
-            "last_failed_at": stamp,
-            "failed_input_digest": digest,
-            "last_action": "error",
-            "last_error": f"{type(exc).__name__}: {one_line(str(exc), 1900)}",
-            "output_file": str(output),
-        }
-    )
-    with contextlib.suppress(OSError):
-        distill.save_entry(state_path, key, entry)
+    distill.record_failure(state_path, key, digest, output, f"{type(exc).__name__}: {one_line(str(exc), 1900)}")
 
 
 def run_all(

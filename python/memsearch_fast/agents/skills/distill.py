@@ -322,6 +322,25 @@ def save_entry(path: Path, key: str, entry: dict[str, Any]) -> None:
     store.write_atomic(path, data, mode)
 
 
+def record_failure(state_path: Path, key: str, digest: str, output: Path, error: str) -> None:
+    """The task failed on this input: say so in its state entry (kept best effort)."""
+    last = load_state(state_path).get(key)
+    entry = dict(last) if isinstance(last, dict) else {}
+    stamp = store.now()
+    entry.update(
+        {
+            "last_checked_at": stamp,
+            "last_failed_at": stamp,
+            "failed_input_digest": digest,
+            "last_action": "error",
+            "last_error": error,
+            "output_file": str(output),
+        }
+    )
+    with contextlib.suppress(OSError):
+        save_entry(state_path, key, entry)
+
+
 def _format_error(exc: BaseException, limit: int = 2000) -> str:
     message = f"{type(exc).__name__}: {exc}"
     if len(message) > limit:
@@ -456,20 +475,6 @@ def distill(
                 },
             )
         except Exception as exc:
-            last = load_state(state_path).get(key)
-            entry = dict(last) if isinstance(last, dict) else {}
-            stamp = store.now()
-            entry.update(
-                {
-                    "last_checked_at": stamp,
-                    "last_failed_at": stamp,
-                    "failed_input_digest": digest,
-                    "last_action": "error",
-                    "last_error": _format_error(exc),
-                    "output_file": str(root),
-                }
-            )
-            with contextlib.suppress(OSError):
-                save_entry(state_path, key, entry)
+            record_failure(state_path, key, digest, root, _format_error(exc))
             raise
     return DistillResult("distilled" if created or updated else "none", created, updated)
