@@ -77,9 +77,17 @@ def test_the_bar_shows_an_eta_once_chunks_are_embedded() -> None:
     bar.files_done(2, 100)
     time.sleep(0.05)
     bar.chunks_embedded(20)
-    bar.finish()
     eta = bar._progress.tasks[0].fields["eta"]
     assert re.fullmatch(r"\d+:\d\d:\d\d", eta), eta  # 500 expected, 480 left at the rate so far
+    # The span pass after the chunks: a bar of its own, with its own ETA once it has a rate.
+    bar.spans_done(0, 10)
+    assert bar._progress.tasks[1].fields["eta"] == "estimating"
+    time.sleep(0.05)
+    bar.spans_done(5, 10)
+    bar.finish()
+    spans = bar._progress.tasks[1]
+    assert spans.completed == 5 and spans.total == 10
+    assert re.fullmatch(r"\d+:\d\d:\d\d", spans.fields["eta"]), spans.fields["eta"]
 
 
 # -- index reports ----------------------------------------------------------------------

@@ -73,18 +73,19 @@ class RichProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
+            TextColumn("ETA {task.fields[eta]}"),
             console=Console(file=stream or sys.stderr),
             transient=True,
         )
         self._task: Any = None
         self._spans: Any = None
+        self._spans_started = 0.0
         self._counts = _Counts()
 
     def start(self, files: int) -> None:
         self._counts.files = files
         self._counts.started = time.perf_counter()
-        self._task = self._progress.add_task("indexing", total=files, detail="files read", eta="ETA estimating")
+        self._task = self._progress.add_task("indexing", total=files, detail="files read", eta="estimating")
         self._progress.start()
 
     def files_done(self, files: int, chunks: int) -> None:
@@ -102,13 +103,17 @@ class RichProgress:
             self._task,
             advance=advance,
             detail=f"files read, {c.embedded}/{c.chunks} chunks embedded ({c.rate(now):.0f}/s)",
-            eta=f"ETA {_clock(c.eta(now))}",
+            eta=_clock(c.eta(now)),
         )
 
     def spans_done(self, done: int, total: int) -> None:
+        now = time.perf_counter()
         if self._spans is None:  # the span pass: a second bar once the chunks are written
-            self._spans = self._progress.add_task("span vectors", total=total, detail="chunks", eta="")
-        self._progress.update(self._spans, completed=done)
+            self._spans = self._progress.add_task("span vectors", total=total, detail="chunks", eta="estimating")
+            self._spans_started = now
+        took = now - self._spans_started
+        eta = _clock((total - done) * took / done) if done and took > 0 else "estimating"
+        self._progress.update(self._spans, completed=done, eta=eta)
 
     def finish(self) -> None:
         self._progress.stop()
