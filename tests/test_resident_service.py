@@ -71,7 +71,9 @@ def roots(db: Path) -> list[dict[str, Any]]:
 
 
 def search(db: Path, model_dir: Path, query: str) -> list[dict[str, Any]]:
-    argv = ["search", query, "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
+    # The model spelled as the leases spell it (resolved): the service keys its models by name
+    # too, so a symlinked spelling of the same directory would load it a second time.
+    argv = ["search", query, "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir.resolve())]
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.cli", *argv],
         capture_output=True,
