@@ -140,7 +140,7 @@ def one_run(corpus: Path, db: Path, questions: list[str], spans_on: bool) -> dic
         walls.append(time.perf_counter() - start)
     out["cli_search_s"] = statistics.median(walls)
     broker.stop_server(str(db))
-    out["db_mb"] = sum(p.stat().st_size for p in [db, *db.parent.glob(db.name + "*")] if p.is_file()) / 1e6
+    out["db_mb"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file()) / 1e6  # db included
     if db.is_dir():
         out["db_mb"] += sum(p.stat().st_size for p in db.rglob("*") if p.is_file()) / 1e6
     return out
