@@ -71,9 +71,7 @@ def roots(db: Path) -> list[dict[str, Any]]:
 
 
 def search(db: Path, model_dir: Path, query: str) -> list[dict[str, Any]]:
-    # The model spelled as the leases spell it (resolved): the service keys its models by name
-    # too, so a symlinked spelling of the same directory would load it a second time.
-    argv = ["search", query, "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir.resolve())]
+    argv = ["search", query, "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.cli", *argv],
         capture_output=True,
@@ -111,11 +109,14 @@ def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(s
     assert second and second["ok"] and second["added"] == []  # the same root: watched once
     [root] = wait_for(lambda: [r for r in roots(db) if r["runs"]])
     assert {x["holder"] for x in root["leases"]} == {"one", "two"}
-    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+    # A search naming the model through a symlink borrows the model the leases loaded.
+    link = tmp_path / "model-link"
+    link.symlink_to(model_dir.resolve(), target_is_directory=True)
+    assert "4242" in search(db, link, "which port does the falcon gateway use")[0]["content"]
 
     (notes / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
     wait_for(lambda: roots(db)[0]["runs"] >= 2)
-    assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
+    assert "otter" in search(db, model_dir.resolve(), "when does the otter cache expire")[0]["content"]
     st = client.status(str(db))
     assert st is not None and [m["dir"] for m in st["models"]] == [str(model_dir.resolve())]  # one model
     shown = status_cli(db, "-j")

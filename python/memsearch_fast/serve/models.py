@@ -30,10 +30,23 @@ def fingerprint(model_dir: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
+class _Named:
+    """The shared provider under the name one borrower knows the model by: the
+    name goes into chunk ids and the collection's record, the sessions do not."""
+
+    def __init__(self, provider: Any, name: str) -> None:
+        self._provider = provider
+        self.model_name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._provider, attr)
+
+
 class _Loaded:
     def __init__(self, provider: Any, name: str, model_dir: str) -> None:
         self.provider = provider
         self.name = name
+        self.names = {name}
         self.model_dir = model_dir
         self.users = 0
         self.last = time.monotonic()
@@ -41,7 +54,9 @@ class _Loaded:
 
 
 class Models:
-    """Loaded ONNX providers keyed by directory, name and file identity; thread-safe."""
+    """Loaded ONNX providers keyed by the directory's real path and its files'
+    identity (a symlink and its target, or two names of one model, load it
+    once); thread-safe."""
 
     def __init__(self, unload_after: float) -> None:
         self.unload_after = unload_after
@@ -49,17 +64,19 @@ class Models:
         self._loaded: dict[tuple[Any, ...], _Loaded] = {}
 
     def _get(self, model_dir: str, model_name: str) -> _Loaded:
-        key = (model_dir, model_name, fingerprint(model_dir))
+        real = os.path.realpath(model_dir)
+        key = (real, fingerprint(real))
         with self._lock:
             entry = self._loaded.get(key)
             if entry is None:
                 from memsearch_fast.embeddings import get_provider
                 from memsearch_fast.parallelism import plan
 
-                for old in [k for k in self._loaded if k[:2] == key[:2] and not self._loaded[k].users]:
+                for old in [k for k in self._loaded if k[0] == real and not self._loaded[k].users]:
                     self._close(self._loaded.pop(old))  # the same model re-imported: the old files go
-                provider = get_provider("onnx", model=model_dir, model_name=model_name, parallelism=plan(None))
+                provider = get_provider("onnx", model=real, model_name=model_name, parallelism=plan(None))
                 entry = self._loaded[key] = _Loaded(provider, model_name, model_dir)
+            entry.names.add(model_name)
             entry.users += 1
             return entry
 
@@ -67,9 +84,10 @@ class Models:
     def lend(self, ms: Any, model_dir: str, model_name: str) -> Iterator[Any]:
         """*ms* (a ``MemSearch`` of this model) embeds with the shared provider for the block."""
         entry = self._get(model_dir, model_name)
-        ms._provider = entry.provider  # the facade opens its provider lazily: hand it ours
+        provider = entry.provider if entry.provider.model_name == model_name else _Named(entry.provider, model_name)
+        ms._provider = provider  # the facade opens its provider lazily: hand it ours
         try:
-            yield entry.provider
+            yield provider
         finally:
             ms._provider = None  # never closed by ms.close(): it is the service's
             with self._lock:
@@ -88,7 +106,13 @@ class Models:
     def describe(self) -> list[dict[str, Any]]:
         with self._lock:
             return [
-                {"model": e.name, "dir": e.model_dir, "in_use": e.users, "loaded_at": e.loaded_at}
+                {
+                    "model": e.name,
+                    "names": sorted(e.names),
+                    "dir": e.model_dir,
+                    "in_use": e.users,
+                    "loaded_at": e.loaded_at,
+                }
                 for e in self._loaded.values()
             ]
 
