@@ -96,6 +96,50 @@ def test_a_fact_in_the_last_bullet_is_found_by_its_span(notes: Path, tmp_path: P
         assert FACT in fused[0]["content"]
 
 
+def test_a_long_chunk_is_embedded_once_as_its_spans(notes: Path, tmp_path: Path, model_dir: Path) -> None:
+    """The model reads a long chunk once, in pieces: its spans are embedded, and
+    its own vector (the one a memsearch 0.4.23 client searches) is their
+    normalised mean; a short chunk is embedded whole, as before."""
+    import numpy as np
+
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        sent: list[str] = []
+        inner = ms.provider.embed
+
+        async def embed(texts: list[str]) -> list[list[float]]:
+            sent.extend(texts)
+            return await inner(texts)
+
+        ms.provider.embed = embed  # type: ignore[method-assign]
+        report = index(ms)
+        long_ids = spanned(ms)
+        rows = ms.store.rows_for_ids(sorted(long_ids), ["content", "heading", "start_line", "embedding"])
+        wholes = {r["content"] for r in rows}
+        assert not any(t in wholes or t.startswith("### 10:00") for t in sent)  # no long chunk sent whole
+        assert len(sent) == len(set(sent))  # the second file's identical lines are embedded once
+        assert report.spans is not None and report.spans.chunks == len(long_ids)
+        span_rows = [r for page in ms.store.spans.iter_rows() for r in page if not r["span_id"].endswith(":0")]
+        vectors = ms.store.spans.vectors_for([r["text_hash"] for r in span_rows])
+        by_chunk: dict[str, list[list[float]]] = {}
+        for r in span_rows:
+            by_chunk.setdefault(r["chunk_hash"], []).append(vectors[r["text_hash"]])
+        for r in rows:
+            mean = np.mean(np.asarray(by_chunk[r["chunk_hash"]]), axis=0)
+            assert np.allclose(np.asarray(r["embedding"]), mean / np.linalg.norm(mean), atol=1e-5)
+        short = [
+            c
+            for c in ms.store.rows_for_ids([i for i, _ in ms.store.iter_ids_by_source(None)], ["chunk_hash", "content"])
+            if c["chunk_hash"] not in long_ids
+        ]
+        assert short and all(any(t == embedding_text_of(c["content"]) for t in sent) for c in short)
+
+
+def embedding_text_of(content: str) -> str:
+    from memsearch_fast._core import clean_content_for_embedding
+
+    return clean_content_for_embedding(content) or content
+
+
 def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path) -> None:
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
         index(ms)
@@ -115,7 +159,8 @@ def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path)
             src.endswith("2026-11-20.md") for page in spans_store.iter_rows() for src in (r["source"] for r in page)
         )
 
-        # An edit of one bullet: only the spans whose text changed are embedded.
+        # An edit of one bullet: only the spans whose text changed are embedded
+        # (the others take their stored vectors).
         text = (notes / "moved.md").read_text(encoding="utf-8").replace("lunch", "dinner")
         text = text.replace("glacier-otter-7", "glacier-otter-8")
         (notes / "moved.md").write_text(text, encoding="utf-8")

@@ -7,6 +7,11 @@ loses little work. A bounded number of batches is in flight at once, which
 is the backpressure that keeps memory flat. A chunk whose text is identical
 to one queued, in flight or embedded earlier in this run (and not yet
 written) reuses that vector instead of being embedded again.
+
+With spans on, a chunk long enough to have spans (:mod:`.spans`) is embedded
+as its spans alone, and its own vector is their normalised mean: the model
+reads every line of it (not its first 256 tokens), and its text is not
+embedded twice, once whole and once in pieces.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from memsearch_fast._core import Chunk, clean_content_for_embedding
+import numpy as np
+
+from memsearch_fast._core import Chunk, clean_content_for_embedding, content_hash
+from memsearch_fast.index.spans import spans as spans_of
 
 #: Chunks the embed stage sorts by length before cutting them into batches:
 #: chunks of similar length share a batch, so the provider pads little.
@@ -23,12 +32,25 @@ EMBED_SORT_WINDOW = 2048
 
 
 @dataclass(slots=True)
+class SpanVector:
+    """One span of a chunk with its vector (float32: a fifth of a list's memory)."""
+
+    index: int
+    start_line: int
+    end_line: int
+    text_hash: str
+    vector: np.ndarray | None = None
+
+
+@dataclass(slots=True)
 class Pending:
-    """A chunk on its way to the store."""
+    """A chunk on its way to the store; ``spans`` is None when the span pass,
+    not this stage, gives it its span rows (empty: a short chunk needs none)."""
 
     chunk_id: str
     chunk: Chunk
     vector: list[float] | None = None
+    spans: list[SpanVector] | None = None
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -36,8 +58,18 @@ def embedding_text(chunk: Chunk) -> str:
     return clean_content_for_embedding(chunk.content) or chunk.content
 
 
-def _first(item: tuple[int, str, Pending]) -> int:
+_Text = tuple[int, str, Pending, int]
+
+
+def _first(item: _Text) -> int:
     return item[0]
+
+
+def _mean(parts: list[SpanVector]) -> list[float]:
+    """The chunk's vector: the normalised mean of its spans'."""
+    m = np.mean(np.stack([s.vector for s in parts if s.vector is not None]), axis=0)
+    n = float(np.linalg.norm(m))
+    return (m / n if n > 0 else m).astype(np.float64).tolist()  # type: ignore[no-any-return]
 
 
 class EmbedStage:
@@ -46,7 +78,10 @@ class EmbedStage:
 
     With ``hold``, the vectors delivered stay reusable by later identical
     texts until :meth:`release` says their rows are written (the upsert
-    buffer holds the same lists, so this costs no memory of its own).
+    buffer holds the same lists, so this costs no memory of its own). With
+    ``spans`` a long chunk is embedded as its spans; ``window`` then counts texts,
+    and ``known`` (span text hashes -> stored vectors) spares the spans of an
+    edited chunk that did not change.
     """
 
     def __init__(
@@ -58,21 +93,30 @@ class EmbedStage:
         window: int = EMBED_SORT_WINDOW,
         in_flight: int = 2,
         hold: bool = False,
+        spans: bool = False,
+        known: Callable[[list[str]], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self._embed = embed
         self._deliver = deliver
         self.batch_size = max(1, batch_size)
         # A whole number of batches: no short batch in the middle of a run.
         self.window = -(-max(window, self.batch_size) // self.batch_size) * self.batch_size
-        self._buffer: list[Pending] = []
+        # (UTF-8 length, text, its chunk, slot): slot -1 the chunk's own text, else a span's
+        self._buffer: list[_Text] = []
+        self._spans = spans
+        self._known = known
+        self._left: dict[int, int] = {}  # id(pending) -> texts of it not embedded yet
         self._slots = asyncio.Semaphore(max(1, in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._error: BaseException | None = None
         # content hash -> later chunks with that text, for each chunk queued or in flight
         self._waiting: dict[str, list[Pending]] = {}
         self._hold = hold
-        self._delivered: dict[str, list[float]] = {}  # content hash -> vector whose row is not written yet
-        self.embedded = 0
+        # content hash -> vector (and spans) whose row is not written yet
+        self._delivered: dict[str, tuple[list[float], list[SpanVector] | None]] = {}
+        self.embedded = 0  # chunks
+        self.span_texts = 0  # span texts sent to the provider
+        self.span_reused = 0  # span texts that took a stored vector
         self.shared = 0  # chunks that took the vector of an identical text embedded in this run
 
     def _raise_failure(self) -> None:
@@ -85,9 +129,9 @@ class EmbedStage:
         ready: list[Pending] = []
         for p in items:
             h = p.chunk.content_hash
-            vector = self._delivered.get(h)
-            if vector is not None:
-                p.vector = vector
+            done = self._delivered.get(h)
+            if done is not None:
+                p.vector, p.spans = done
                 ready.append(p)
                 continue
             later = self._waiting.get(h)
@@ -95,7 +139,7 @@ class EmbedStage:
                 later.append(p)
                 continue
             self._waiting[h] = []
-            self._buffer.append(p)
+            self._queue(p)
         if ready:
             self.shared += len(ready)
             await self._deliver(ready)
@@ -103,42 +147,109 @@ class EmbedStage:
             window, self._buffer = self._buffer[: self.window], self._buffer[self.window :]
             await self._launch_sorted(window)
 
+    def _queue(self, p: Pending) -> None:
+        """Buffer *p*'s texts: its spans' (with spans on, for a long chunk), or its own.
+
+        UTF-8 length tracks token count better than characters (a CJK
+        character is a token, an English word of five letters about one).
+        """
+        c = p.chunk
+        if self._spans:
+            parts = spans_of(c.content, c.heading, c.start_line)
+            p.spans = [SpanVector(s.index, s.start_line, s.end_line, content_hash(s.text)) for s in parts]
+            if parts:
+                self._left[id(p)] = len(parts)
+                self._buffer.extend((len(s.text.encode()), s.text, p, i) for i, s in enumerate(parts))
+                return
+        t = embedding_text(c)
+        self._left[id(p)] = 1
+        self._buffer.append((len(t.encode()), t, p, -1))
+
+    async def _take_known(self, entries: list[_Text]) -> list[_Text]:
+        """Spans whose text has a stored vector take it; the rest are returned."""
+        wanted = [(p, slot) for _, _, p, slot in entries if slot >= 0]
+        if not wanted:
+            return entries
+        assert self._known is not None
+        hashes = list({p.spans[slot].text_hash for p, slot in wanted if p.spans is not None})
+        known = await self._known(hashes)
+        if not known:
+            return entries
+        rest: list[_Text] = []
+        out: list[Pending] = []
+        for e in entries:
+            _, _, p, slot = e
+            v = known.get(p.spans[slot].text_hash) if slot >= 0 and p.spans is not None else None
+            if v is None:
+                rest.append(e)
+            else:
+                self.span_reused += 1
+                self._arrived(p, slot, v, out)
+        if out:
+            await self._deliver(out)
+        return rest
+
     def release(self, content_hashes: Iterable[str]) -> None:
         """These texts' rows are written: later copies find them in the store."""
         for h in content_hashes:
             self._delivered.pop(h, None)
 
-    async def _launch_sorted(self, items: list[Pending]) -> None:
-        # UTF-8 length tracks token count better than characters (a CJK
-        # character is a token, an English word of five letters about one).
-        keyed = sorted(((len(t.encode()), t, p) for p in items for t in (embedding_text(p.chunk),)), key=_first)
-        for i in range(0, len(keyed), self.batch_size):
-            part = keyed[i : i + self.batch_size]
-            await self._launch([p for _, _, p in part], [t for _, t, _ in part])
+    def _arrived(self, p: Pending, slot: int, v: Any, out: list[Pending]) -> None:
+        """Vector *v* of *p*'s text *slot*; *p* (and its identical copies) go to
+        *out* once all its texts have theirs."""
+        if slot < 0:
+            p.vector = v
+        else:
+            assert p.spans is not None
+            p.spans[slot].vector = np.asarray(v, dtype=np.float32)
+        left = self._left.pop(id(p)) - 1
+        if left:
+            self._left[id(p)] = left
+            return
+        if slot >= 0:
+            assert p.spans is not None
+            p.vector = _mean(p.spans)
+        out.append(p)
+        h = p.chunk.content_hash
+        for later in self._waiting.pop(h, ()):
+            later.vector, later.spans = p.vector, p.spans
+            out.append(later)
+            self.shared += 1
+        if self._hold:
+            assert p.vector is not None
+            self._delivered[h] = (p.vector, p.spans)
+        self.embedded += 1
 
-    async def _launch(self, batch: list[Pending], texts: list[str]) -> None:
+    async def _launch_sorted(self, entries: list[_Text]) -> None:
+        if self._known is not None:
+            entries = await self._take_known(entries)
+        # One text, one embedding: a line repeated across chunks is sent once.
+        owners: dict[str, list[tuple[Pending, int]]] = {}
+        for _, t, p, slot in sorted(entries, key=_first):
+            owners.setdefault(t, []).append((p, slot))
+        texts = list(owners)
+        for i in range(0, len(texts), self.batch_size):
+            part = texts[i : i + self.batch_size]
+            await self._launch([owners[t] for t in part], part)
+
+    async def _launch(self, batch: list[list[tuple[Pending, int]]], texts: list[str]) -> None:
         await self._slots.acquire()
         task = asyncio.create_task(self._run(batch, texts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[Pending], texts: list[str]) -> None:
+    async def _run(self, batch: list[list[tuple[Pending, int]]], texts: list[str]) -> None:
         try:
             vectors = await self._embed(texts)
             if len(vectors) != len(batch):
                 raise RuntimeError(f"embedding provider returned {len(vectors)} vectors for {len(batch)} texts")
-            out = list(batch)
-            for p, v in zip(batch, vectors, strict=True):
-                p.vector = v
-                h = p.chunk.content_hash
-                for later in self._waiting.pop(h, ()):
-                    later.vector = v
-                    out.append(later)
-                    self.shared += 1
-                if self._hold:
-                    self._delivered[h] = v
-            self.embedded += len(batch)
-            await self._deliver(out)
+            out: list[Pending] = []
+            for owners, v in zip(batch, vectors, strict=True):
+                for p, slot in owners:
+                    self._arrived(p, slot, v, out)
+            self.span_texts += sum(1 for owners in batch if owners[0][1] >= 0)
+            if out:
+                await self._deliver(out)
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the next add() or finish()
             if self._error is None:
                 self._error = exc

@@ -23,6 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from memsearch_fast import parallelism as par
 from memsearch_fast._core import FileChunks, ScannedFile
@@ -161,7 +162,8 @@ class _Run:
         self.old: dict[str, Entry] = {}  # the manifest's entries, when it is trusted
         self.new: dict[str, Entry] = {}  # entries this run establishes
         self.loaded: Loaded | None = None
-        self.written_ids: list[str] = []  # chunk ids this run wrote: the span pass's work
+        self.written_ids: list[str] = []  # chunk ids this run wrote without span rows: the span pass's work
+        self.spanned: set[str] = set()  # chunk ids the stages gave their span rows (or found needing none)
         self.header: Header | None = None
         self.donors = Donors(self.model)
         self.dedup = Dedup(self.model, force=force)
@@ -184,12 +186,14 @@ class _Run:
         report, store, progress = self.report, self.store, self.progress
         progress.start(len(self.files))
         paths = await self._plan()
+        spans = self._spans_on()
         self.upsert = UpsertStage(
             store,
             before_write=self.manifest.invalidate if self.manifest is not None else None,
             on_written=self._written,
             # Under the writer lock every id dedup reads as new is absent.
             fresh=self.manifest is not None and not self.force,
+            spans=spans,
         )
         self.embed = EmbedStage(
             self.provider.embed,
@@ -197,6 +201,9 @@ class _Run:
             batch_size=_embed_batch_size(self.provider),
             in_flight=_embed_in_flight(self.provider),
             hold=True,
+            spans=spans,
+            # An edited chunk's unchanged spans are stored (a new database has none).
+            known=self._known_spans if spans and not self.new_store and not self.force else None,
         )
         failed = True
         try:
@@ -252,6 +259,20 @@ class _Run:
         report.seconds = time.perf_counter() - started
         return report
 
+    def _spans_on(self) -> bool:
+        """Spans are on and the store keeps them (looked up on its type: a store
+        still opening is not waited for)."""
+        from memsearch_fast.index import span_pass
+        from memsearch_fast.store.opening import OpeningStore
+
+        if not span_pass.enabled():
+            return False
+        return isinstance(self.store, OpeningStore) or getattr(type(self.store), "spans", None) is not None
+
+    async def _known_spans(self, hashes: list[str]) -> dict[str, Any]:
+        spans = self.store.spans  # type: ignore[attr-defined]
+        return await asyncio.to_thread(lambda: spans.vectors_for(hashes) if spans.exists else {})
+
     async def _spans(self) -> SpanReport | None:
         """Span vectors for what this run wrote; the whole collection after a run
         with no trusted manifest (it may follow a killed one)."""
@@ -259,15 +280,20 @@ class _Run:
 
         if not span_pass.enabled() or getattr(self.store, "spans", None) is None:
             return None
-        full = self.loaded is None and self.only_sources is None
+        # A collection created by this run's writes may follow one indexed before spans existed.
+        full = (self.loaded is None and self.only_sources is None) or self.upsert.created_spans
         told = getattr(self.progress, "spans_done", None)  # optional in a caller's own progress
-        return await span_pass.write_spans(
+        report = await span_pass.write_spans(
             self.store,  # type: ignore[arg-type]
             self.provider,
             self.written_ids,
             full=full,
             progress=told,
         )
+        report.chunks += self.upsert.span_chunks
+        report.embedded += self.embed.span_texts
+        report.reused += self.embed.span_reused
+        return report
 
     async def _plan(self) -> list[str]:
         """The files to read, and (in ``self.gone``) the sources whose rows go: from
@@ -454,11 +480,12 @@ class _Run:
     # -- callbacks from the stages --------------------------------------------------------
 
     async def _deliver(self, items: list[Pending]) -> None:
+        self.spanned.update(p.chunk_id for p in items if p.spans is not None)
         await self.upsert.add(items)
         self.progress.chunks_embedded(len(items))
 
     def _written(self, pairs: list[tuple[str, str]]) -> None:
-        self.written_ids.extend(cid for _, cid in pairs)
+        self.written_ids.extend(cid for _, cid in pairs if cid not in self.spanned)
         self.embed.release(h for h, _ in pairs)
         if not self.force:
             self.donors.written(pairs)

@@ -1,8 +1,13 @@
-"""The span pass: after an index run's chunks are written, their span vectors.
+"""The span pass: after an index run's chunks are written, the span vectors
+the stages did not write.
 
-Spans (:mod:`memsearch_fast.index.spans`) are read back from the chunks the
-run wrote, so they follow whatever the run decided (new, moved, reused
-chunks) without another path through the stages. A span whose text was
+A chunk the run embedded got its span rows with its own row
+(:mod:`memsearch_fast.index.upsert`); the rest (a moved or copied chunk that
+took a stored vector, a collection indexed before spans existed, rows a
+killed run left unfinished) get them here. Spans
+(:mod:`memsearch_fast.index.spans`) are read back from the chunks stored, so
+they follow whatever the run decided without another path through the
+stages. A span whose text was
 embedded before (a moved or copied chunk, an identical line elsewhere) takes
 the stored vector. A chunk's row 0 (its own vector) is written after its
 spans, so a chunk with row 0 has all its spans; a short chunk has no spans
@@ -21,9 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from memsearch_fast._core import content_hash
 from memsearch_fast.index.spans import spans
-from memsearch_fast.store.spans import span_id
+from memsearch_fast.store.spans import span_row
 
 if TYPE_CHECKING:
     from memsearch_fast.embeddings import EmbeddingProvider
@@ -117,7 +124,14 @@ async def _page(
     ]
     spanned = {id(row) for row, _ in pieces}
     own = [
-        _row(row, 0, int(row.get("start_line") or 0), int(row.get("end_line") or 0), "", list(row["embedding"]))
+        _row(
+            row,
+            0,
+            int(row.get("start_line") or 0),
+            int(row.get("end_line") or 0),
+            "",
+            np.asarray(row["embedding"], dtype=np.float32),
+        )
         for row in rows
         if id(row) in spanned
     ]
@@ -143,18 +157,5 @@ async def _embed(provider: EmbeddingProvider, wanted: list[str], texts: dict[str
     return {h: v for batch, vectors in zip(batches, results, strict=True) for h, v in zip(batch, vectors, strict=True)}
 
 
-def _row(
-    chunk: dict[str, Any], index: int, start: int, end: int, text_hash: str, vector: list[float]
-) -> dict[str, Any]:
-    return {
-        "span_id": span_id(str(chunk["chunk_hash"]), index),
-        "chunk_hash": str(chunk["chunk_hash"]),
-        "source": str(chunk.get("source") or ""),
-        "text_hash": text_hash,
-        "start_line": start,
-        "end_line": end,
-        # Already a list of floats from the provider or the store; a copy costs seconds a 5 MB run.
-        "embedding": vector
-        if isinstance(vector, list) and (not vector or type(vector[0]) is float)
-        else [float(x) for x in vector],
-    }
+def _row(chunk: dict[str, Any], index: int, start: int, end: int, text_hash: str, vector: Any) -> dict[str, Any]:
+    return span_row(str(chunk["chunk_hash"]), str(chunk.get("source") or ""), index, start, end, text_hash, vector)

@@ -9,16 +9,23 @@ the order the pipeline asks for is the order Milvus sees.
 Rows whose ids the run read as absent are inserted, not upserted, when the
 run holds the collection's writer lock: Milvus Lite's upsert cost grows with
 the collection (docs/store.md), which made a 1 GB index quadratic.
+
+A chunk the embed stage embedded as spans brings its span rows: they are
+written in the same call, just after the batch's chunk rows, and each
+chunk's row 0 after all the spans (the mark that its rows are complete), so
+a killed run leaves rows that the next run's span pass completes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from memsearch_fast.index.embed import Pending
 from memsearch_fast.index.protocol import IndexStore
+from memsearch_fast.store.spans import span_row
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4
@@ -39,6 +46,15 @@ def row(p: Pending) -> dict[str, Any]:
     }
 
 
+def span_rows(p: Pending) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The span rows of a chunk embedded as spans and its row 0; None without spans."""
+    if not p.spans:
+        return None
+    c = p.chunk
+    spans = [span_row(p.chunk_id, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector) for s in p.spans]
+    return spans, span_row(p.chunk_id, c.source, 0, c.start_line, c.end_line, "", p.vector)
+
+
 class UpsertStage:
     """Buffers rows and writes them `batch_size` at a time, `in_flight` calls at once.
 
@@ -48,6 +64,9 @@ class UpsertStage:
     every row added is one the caller knows is not stored (read as absent,
     no other writer): it is inserted, and a batch whose insert fails is
     upserted instead, which also replaces whatever part of it landed.
+    With ``spans`` the store's companion collection (``store.spans``, created
+    before the first span write) receives the span rows of chunks embedded as
+    spans; ``created_spans`` says whether this stage created it.
     """
 
     def __init__(
@@ -59,12 +78,18 @@ class UpsertStage:
         before_write: Callable[[], None] | None = None,
         on_written: Callable[[list[tuple[str, str]]], None] | None = None,
         fresh: bool = False,
+        spans: bool = False,
     ) -> None:
         self.store = store
+        self.spans = spans
+        self.created_spans = False
+        self._spans_ready = threading.Lock()
+        self._span_store: Any = None
         self.fresh = fresh and callable(getattr(store, "insert", None))
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
         self._keys: list[tuple[str, str]] = []  # (content hash, chunk id) of each buffered row
+        self._extra: list[tuple[list[dict[str, Any]], dict[str, Any]] | None] = []  # span rows of each
         self._before_write = before_write
         self._on_written = on_written
         self.wrote = False  # a call that changes the store was made
@@ -73,6 +98,7 @@ class UpsertStage:
         self._error: Exception | None = None
         self.upserted = 0
         self.deleted = 0
+        self.span_chunks = 0  # chunks whose span rows were written here
 
     def _writing(self) -> None:
         self.wrote = True
@@ -84,6 +110,7 @@ class UpsertStage:
         for p in items:
             self._rows.append(row(p))
             self._keys.append((p.chunk.content_hash, p.chunk_id))
+            self._extra.append(span_rows(p) if self.spans else None)
         while len(self._rows) >= self.batch_size:
             await self._send()
 
@@ -97,14 +124,24 @@ class UpsertStage:
         n = self.batch_size
         batch, self._rows = self._rows[:n], self._rows[n:]
         keys, self._keys = self._keys[:n], self._keys[n:]
+        extra, self._extra = self._extra[:n], self._extra[n:]
         self._writing()
-        task = asyncio.ensure_future(self._write(batch, keys))
+        task = asyncio.ensure_future(self._write(batch, keys, extra))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, batch: list[dict[str, Any]], keys: list[tuple[str, str]]) -> None:
+    async def _write(
+        self,
+        batch: list[dict[str, Any]],
+        keys: list[tuple[str, str]],
+        extra: list[tuple[list[dict[str, Any]], dict[str, Any]] | None],
+    ) -> None:
         try:
             written = await asyncio.to_thread(self._store_rows, batch)
+            spanned = [e for e in extra if e is not None]
+            if spanned:
+                await asyncio.to_thread(self._store_spans, spanned)
+                self.span_chunks += len(spanned)
         except Exception as exc:  # noqa: BLE001 - re-raised by the next add/finish
             if self._error is None:
                 self._error = exc
@@ -122,6 +159,18 @@ class UpsertStage:
             except Exception:  # noqa: BLE001 - it may have landed in part: the upsert below settles it
                 pass
         return int(self.store.upsert(batch))
+
+    def _store_spans(self, extra: list[tuple[list[dict[str, Any]], dict[str, Any]]]) -> None:
+        with self._spans_ready:
+            if self._span_store is None:
+                store = self.store.spans  # type: ignore[attr-defined]
+                self.created_spans = bool(store.create())
+                self._span_store = store
+        spans = self._span_store
+        if not self.fresh:  # rows a killed run left of these chunks go first; then every row is new
+            spans.delete_chunks(own["chunk_hash"] for _, own in extra)
+        spans.insert([r for rows, _ in extra for r in rows])
+        spans.insert([own for _, own in extra])  # last: a chunk with row 0 has all its spans
 
     def _raise_failure(self) -> None:
         if self._error is not None:
