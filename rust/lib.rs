@@ -1,11 +1,13 @@
 //! `memsearch_fast._core`: the CPU-bound, pure part of memsearch-fast —
-//! scanning, chunking and hashing — behind a small typed surface.
+//! scanning, chunking and hashing, and the int8 span search of a long-lived
+//! process — behind a small typed surface.
 
 pub mod chunker;
 pub mod hashing;
 pub mod pytext;
 pub mod scanner;
 pub mod stream;
+pub mod vectors;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -402,6 +404,54 @@ fn clean_content_for_embedding(text: &str) -> String {
     pytext::clean_for_embedding(text)
 }
 
+fn vector_rows<'a>(
+    codes: &'a [u8],
+    dim: usize,
+    scales: &[u8],
+    offsets: &[u8],
+    query: &[f32],
+) -> PyResult<(vectors::Rows<'a>, vectors::Query)> {
+    if query.len() != dim {
+        return Err(PyValueError::new_err(format!(
+            "a query of {} dimensions for rows of {dim}",
+            query.len()
+        )));
+    }
+    let rows = vectors::Rows::new(codes, dim, scales, offsets).map_err(PyValueError::new_err)?;
+    Ok((rows, vectors::Query::new(query)))
+}
+
+/// The `k` groups whose best row scores highest for `query`: (group, row,
+/// score), best first. Rows are int8 `codes` (rows × `dim`) with a float32
+/// scale each; group `g` holds rows `offsets[g]..offsets[g + 1]` (u32).
+#[pyfunction]
+fn best_groups(
+    py: Python<'_>,
+    codes: &[u8],
+    dim: usize,
+    scales: &[u8],
+    offsets: &[u8],
+    query: Vec<f32>,
+    k: usize,
+) -> PyResult<Vec<(u32, u32, f32)>> {
+    let (rows, q) = vector_rows(codes, dim, scales, offsets, &query)?;
+    Ok(py.allow_threads(|| vectors::top_groups(&rows, &q, k)))
+}
+
+/// The best row of each of `groups` (those that have rows), as `best_groups` scores them.
+#[pyfunction]
+fn best_in_groups(
+    codes: &[u8],
+    dim: usize,
+    scales: &[u8],
+    offsets: &[u8],
+    query: Vec<f32>,
+    groups: Vec<u32>,
+) -> PyResult<Vec<(u32, u32, f32)>> {
+    let (rows, q) = vector_rows(codes, dim, scales, offsets, &query)?;
+    Ok(vectors::best_in(&rows, &q, &groups))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -416,5 +466,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
     m.add_function(wrap_pyfunction!(heading_levels, m)?)?;
+    m.add_function(wrap_pyfunction!(best_groups, m)?)?;
+    m.add_function(wrap_pyfunction!(best_in_groups, m)?)?;
     Ok(())
 }

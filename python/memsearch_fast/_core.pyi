@@ -9,6 +9,8 @@ __all__ = [
     "FileChunks",
     "ScannedFile",
     "__version__",
+    "best_groups",
+    "best_in_groups",
     "chunk_files",
     "chunk_markdown",
     "clean_content_for_embedding",
@@ -103,3 +105,9 @@ def compute_chunk_id(source: str, start_line: int, end_line: int, content_hash: 
 def content_hash(text: str) -> str: ...
 def clean_content_for_embedding(text: str) -> str: ...
 def heading_levels(lines: list[str]) -> list[int]: ...
+def best_groups(
+    codes: bytes, dim: int, scales: bytes, offsets: bytes, query: list[float], k: int
+) -> list[tuple[int, int, float]]: ...
+def best_in_groups(
+    codes: bytes, dim: int, scales: bytes, offsets: bytes, query: list[float], groups: list[int]
+) -> list[tuple[int, int, float]]: ...

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.tuning import API_TOP_K
@@ -13,6 +16,35 @@ if TYPE_CHECKING:
 
 #: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
 MAX_TOP_K = 16384
+#: Engine calls one search makes at once (Milvus Lite and a server both serve
+#: overlapping calls).
+PARALLEL_CALLS = 4
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    # Threads start on first use; two pools made by a race cost nothing.
+    return ThreadPoolExecutor(max_workers=PARALLEL_CALLS, thread_name_prefix="memsearch-search")
+
+
+def together(*calls: Callable[[], Any]) -> list[Any]:
+    """The answers of *calls*, run at once on a small shared pool; the first
+    error is raised once every call has ended (none is left running)."""
+    futures = [_pool().submit(call) for call in calls[1:]]
+    out: list[Any] = []
+    error: BaseException | None = None
+    try:
+        out.append(calls[0]())
+    except BaseException as exc:  # noqa: BLE001 - raised below, after the others ended
+        error = exc
+    for f in futures:
+        try:
+            out.append(f.result())
+        except BaseException as exc:  # noqa: BLE001
+            error = error or exc
+    if error is not None:
+        raise error
+    return out
 
 
 class StoreSearch(StoreSchema):
@@ -47,9 +79,15 @@ class StoreSearch(StoreSchema):
         deep = fusion.depth(top_k, MAX_TOP_K)
         if hasattr(dense, "tolist"):
             dense = dense.tolist()
+        vector = list(dense)
+        # The lists are independent calls to the engine: asked together, a search
+        # costs the slowest of them instead of their sum.
         try:
-            dense_hits = self._list_search([list(dense)], "embedding", "COSINE", deep, source_prefix)
-            sparse_hits = self.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
+            dense_hits, sparse_hits, span_hits = together(
+                lambda: self._list_search([vector], "embedding", "COSINE", deep, source_prefix),
+                lambda: self.sparse_search(query_text, top_k=deep, source_prefix=source_prefix),
+                lambda: self.spans.search(vector, deep, source_prefix),
+            )
         except StoreUnavailableError:
             raise
         except StoreError:
@@ -58,16 +96,33 @@ class StoreSearch(StoreSchema):
             if self._exists and self.count() == 0:
                 return []
             raise
-        span_hits = self.spans.search(list(dense), deep, source_prefix)
         ranked, matched = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
-        ranked = self._fill_dense(ranked, matched, list(dense), [h["chunk_hash"] for h in sparse_hits])
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
-        missing = [cid for cid, _ in ranked if cid not in rows]
-        if missing:
-            rows.update((r["chunk_hash"], r) for r in self.rows_for_ids(missing, QUERY_FIELDS))
-        ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         sparse = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
-        return self.fuse_lists(ranked, matched, sparse, rows, query_text, top_k=top_k, deep=deep, explain=explain)
+        have = {cid for cid, _ in ranked}
+        lacking = [cid for cid in dict.fromkeys(cid for cid, _ in sparse) if cid not in have]
+        missing = [cid for cid, _ in ranked if cid not in rows]
+        # The BM25 hits' dense scores, the dense hits' BM25 scores and the rows the
+        # lists lack depend only on the lists above: asked together too.
+        own, best, filled, found_rows = together(
+            lambda: (
+                self._search_among(self.collection, [vector], "embedding", "COSINE", lacking, ["chunk_hash"])
+                if lacking
+                else []
+            ),
+            lambda: list(self.spans.best_of(vector, lacking).values()) if lacking else [],
+            lambda: self.fill_sparse(sparse, ranked, query_text),
+            lambda: self.rows_for_ids(missing, QUERY_FIELDS) if missing else [],
+        )
+        if lacking:
+            scores, found = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in own], best, len(lacking))
+            matched.update(found)
+            ranked = spans.fill_dense(ranked, dict(scores))
+        rows.update((r["chunk_hash"], r) for r in found_rows)
+        ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
+        return self.fuse_lists(
+            ranked, matched, sparse, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+        )
 
     def fuse_lists(
         self,
@@ -80,16 +135,18 @@ class StoreSearch(StoreSchema):
         top_k: int,
         deep: int,
         explain: bool,
+        filled: list[tuple[str, float]] | None = None,
     ) -> list[dict[str, Any]]:
         """The hits of the dense list *ranked* (chunks at their best vector, *matched*
         the spans that gave them) and the BM25 list *sparse*, fused; *rows* holds
-        every ranked chunk's display fields."""
+        every ranked chunk's display fields; *filled*: :meth:`fill_sparse`'s answer
+        when the caller asked already."""
         from memsearch_fast.store import fusion, spans
 
         ranked, share = spans.with_words(ranked, matched, rows, query_text)
         fused = fusion.fuse(
             ranked,
-            self.fill_sparse(sparse, ranked, query_text),
+            filled if filled is not None else self.fill_sparse(sparse, ranked, query_text),
             top_k,
             bm25_trust=fusion.trust([score for _, score in sparse], deep),
         )
@@ -98,31 +155,14 @@ class StoreSearch(StoreSchema):
             for f in fused
         ]
 
-    def _fill_dense(
-        self, ranked: list[tuple[str, float]], matched: dict[str, dict[str, Any]], vector: list[float], ids: list[str]
-    ) -> list[tuple[str, float]]:
-        """*ranked* with the dense scores of the BM25 hits it lacks (see
-        :func:`.spans.fill_dense`), computed by Milvus among those chunks alone;
-        the spans that gave them go into *matched*."""
-        from memsearch_fast.store import spans
-
-        have = {c for c, _ in ranked}
-        lacking = [cid for cid in dict.fromkeys(ids) if cid not in have]
-        if not lacking:
-            return ranked
-        hits = self._search_among(self.collection, [vector], "embedding", "COSINE", lacking, ["chunk_hash"])
-        own = [(h["chunk_hash"], h["distance"]) for h in hits]
-        scores, found = spans.merge_dense(own, list(self.spans.best_of(vector, lacking).values()), len(lacking))
-        matched.update(found)
-        return spans.fill_dense(ranked, dict(scores))
-
     def fill_sparse(
         self, sparse: list[tuple[str, float]], ranked: list[tuple[str, float]], query_text: str
     ) -> list[tuple[str, float]]:
         """*sparse* (the BM25 list) plus the BM25 scores of the dense hits it lacks,
-        best first: the mirror of :meth:`_fill_dense`. A chunk the dense side ranks
+        best first: the mirror of the dense fill (:func:`.spans.fill_dense`). A chunk the dense side ranks
         first but whose BM25 score fell just short of a flat list keeps that score
-        instead of none."""
+        instead of none. (The chunks the dense fill adds come from *sparse*: the
+        answer is the same before and after it.)"""
         have = {cid for cid, _ in sparse}
         lacking = [cid for cid, _ in ranked if cid not in have]
         if not lacking or not sparse or not query_text.strip():

@@ -275,6 +275,22 @@ class SpanStore:
         if self.exists:
             yield from self._iterate("", FIELDS)
 
+    def iter_vectors(self, sources: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
+        """The span rows (index ≥ 1) with their vectors, a page at a time; of these
+        *sources* only when given (the in-memory copy of a long-lived process)."""
+        if not self.exists:
+            return
+        fields = [*FIELDS, "embedding"]
+        wanted = list(dict.fromkeys(sources)) if sources is not None else None
+        exprs = (
+            [""]
+            if wanted is None
+            else [in_filter("source", wanted[i : i + BATCH]) for i in range(0, len(wanted), BATCH)]
+        )
+        for expr in exprs:
+            for page in self._iterate(expr, fields):  # row 0 left out here: Lite has no "not like"
+                yield [r for r in page if not str(r["span_id"]).endswith(":0")]
+
     def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
         """(span_id, chunk_hash) of every row."""
         if not self.exists:
