@@ -14,6 +14,11 @@ fresh database in a fresh process:
 * ``cli_search_s``: median wall of five ``memsearch search`` processes with the
   database's server up (the way an agent's hook searches).
 
+With ``--copy`` the searches go through the in-memory copy
+(:mod:`memsearch_fast.store.dense_index`) whatever the collection's size, as
+the database's long-lived service searches a large one; ``copy_load_s`` and
+``copy_vectors_mb`` (chunk matrix, span codes and their columns) are added.
+
 It also prints the tokens embedded per MB of markdown (the chunks, each cut at
 the model's 256 tokens, and the distinct span texts), counted with the
 model's tokenizer. Timings are only comparable within one run; say the
@@ -47,6 +52,16 @@ ms = MemSearch([corpus], embedding_model=model, milvus_uri=db, collection="bench
 start = time.perf_counter()
 asyncio.run(ms.index())
 index_s = time.perf_counter() - start
+copy = {}
+if os.environ.get("BENCH_COPY") == "1":  # as the database's service searches: the in-memory copy
+    ms.close()
+    ms = MemSearch([corpus], embedding_model=model, milvus_uri=db, collection="bench", dense_index=True)
+    asyncio.run(ms.search(questions[0], top_k=10))
+    start = time.perf_counter()
+    assert ms._dense is not None and ms._dense.wait(600), "the copy did not load"
+    held = ms._dense._copy
+    copy = {"copy_load_s": time.perf_counter() - start, "copy_vectors_mb": (held.matrix.nbytes + (
+        len(held.spans.codes) + len(held.spans.scales) + 12 * len(held.spans.chunk) if held.spans else 0)) / 1e6}
 took = []
 async def ask():
     await ms.search(questions[0], top_k=10)
@@ -73,6 +88,7 @@ print(json.dumps({
     "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + others) / 1024,
     "search_p50_ms": statistics.median(took) * 1000,
     "search_p95_ms": took[min(len(took) - 1, round(0.95 * (len(took) - 1)))] * 1000,
+    **copy,
 }))
 """
 
@@ -102,10 +118,12 @@ def tokens_per_mb(corpus: Path) -> dict[str, float]:
     return {"chunk_tokens_per_mb": chunk_tokens / mb, "span_tokens_per_mb": span_tokens / mb}
 
 
-def one_run(corpus: Path, db: Path, questions: list[str], spans_on: bool) -> dict[str, Any]:
+def one_run(corpus: Path, db: Path, questions: list[str], spans_on: bool, copy: bool = False) -> dict[str, Any]:
     from memsearch_fast.lite import broker
 
     env = dict(os.environ, MEMSEARCH_SPANS="1" if spans_on else "0")
+    if copy:  # searched through the in-memory copy, whatever the collection's size
+        env.update(BENCH_COPY="1", MEMSEARCH_DENSE_INDEX_MIN_ROWS="0")
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(corpus), str(db), str(MODEL_DIR), json.dumps(questions)],
         env=env,
@@ -152,6 +170,9 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", type=Path, help="keep the corpus and databases here")
+    parser.add_argument(
+        "--copy", action="store_true", help="search through the in-memory copy, as the database's service does"
+    )
     args = parser.parse_args()
     from benches import agent_corpus, dialogue_corpus
     from benches.fusion_offline import facts_of
@@ -171,7 +192,7 @@ def main() -> None:
     rows = []
     for r in range(args.rounds):
         for on in (False, True):
-            res = one_run(corpus, work / f"r{r}-{'spans' if on else 'chunks'}.db", questions, on)
+            res = one_run(corpus, work / f"r{r}-{'spans' if on else 'chunks'}.db", questions, on, args.copy)
             rows.append((on, res))
             print(json.dumps({"spans": on, "round": r, **{k: round(v, 2) for k, v in res.items()}}), flush=True)
     print(f"load {os.getloadavg()[0]:.2f} at the end")

@@ -416,6 +416,7 @@ def run(
     seed: int = 0,
     by_key: bool = False,
     corpus_set: str = "default",
+    copy: bool = False,
 ) -> dict[str, Any]:
     """Build (unless *workdir* holds a corpus already), index, evaluate.
 
@@ -440,7 +441,7 @@ def run(
         index_s, report = _run_reference(corpus, workdir / f"{prefix}reference.db", planted)
     else:
         db = workdir / (f"{prefix}sparse_extra.db" if sparse_extra else f"{prefix}m.db")
-        index_s, report = _run_ours(corpus, db, planted, sparse_extra=sparse_extra)
+        index_s, report = _run_ours(corpus, db, planted, sparse_extra=sparse_extra, copy=copy)
     report["set"] = corpus_set
     report["tool"] = tool
     if sparse_extra:
@@ -451,7 +452,9 @@ def run(
     return report
 
 
-def _run_ours(corpus: Path, db: Path, planted: list[Any], *, sparse_extra: bool) -> tuple[float, dict[str, Any]]:
+def _run_ours(
+    corpus: Path, db: Path, planted: list[Any], *, sparse_extra: bool, copy: bool = False
+) -> tuple[float, dict[str, Any]]:
     from memsearch_fast import MemSearch
     from memsearch_fast.lite import broker
 
@@ -462,6 +465,19 @@ def _run_ours(corpus: Path, db: Path, planted: list[Any], *, sparse_extra: bool)
         start = time.perf_counter()
         asyncio.run(ms.index())
         index_s = time.perf_counter() - start
+        if copy:  # the fused list through the in-memory copy (int8 span codes), as the service searches
+            ms.close()
+            os.environ["MEMSEARCH_DENSE_INDEX_MIN_ROWS"] = "0"
+            ms = MemSearch(
+                [str(corpus)],
+                embedding_model=str(MODEL_DIR),
+                milvus_uri=str(db),
+                collection="retrieval",
+                dense_index=True,
+            )
+            asyncio.run(ms.search(planted[0].question))
+            if ms._dense is None or not ms._dense.wait(600):
+                raise RuntimeError("the in-memory copy did not load")
         return index_s, evaluate(ms, planted, lists=True)
     finally:
         ms.close()
@@ -521,6 +537,9 @@ def main() -> None:
         help="index and search with this tool (reference: memsearch 0.4.23, same model behind a local server)",
     )
     parser.add_argument(
+        "--copy", action="store_true", help="ours only: search through the in-memory copy, as the service does"
+    )
+    parser.add_argument(
         "--sparse-extra",
         action="store_true",
         help="ours only: a collection whose BM25 input is heading + file stem + content",
@@ -537,6 +556,7 @@ def main() -> None:
     options: dict[str, Any] = dict(
         tool=args.tool,
         sparse_extra=args.sparse_extra,
+        copy=args.copy,
         hard=args.hard,
         seed=args.seed,
         by_key=args.by_key,
