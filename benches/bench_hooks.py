@@ -64,6 +64,9 @@ class Project:
         claude.write_text("#!/bin/sh\ncat >/dev/null\necho '- User asked about the bench.'\n", encoding="utf-8")
         claude.chmod(0o755)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSEARCH_", "CLAUDE"))}
+        # An installed package has its bytecode (pip compiles it, a checkout's first run
+        # writes it): without it every hook compiles its modules again, about 60 ms here.
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.env.update(HOME=str(home), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         self.memory = self.dir / ".memsearch" / "memory"
         if megabytes:

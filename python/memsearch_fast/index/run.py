@@ -280,8 +280,9 @@ class _Run:
 
         if not span_pass.enabled() or getattr(self.store, "spans", None) is None:
             return None
-        # A collection created by this run's writes may follow one indexed before spans existed.
-        full = (self.loaded is None and self.only_sources is None) or self.upsert.created_spans
+        # A collection created by this run's writes may follow one indexed before spans
+        # existed; a database this run created holds nothing but what it wrote.
+        full = not self.new_store and ((self.loaded is None and self.only_sources is None) or self.upsert.created_spans)
         told = getattr(self.progress, "spans_done", None)  # optional in a caller's own progress
         report = await span_pass.write_spans(
             self.store,  # type: ignore[arg-type]
