@@ -122,6 +122,7 @@ def one_run(corpus: Path, db: Path, questions: list[str], spans_on: bool, copy: 
     from memsearch_fast.lite import broker
 
     env = dict(os.environ, MEMSEARCH_SPANS="1" if spans_on else "0")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: a CLI call does not compile its modules again
     if copy:  # searched through the in-memory copy, whatever the collection's size
         env.update(BENCH_COPY="1", MEMSEARCH_DENSE_INDEX_MIN_ROWS="0")
     proc = subprocess.run(
