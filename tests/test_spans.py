@@ -289,16 +289,23 @@ def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_
     db = tmp_path / "cli.db"
     common = ["--milvus-uri", str(db), "-m", str(model_dir)]
     try:
+        report = json.loads(ok(run(["index", str(notes), *common, "-j"], env)).stdout)
+        assert report["spans"]["chunks"] > 0  # written with their chunks
+        # A moved file's chunks take their stored vectors, and the span pass gives them
+        # their spans after the chunks: it is told as it goes, in counts of its own.
+        moved = notes / "sub" / "2026-11-20.md"
+        moved.parent.mkdir()
+        (notes / "2026-11-20.md").rename(moved)
         proc = ok(run(["index", str(notes), *common, "-j"], env))
-        # The span pass, after the chunks, is told as it goes: its own counts in the JSON progress.
         report = json.loads(proc.stdout)
         told = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith('{"event":"progress"')]
         spanned = [line for line in told if "span_chunks" in line]
-        assert report["spans"]["chunks"] > 0 and spanned
+        assert report["spans"]["chunks"] > 0 and report["spans"]["embedded"] == 0 and spanned
         assert spanned[-1]["span_chunks_done"] == spanned[-1]["span_chunks"] >= report["spans"]["chunks"]
         query = "which bucket does the aspen nightly export archive go to"
         fact_line = journal().splitlines().index(f"- {FACT}") + 1
         hits = json.loads(ok(run(["search", query, "-j", "-k", "1", "--explain", *common], env)).stdout)
+        assert hits[0]["source"] == str(moved)
         assert FACT in hits[0]["content"] and hits[0]["explain"]["span"]["start_line"] == fact_line
         text = ok(run(["search", query, "-k", "1", "--explain", *common], env)).stdout
         why = next(line for line in text.splitlines() if line.startswith("Why:"))

@@ -51,6 +51,7 @@ import numpy as np
 
 from memsearch_fast.store.schema import QUERY_FIELDS
 from memsearch_fast.store.search import MAX_TOP_K
+from memsearch_fast.store.span_copy import Spans, normalised, read_spans
 
 logger = logging.getLogger(__name__)
 
@@ -124,128 +125,6 @@ def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
 
 
 @dataclass(slots=True)
-class _Spans:
-    """The span vectors (:mod:`.spans`, index ≥ 1) of a copy's chunks as int8 codes
-    with a scale per row, grouped by chunk position: a quarter of float32, and
-    scored on every core by :func:`memsearch_fast._core.best_groups` (Milvus
-    Lite scans the span collection for every search: 98 ms at 5 MB of journals)."""
-
-    codes: bytes  # rows × dim int8
-    scales: bytes  # a little-endian float32 per row
-    offsets: bytes  # chunk position g holds rows offsets[g]..offsets[g + 1] (u32)
-    chunk: np.ndarray  # the chunk position of each row
-    starts: np.ndarray
-    ends: np.ndarray
-    index: np.ndarray  # the span's index in its chunk
-
-    def _hit(self, copy: _Copy, g: int, r: int, score: float) -> dict[str, Any]:
-        """The row Milvus's span search would give for row *r* of chunk *g*."""
-        cid = copy.ids[g]
-        return {
-            "span_id": f"{cid}:{int(self.index[r])}",
-            "chunk_hash": cid,
-            "source": copy.sources[g],
-            "start_line": int(self.starts[r]),
-            "end_line": int(self.ends[r]),
-            "distance": score,
-        }
-
-    def search(self, copy: _Copy, vector: list[float], k: int) -> list[dict[str, Any]]:
-        """The *k* chunks whose best span is nearest to *vector*, each chunk's best span."""
-        from memsearch_fast._core import best_groups
-
-        dim = len(vector)
-        top = best_groups(self.codes, dim, self.scales, self.offsets, vector, k)
-        return [self._hit(copy, g, r, score) for g, r, score in top]
-
-    def best_of(self, copy: _Copy, pos: dict[str, int], vector: list[float], ids: list[str]) -> dict[str, Any]:
-        """The best span of each of these chunks (those with spans)."""
-        from memsearch_fast._core import best_in_groups
-
-        groups = [pos[cid] for cid in ids if cid in pos]
-        best = best_in_groups(self.codes, len(vector), self.scales, self.offsets, vector, groups)
-        return {copy.ids[g]: self._hit(copy, g, r, score) for g, r, score in best}
-
-
-class _SpanRows:
-    """Span rows gathered page by page for a copy whose chunk positions are *pos*."""
-
-    def __init__(self, dim: int, pos: dict[str, int]) -> None:
-        self.dim = dim
-        self.pos = pos
-        self.cols: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("chunk", "starts", "ends", "index", "codes", "scales")
-        }
-
-    def _append(self, **cols: np.ndarray) -> None:
-        for k, v in cols.items():
-            self.cols[k].append(v)
-
-    def add(self, page: list[dict[str, Any]]) -> None:
-        rows = [r for r in page if r["chunk_hash"] in self.pos]  # a span whose chunk is gone: left out
-        if not rows:
-            return
-        n = len(rows)
-        codes, scales = _quantised([r["embedding"] for r in rows], self.dim)
-        self._append(
-            chunk=np.fromiter((self.pos[r["chunk_hash"]] for r in rows), np.int64, n),
-            starts=np.fromiter((int(r["start_line"]) for r in rows), np.int32, n),
-            ends=np.fromiter((int(r["end_line"]) for r in rows), np.int32, n),
-            index=np.fromiter((int(str(r["span_id"]).rpartition(":")[2]) for r in rows), np.int32, n),
-            codes=codes,
-            scales=scales,
-        )
-
-    def keep(self, old: _Spans, old_ids: list[str], kept: list[int]) -> None:
-        """The rows of *old* (a copy of chunks *old_ids*) whose chunk position is in *kept*."""
-        to_new = np.full(len(old_ids), -1, np.int64)
-        for i in kept:
-            to_new[i] = self.pos.get(old_ids[i], -1)
-        new = to_new[old.chunk] if len(old.chunk) else np.zeros(0, np.int64)
-        mask = new >= 0
-        if not mask.any():
-            return
-        self._append(
-            chunk=new[mask],
-            starts=old.starts[mask],
-            ends=old.ends[mask],
-            index=old.index[mask],
-            codes=np.frombuffer(old.codes, np.int8).reshape(-1, self.dim)[mask],
-            scales=np.frombuffer(old.scales, "<f4")[mask],
-        )
-
-    def build(self, chunks: int) -> _Spans:
-        """The rows grouped by chunk position, for a copy of *chunks* chunks."""
-
-        def col(k: str, dtype: Any, shape: tuple[int, ...] = (0,)) -> np.ndarray:
-            parts = self.cols.pop(k)
-            return np.concatenate(parts) if parts else np.zeros(shape, dtype)
-
-        chunk = col("chunk", np.int64)
-        order = np.argsort(chunk, kind="stable")
-        counts = np.bincount(chunk, minlength=chunks) if len(chunk) else np.zeros(chunks, np.int64)
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype("<u4")
-        return _Spans(
-            codes=col("codes", np.int8, (0, self.dim))[order].tobytes(),
-            scales=col("scales", np.float32)[order].astype("<f4").tobytes(),
-            offsets=offsets.tobytes(),
-            chunk=chunk[order],
-            starts=col("starts", np.int32)[order],
-            ends=col("ends", np.int32)[order],
-            index=col("index", np.int32)[order],
-        )
-
-
-def _quantised(vectors: list[Any], dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors as int8 codes and a scale each (the largest component is ±127)."""
-    m = _normalised(vectors, dim)
-    scale = np.abs(m).max(axis=1) / 127.0
-    scale[scale == 0] = 1.0
-    codes = np.clip(np.rint(m / scale[:, None]), -127, 127).astype(np.int8)
-    return codes, scale.astype(np.float32)
-
-
-@dataclass(slots=True)
 class _Copy:
     ids: list[str]
     sources: list[str]
@@ -254,7 +133,7 @@ class _Copy:
     token: tuple[int, int, int] | None
     entries: dict[str, str] | None
     checked: float
-    spans: _Spans | None = None  # None: the collection has no span collection (Milvus searches it)
+    spans: Spans | None = None  # None: the collection has no span collection (Milvus searches it)
 
     def positions(self) -> dict[str, int]:
         return {cid: i for i, cid in enumerate(self.ids)}
@@ -280,7 +159,7 @@ class _Rows:
         self.sources.extend(r["source"] for r in page)
         for f, col in self.fields.items():
             col.extend(r.get(f) for r in page)
-        self.parts.append(_normalised([r["embedding"] for r in page], self.dim))
+        self.parts.append(normalised([r["embedding"] for r in page], self.dim))
 
     @classmethod
     def kept(cls, rows: _Copy | _Rows, matrix: np.ndarray, keep: list[int], dim: int) -> _Rows:
@@ -304,14 +183,6 @@ class _Rows:
     def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> _Copy:
         matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
         return _Copy(self.ids, self.sources, self.fields, matrix, token, entries, time.monotonic())
-
-
-def _normalised(vectors: list[Any], dim: int) -> np.ndarray:
-    m = np.asarray(vectors, dtype=np.float32).reshape(-1, dim)
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: np.ndarray = m / norms
-    return out
 
 
 class DenseIndex:
@@ -456,7 +327,7 @@ class DenseIndex:
                 return None
             rows.add(page)
         rows = rows.dedupe()
-        spans = self._span_rows(store, rows, None)
+        spans = read_spans(store, self._dim, rows.ids, None, stop=lambda: self._closed)
         if self._closed:
             return None
         entries = self._described(token, rows)  # after the spans: a run writing meanwhile spoils both
@@ -466,30 +337,6 @@ class DenseIndex:
         copy = rows.copy(token, entries)
         copy.spans = spans.build(len(rows.ids)) if spans is not None else None
         return copy
-
-    def _span_rows(
-        self,
-        store: Any,
-        rows: _Rows,
-        sources: list[str] | None,
-        old: _Copy | None = None,
-        kept: list[int] | None = None,
-    ) -> _SpanRows | None:
-        """The span rows of *rows*' chunks (those of *sources* read, the rest kept from
-        *old*); None when the collection has no spans. Stops early when closed."""
-        spans_store = getattr(store, "spans", None)
-        if spans_store is None or not spans_store.exists:
-            return None
-        out = _SpanRows(self._dim, {cid: i for i, cid in enumerate(rows.ids)})
-        if old is not None and old.spans is not None and kept is not None:
-            out.keep(old.spans, old.ids, kept)
-        elif old is not None:
-            sources = None  # the old copy had no spans: read them all
-        for page in spans_store.iter_vectors(sources):
-            if self._closed:
-                break
-            out.add(page)
-        return out
 
     def _refresh(self, store: Any, copy: _Copy) -> _Copy | None:
         """Re-read only the sources whose recorded chunks changed since ``copy``."""
@@ -506,7 +353,16 @@ class DenseIndex:
                 return None
             new.add(page)
         new = new.dedupe()
-        spans = self._span_rows(store, new, sorted(changed & entries.keys()), copy, keep)
+        spans = read_spans(
+            store,
+            self._dim,
+            new.ids,
+            sorted(changed & entries.keys()),
+            copy.ids,
+            copy.spans,
+            keep,
+            stop=lambda: self._closed,
+        )
         if self._closed:
             return None
         described = self._described(token, new)
@@ -572,7 +428,7 @@ class DenseIndex:
         dense, span_hits, sparse = together(  # the engine's BM25 list while the others are ranked here
             lambda: self._dense(copy, by_source, vector, deep, source_prefix),
             lambda: (
-                held.search(copy, as_list, deep)
+                held.search(copy.ids, copy.sources, as_list, deep)
                 if held is not None
                 else store.spans.search(as_list, deep, source_prefix)
             ),
@@ -590,7 +446,7 @@ class DenseIndex:
             lambda: (
                 {}
                 if not lacking
-                else copy.spans.best_of(copy, pos, as_list, lacking)
+                else copy.spans.best_of(copy.ids, copy.sources, pos, as_list, lacking)
                 if copy.spans is not None
                 else store.spans.best_of(as_list, lacking)
             ),
