@@ -163,7 +163,8 @@ class _Run:
         self.new: dict[str, Entry] = {}  # entries this run establishes
         self.loaded: Loaded | None = None
         self.written_ids: list[str] = []  # chunk ids this run wrote without span rows: the span pass's work
-        self.spanned: set[str] = set()  # chunk ids the stages gave their span rows (or found needing none)
+        # ids of chunks in flight that the stages give their span rows (or found needing none)
+        self.spanned: set[str] = set()
         self.header: Header | None = None
         self.donors = Donors(self.model)
         self.dedup = Dedup(self.model, force=force)
@@ -486,7 +487,11 @@ class _Run:
         self.progress.chunks_embedded(len(items))
 
     def _written(self, pairs: list[tuple[str, str]]) -> None:
-        self.written_ids.extend(cid for _, cid in pairs if cid not in self.spanned)
+        for _, cid in pairs:
+            if cid in self.spanned:
+                self.spanned.discard(cid)  # written: the set holds only rows in flight
+            else:
+                self.written_ids.append(cid)
         self.embed.release(h for h, _ in pairs)
         if not self.force:
             self.donors.written(pairs)
