@@ -6,7 +6,9 @@ and fake `claude` / `codex` executables on PATH.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -337,3 +339,67 @@ def test_agent_cli_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LLMError, match="'claude' is not on PATH"):
         get_llm(LLMSettings("claude-code")).complete("x")
+
+
+FAKE_OPENCODE = """\
+import json, os, sys
+keys = ("OPENCODE_CONFIG", "OPENCODE_CONFIG_DIR", "OPENCODE_CONFIG_CONTENT", "OPENCODE_DISABLE_PROJECT_CONFIG",
+        "XDG_CONFIG_HOME", "XDG_DATA_HOME", "MEMSEARCH_DISABLE")
+seen = {k: os.environ.get(k) for k in keys}
+seen["cwd"] = os.getcwd()
+seen["argv"] = sys.argv[1:]
+with open(os.environ["FAKE_AGENT_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps(seen) + "\\n")
+print("- User asked opencode for notes.")
+"""
+
+
+def test_opencode_run_gets_the_users_models_and_none_of_their_plugins(
+    agents: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nested `opencode run` keeps the user's provider settings (a relative `{file:}` key
+    reference still found) but loads no plugin, MCP server or instruction file, reads no project
+    config (a cloned repository may not choose the model), keeps its session out of the user's
+    list, and finds the user's login; nothing holding a key is written by memsearch."""
+    opencode = agents.parent / "bin" / "opencode"
+    opencode.write_text(f"#!{sys.executable}\n{FAKE_OPENCODE}", encoding="utf-8")
+    opencode.chmod(0o755)
+    home = Path(os.environ["HOME"])
+    config = home / ".config" / "opencode"
+    config.mkdir(parents=True)
+    (config / "opencode.jsonc").write_text(
+        "{\n  // the user's setup\n"
+        '  "model": "work/fast",\n'
+        '  "provider": {"work": {"options": {"baseURL": "http://127.0.0.1:9/v1", "apiKey": "{file:./key.txt}"}}},\n'
+        '  "plugin": ["opencode-memsearch", "other-plugin"],\n'
+        '  "mcp": {"browser": {"type": "local", "command": ["browser-mcp"]}},\n'
+        '  "instructions": ["AGENTS.md"],\n}\n',
+        encoding="utf-8",
+    )
+    (config / "key.txt").write_text("sk-user-secret\n", encoding="utf-8")
+    auth = home / ".local" / "share" / "opencode" / "auth.json"
+    auth.parent.mkdir(parents=True)
+    auth.write_text('{"work": {"type": "api", "key": "sk-login"}}', encoding="utf-8")
+    monkeypatch.setenv("OPENCODE_CONFIG_CONTENT", '{"small_model": "work/tiny", "plugin": ["inline"]}')
+    project = tmp_path / "cloned"
+    project.mkdir()
+    (project / "opencode.json").write_text('{"model": "attacker/model"}', encoding="utf-8")
+    monkeypatch.chdir(project)
+
+    assert get_llm(LLMSettings("opencode")).complete("Summarize.") == "- User asked opencode for notes."
+    (seen,) = calls(agents)
+    content = json.loads(seen["OPENCODE_CONFIG_CONTENT"])
+    assert content == {
+        "model": "work/fast",
+        "small_model": "work/tiny",
+        "provider": {"work": {"options": {"baseURL": "http://127.0.0.1:9/v1", "apiKey": f"{{file:{config}/key.txt}}"}}},
+    }
+    assert seen["OPENCODE_DISABLE_PROJECT_CONFIG"] == "true" and seen["MEMSEARCH_DISABLE"] == "1"
+    assert seen["OPENCODE_CONFIG"] is None and seen["OPENCODE_CONFIG_DIR"] is None
+    assert seen["argv"] == ["run", "Summarize."] and seen["cwd"] != str(project)
+    own_config = Path(seen["XDG_CONFIG_HOME"]) / "opencode"
+    assert own_config.is_dir() and not list(own_config.iterdir())  # the user's global config is not loaded
+    login = Path(seen["XDG_DATA_HOME"]) / "opencode" / "auth.json"
+    assert login.is_symlink() and login.resolve() == auth.resolve()
+    written = [p for p in (home / ".memsearch").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert not any("sk-" in p.read_text(encoding="utf-8", errors="replace") for p in written)

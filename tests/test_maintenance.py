@@ -206,7 +206,10 @@ import json, os, sys
 prompt = sys.stdin.read()
 with open(os.environ["FAKE_AGENT_LOG"], "a", encoding="utf-8") as log:
     log.write(json.dumps({"argv": sys.argv[1:], "disable": os.environ.get("MEMSEARCH_DISABLE")}) + "\\n")
-print(json.dumps({"action": "replace", "reason": "r", "content": "# Project Memory\\n\\n- From claude."}))
+if '{"skills": []}' in prompt:
+    print(json.dumps({"skills": []}))
+else:
+    print(json.dumps({"action": "replace", "reason": "r", "content": "# Project Memory\\n\\n- From claude."}))
 """
 
 
@@ -216,12 +219,23 @@ def test_a_native_provider_asks_the_claude_cli_with_sonnet(project: Project) -> 
     claude.chmod(0o755)
     log = project.tmp / "claude.jsonl"
     project.vars["FAKE_AGENT_LOG"] = str(log)
-    project.configure("[plugins.claude-code.project_review]\nenabled = true\n")
+    project.configure(
+        "[plugins.claude-code.project_review]\nenabled = true\n[plugins.claude-code.memory_to_skill]\nenabled = true\n"
+    )
     project.session_end()
     project.wait_for(lambda: "maintenance project_review: replace" in project.hooks_log())
+    project.wait_for(lambda: "maintenance memory_to_skill" in project.hooks_log())
     assert (project.mem / "PROJECT.md").read_text(encoding="utf-8") == "# Project Memory\n\n- From claude.\n"
-    (call,) = [c for c in map(json.loads, log.read_text(encoding="utf-8").splitlines()) if "-p" in c["argv"]]
-    assert call["argv"][call["argv"].index("--model") + 1] == "sonnet" and call["disable"] == "1"
+    asked = [c for c in map(json.loads, log.read_text(encoding="utf-8").splitlines()) if "-p" in c["argv"]]
+    assert len(asked) == 2 and all(c["argv"][c["argv"].index("--model") + 1] == "sonnet" for c in asked)
+    assert all(c["disable"] == "1" for c in asked)
+    # No tools for a file task; distilling skills may read the original turns, with nothing else.
+    (review,) = [c["argv"] for c in asked if "--allowed-tools" not in c["argv"]]
+    assert review[review.index("--tools") + 1] == ""
+    (skills,) = [c["argv"] for c in asked if "--allowed-tools" in c["argv"]]
+    assert skills[skills.index("--tools") + 1] == "Bash"
+    allowed = skills[skills.index("--allowed-tools") + 1]
+    assert allowed == "Bash(memsearch transcript:*) Bash(memsearch expand:*)"
 
 
 def test_files_are_written_only_inside_the_memory_folder(server: TaskServer, project: Project) -> None:

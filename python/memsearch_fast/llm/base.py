@@ -43,6 +43,9 @@ class LLMSettings:
     max_retries: int = 2
     retry_base_delay: float = 1.0
     retry_max_delay: float = 10.0
+    #: Commands a host agent's CLI may run while it answers (``memsearch transcript``...), so a
+    #: task can check a summary against the original; empty: no tools. HTTP models ignore it.
+    tools: tuple[str, ...] = ()
 
 
 class LLM:

@@ -42,18 +42,24 @@ class NativeAgent(LLM):
         """The notes in what the CLI printed."""
         return out
 
+    def _place(self, env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+        """The child's environment and working directory (None: this process's)."""
+        return env, None
+
     def _complete(self, prompt: str) -> str:
         exe = shutil.which(self.program)
         if exe is None:
             raise LLMError(f"{self.program!r} is not on PATH; install it or set plugins.<platform>.summarize.provider")
         env = {k: v for k, v in os.environ.items() if k not in self.child_unset}
         env.update(self.child_env)
+        env, cwd = self._place(env)
         proc = subprocess.Popen(
             [exe, *self._argv(exe, prompt)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
+            cwd=cwd,
             start_new_session=True,  # its own process group, killed as one
         )
         try:
@@ -130,8 +136,9 @@ def claude_has_safe_mode(exe: str) -> bool:
 
 
 class ClaudeCode(NativeAgent):
-    """``claude -p`` without tools, MCP servers, browser or a saved session, and in safe mode
-    (without the user's own setup) where the CLI has it."""
+    """``claude -p`` without MCP servers, browser or a saved session, and in safe mode (without
+    the user's own setup) where the CLI has it. No tools, except Bash limited to the commands
+    the settings name (``Bash(memsearch transcript:*)``), as the reference opens for skills."""
 
     kind = "claude -p"
     program = "claude"
@@ -143,13 +150,18 @@ class ClaudeCode(NativeAgent):
             "-p",
             *(["--safe-mode"] if claude_has_safe_mode(exe) else []),
             "--strict-mcp-config",
-            "--tools",
-            "",
+            *self._tools(),
             "--model",
             self.model,
             "--no-session-persistence",
             "--no-chrome",
         ]
+
+    def _tools(self) -> list[str]:
+        commands = self.settings.tools
+        if not commands:
+            return ["--tools", ""]
+        return ["--tools", "Bash", "--allowed-tools", " ".join(f"Bash({c}:*)" for c in commands)]
 
 
 class CodexExec(NativeAgent):
@@ -177,7 +189,8 @@ class CodexExec(NativeAgent):
 
 
 class OpenCodeRun(NativeAgent):
-    """``opencode run`` (OpenCode's configured provider; ``-m provider/model`` when a model is set).
+    """``opencode run`` (OpenCode's configured provider; ``-m provider/model`` when a model is set),
+    with the user's models and none of their plugins or the project's config (:mod:`.opencode`).
     The prompt is its message argument; memsearch's plugin stands down inside it."""
 
     kind = "opencode run"
@@ -187,6 +200,12 @@ class OpenCodeRun(NativeAgent):
 
     def _argv(self, exe: str, prompt: str) -> list[str]:
         return ["run", *(["-m", self.model] if self.model else []), prompt]
+
+    def _place(self, env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+        from memsearch_fast.llm import opencode
+
+        env, root = opencode.isolated(env)
+        return env, str(root)
 
 
 class OpenClawAgent(NativeAgent):

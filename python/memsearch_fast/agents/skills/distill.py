@@ -59,6 +59,9 @@ TASK = "memory_to_skill"
 MAX_PROMPT_CHARS = 80_000
 MAX_JOURNALS = 12
 MAX_EXISTING_BODY_CHARS = 2000
+#: What a host agent's CLI may run while distilling: the read-only recall commands that recover
+#: the exact commands a journal's summary dropped (the prompt says how).
+DRILL_COMMANDS = ("memsearch transcript", "memsearch expand")
 #: Seconds per LLM attempt: a large prompt and a JSON answer take longer than notes.
 LLM_TIMEOUT = 300.0
 #: A lock file without a readable pid is taken over after this many seconds.
@@ -439,6 +442,7 @@ def distill(
         root = store.ensure_store(mem_root)
         try:
             settings = route(cfg, platform) if native is None else routing.route(cfg, platform, TASK, native)
+            settings = dataclasses.replace(settings, tools=DRILL_COMMANDS)
             template = load_template(cfg, warn)
             prompt = build_prompt(
                 template,
