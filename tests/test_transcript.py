@@ -758,3 +758,96 @@ def test_an_oversized_record_is_skipped_not_held(tmp_path: Path) -> None:
     peak_mb, _, text = done.stdout.partition("\n")
     assert "dump the build log" in text and "now fix the flaky test" in text
     assert int(peak_mb) < 120, f"peak RSS {peak_mb} MB"
+
+
+# -- OpenCode's session database -----------------------------------------------------------------
+
+
+def opencode_db(path: Path) -> Path:
+    """A database in OpenCode's layout: two sessions; the second has a turn with a tool call,
+    an OpenCode-made (synthetic) text and a later turn. Ids start with their time, as OpenCode's do."""
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE session (id TEXT PRIMARY KEY, directory TEXT, time_created INTEGER);"
+        "CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, "
+        "time_updated INTEGER, data TEXT);"
+        "CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER, "
+        "time_updated INTEGER, data TEXT);"
+    )
+    rows = [
+        ("ses_0a1", "msg_0a10000001", 1, "user", [{"type": "text", "text": "an older session"}]),
+        ("ses_0a1", "msg_0a10000002", 2, "assistant", [{"type": "text", "text": "older answer"}]),
+        ("ses_0b2", "msg_0b20000001", 10, "user", [{"type": "text", "text": "which cache did we pick?"}]),
+        (
+            "ses_0b2",
+            "msg_0b20000002",
+            11,
+            "assistant",
+            [
+                {"type": "text", "text": "Let me check the config."},
+                {
+                    "type": "tool",
+                    "tool": "bash",
+                    "state": {
+                        "status": "completed",
+                        "input": {"command": "grep -n cache app.toml"},
+                        "output": "3:cache = 'redis'",
+                    },
+                },
+                {"type": "text", "text": "We picked Redis."},
+            ],
+        ),
+        (
+            "ses_0b2",
+            "msg_0b20000003",
+            12,
+            "user",
+            [
+                {"type": "text", "text": "thanks", "synthetic": False},
+                {"type": "text", "text": "<system-reminder>", "synthetic": True},
+            ],
+        ),
+    ]
+    for session, message, at, role, parts in rows:
+        conn.execute(
+            "INSERT INTO message VALUES (?, ?, ?, ?, ?)", (message, session, at, at, json.dumps({"role": role}))
+        )
+        for i, part in enumerate(parts):
+            conn.execute(
+                "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+                (f"prt_{message}_{i}", message, session, at * 10 + i, at, json.dumps(part)),
+            )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_opencode_session_database_is_read_by_its_anchor(tmp_path: Path) -> None:
+    """An OpenCode journal anchor (`turn:msg_… db:PATH`) leads `transcript` to the turn: its text,
+    the tool call with its command and output, and the turns around it; OpenCode's own synthetic
+    text is left out; a session id shows the session; no --turn shows the newest session."""
+    db = opencode_db(tmp_path / "share" / "opencode" / "opencode.db")
+    before = db.read_bytes()
+    proc = ours(str(db), "--turn", "msg_0b20000001", "--context", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("### User\nwhich cache did we pick?\n\n### Assistant\n")
+    assert (
+        "Let me check the config.\nWe picked Redis.\n- $ [bash] grep -n cache app.toml\n  → 3:cache = 'redis'"
+        in proc.stdout
+    )
+    assert "thanks" not in proc.stdout and "older" not in proc.stdout  # one turn of context, one session
+
+    whole = ours(str(db), "--turn", "ses_0b2")
+    assert whole.returncode == 0 and "### User\nthanks\n" in whole.stdout and "<system-reminder>" not in whole.stdout
+    assert ours(str(db)).stdout == whole.stdout  # the newest session
+    (turn,) = json.loads(ours(str(db), "-t", "msg_0b20000002", "-c", "0", "-j").stdout)
+    assert turn["role"] == "assistant" and turn["uuid"] == "msg_0b20000002"
+    assert turn["tools"] == [{"name": "bash", "command": "grep -n cache app.toml", "output": "3:cache = 'redis'"}]
+
+    assert (
+        one_line_error(ours(str(db), "--turn", "msg_ffff")) == "Error: no OpenCode turn or session matches 'msg_ffff'"
+    )
+    assert db.read_bytes() == before  # opened read-only

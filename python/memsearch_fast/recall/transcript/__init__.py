@@ -4,9 +4,10 @@ Journals are summaries; the exact commands, flags and paths behind them live
 in the agent's own session file, which a journal names in its anchor
 (``<!-- session:… turn:… transcript:PATH -->``). This package reads that file
 (a Claude Code session, a Codex rollout or an OpenClaw session, recognised
-from its first records) into turns with their tool calls and outputs, and
-prints them in memsearch 0.4.23's text or JSON form: all turns, or the turn
-named by ``--turn`` (an id prefix) with ``--context`` turns each side.
+from its first records; or OpenCode's session database, :mod:`.opencode`)
+into turns with their tool calls and outputs, and prints them in memsearch
+0.4.23's text or JSON form: all turns, or the turn named by ``--turn`` (an
+id prefix) with ``--context`` turns each side.
 
 The file is streamed, never loaded: a turn is kept only as long as a later
 record can still change it, ``--turn`` keeps a window of the last few turns,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TypeAlias
 
 from memsearch_fast.recall.transcript import render
@@ -53,12 +55,25 @@ def select(path: PathArg, turn: str | None = None, context: int = 3) -> Iterable
     """
     if context < 0:
         raise ValueError("context must be 0 or more")
+    if _is_database(path):
+        from memsearch_fast.recall.transcript import opencode
+
+        return opencode.select(Path(path).expanduser(), turn, context)
     turns = Turns.open(path)
     if turn and turns.has_ids:
         found = render.window(turns, turn, context)
         if found is not None:
             return found
     return turns
+
+
+def _is_database(path: PathArg) -> bool:
+    """Whether *path* is an SQLite file (OpenCode's session database)."""
+    try:
+        with Path(path).expanduser().open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def show_text(path: PathArg, turn: str | None = None, context: int = 3) -> str:
