@@ -934,7 +934,8 @@ def test_the_recall_skill_steps_chain(env: Env) -> None:
     )
     codex_skill = (env.home / ".agents" / "skills" / "memory-recall" / "SKILL.md").read_text(encoding="utf-8")
     assert "$ARGUMENTS" not in codex_skill and "The question" not in codex_skill
-    assert codex_skill.count("memsearch hook codex locate") == 1
+    assert codex_skill.count("memsearch hook <agent> locate") == 1 and "`codex` in Codex" in codex_skill
+    assert (env.home / ".agents" / "skills" / "memory-to-skill" / "SKILL.md").is_file()
 
 
 def test_hook_usage_errors(env: Env) -> None:

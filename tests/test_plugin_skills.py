@@ -18,10 +18,17 @@ from memsearch_fast.config.schema import PROJECT_ALLOWED, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILLS = ROOT / "hooks" / "claude-code" / "skills"
+sys.path.insert(0, str(ROOT / "hooks"))
+import install_skills  # noqa: E402
 
 
-def skill(name: str) -> tuple[dict[str, str], str]:
-    text = (SKILLS / name / "SKILL.md").read_text(encoding="utf-8")
+def skill(name: str, agent: str | None = None) -> tuple[dict[str, str], str]:
+    """A skill's frontmatter and body: Claude Code's, or the copy `hooks/install_skills.py` writes
+    for the other agents, read by *agent* (its `<agent>` replaced)."""
+    if agent is None:
+        text = (SKILLS / name / "SKILL.md").read_text(encoding="utf-8")
+    else:
+        text = install_skills.render(name).replace("<agent>", agent)
     m = re.match(r"---\n(.*?)\n---\n(.*)", text, re.S)
     assert m, name
     front = {}
@@ -166,3 +173,55 @@ def test_capture_review_and_install_run_as_written(sh: Shell) -> None:
     sh(install.replace("<name>", "ledger-tests").replace("<folder the user approved>", ".claude/skills"))
     installed = sh.project / ".claude" / "skills" / "ledger-tests" / "SKILL.md"
     assert installed.read_text(encoding="utf-8") == stored
+
+
+# -- the copy for Codex, OpenCode and OpenClaw (~/.agents/skills) ------------------------------
+
+
+@pytest.mark.parametrize("name", install_skills.NAMES)
+def test_the_other_agents_copy_holds_nothing_only_claude_code_reads(name: str) -> None:
+    """No `$ARGUMENTS`, `!` command, `context: fork` or `allowed-tools` (Claude Code's alone), no
+    Claude Code plugin name or folder where the agent's own belongs, and the reading of `<agent>`."""
+    front, body = skill(name, "codex")
+    assert front["name"] == name and "context" not in front and "allowed-tools" not in front
+    text = install_skills.render(name)
+    assert "$ARGUMENTS" not in text and "!`" not in text and "Claude Code's own" not in text
+    assert "claude-code" not in text.replace("`ollama`, `claude-code`, `codex`", "")  # the protocols' list
+    assert ".claude/skills`:" not in text and "/plugin marketplace" not in text
+    assert "`codex` in Codex, `opencode` in OpenCode, `openclaw` in OpenClaw" in body
+
+
+@pytest.mark.parametrize("agent", ["codex", "opencode", "openclaw"])
+def test_the_other_agents_copy_runs_as_written(agent: str, sh: Shell) -> None:
+    """Read by each agent, every command and option the copy shows exists, its diagnosis runs and
+    its switches set that agent's keys."""
+    for name in ("memory-config", "memory-to-skill"):
+        for words in memsearch_commands(skill(name, agent)[1]):
+            path = [w for w in words[:2] if re.fullmatch(r"[a-z]+", w) and w not in ("true", "false")]
+            path = path[:2] if path[:1] in (["config"], ["skills"]) else path[:1]
+            usage = sh(" ".join(["memsearch", *path, "--help"]))
+            for option in (w.split("=")[0] for w in words if w.startswith("--")):
+                assert option in usage, (words, option)
+    _, body = skill("memory-config", agent)
+    out = sh(blocks(body)[0])
+    assert '"collection"' in out and "[milvus]" in out
+    for command in re.findall(rf"^memsearch config set plugins\.{agent}\.\S+ true$", blocks(body)[-2], re.M):
+        sh(command)
+    for task in ("project_review", "user_profile", "memory_to_skill"):
+        assert sh(f"memsearch config get plugins.{agent}.{task}.enabled").strip().lower() == "true"
+    _, body = skill("memory-to-skill", agent)
+    configure = next(b for b in blocks(body) if "min_occurrences" in b)
+    sh(configure)
+    assert sh(f"memsearch config get plugins.{agent}.memory_to_skill.paths").strip() == '[".agents/skills"]'
+
+
+def test_the_skills_installer_writes_the_three(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "install_skills.py"), "--dest", str(tmp_path / "skills")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for name in install_skills.NAMES:
+        path = tmp_path / "skills" / name / "SKILL.md"
+        assert path.read_text(encoding="utf-8") == install_skills.render(name) and str(path) in out.stdout

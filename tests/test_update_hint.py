@@ -129,6 +129,28 @@ def test_a_newer_plugin_than_the_package_says_to_reinstall(env: Env) -> None:
     assert not env.cache.exists()  # no index configured: nothing asked, nothing cached
 
 
+def test_the_other_agents_plugins_say_so_too(env: Env) -> None:
+    """OpenCode and OpenClaw name their plugin's folder (its package.json); Codex's hooks name the
+    clone's hooks/codex (the clone's pyproject.toml): a newer one says to reinstall the command."""
+    js = env.tmp / "opencode-plugin"
+    js.mkdir()
+    (js / "package.json").write_text(json.dumps({"name": "memsearch-opencode", "version": "99.0.0"}), "utf-8")
+    clone = env.tmp / "clone"
+    (clone / "hooks" / "codex").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["maturin"]\n\n[project]\nname = "memsearch-fast"\nversion = "99.2.0"\n', "utf-8"
+    )
+    for root, shipped in ((js, "99.0.0"), (clone / "hooks" / "codex", "99.2.0")):
+        line, _ = env.status(MEMSEARCH_PLUGIN_ROOT=str(root))
+        assert f"update: the plugin is v{shipped}" in line and "pipx install --force ." in line
+    # The plugins as shipped in this repository match the package.
+    for name in ("opencode", "openclaw", "codex"):
+        line, _ = env.status(MEMSEARCH_PLUGIN_ROOT=str(ROOT / "hooks" / name))
+        assert "update" not in line
+    assert update.plugin_version({"MEMSEARCH_PLUGIN_ROOT": str(ROOT / "hooks" / "codex")}) == __version__
+    assert update.plugin_version({"MEMSEARCH_PLUGIN_ROOT": str(ROOT / "hooks" / "openclaw")}) == __version__
+
+
 def test_a_configured_index_is_asked_in_the_background_once_a_day(env: Env, index: Index) -> None:
     line, _ = env.status(MEMSEARCH_UPDATE_URL=index.url)
     assert "update" not in line  # the first start only starts the check

@@ -8,6 +8,17 @@
 
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** `hooks/`: each plugin's folder is `hooks/<platform>`. */
+const HOOKS_DIR = dirname(dirname(fileURLToPath(import.meta.url)));
+
+/** The hook's environment, naming the plugin's folder (its package.json version feeds the update hint). */
+function hookEnv(platform, env) {
+  if (env.MEMSEARCH_PLUGIN_ROOT) return env;
+  return { ...env, MEMSEARCH_PLUGIN_ROOT: join(HOOKS_DIR, platform) };
+}
 
 /** Default deadlines, in milliseconds. */
 export const TIMEOUTS = Object.freeze({
@@ -181,7 +192,7 @@ export async function callHook(platform, event, payload, { timeoutMs, cwd, env =
     input: JSON.stringify(payload ?? {}),
     timeoutMs: timeoutMs ?? TIMEOUTS.sessionStart,
     cwd,
-    env,
+    env: hookEnv(platform, env),
   });
   if (r.error) return { error: `memsearch hook ${event}: ${r.error}` };
   const value = parseJsonObject(r.stdout);
@@ -206,7 +217,7 @@ export function spawnHookDetached(platform, event, payload, { cwd, env = process
   try {
     child = spawn(cmd, [...prefix, "hook", platform, event], {
       cwd: workdir(cwd),
-      env,
+      env: hookEnv(platform, env),
       detached: true,
       stdio: ["pipe", "ignore", "ignore"],
     });

@@ -26,7 +26,7 @@ let sid = null;
 try { sid = Number(fs.readFileSync("/proc/self/stat", "utf8").split(") ")[1].split(" ")[3]); } catch {}
 let stdin = "";
 try { stdin = fs.readFileSync(0, "utf8"); } catch {}
-fs.appendFileSync(process.env.FAKE_MS_LOG, JSON.stringify({ argv, stdin, pid: process.pid, sid, cwd: process.cwd() }) + "\n");
+fs.appendFileSync(process.env.FAKE_MS_LOG, JSON.stringify({ argv, stdin, pid: process.pid, sid, cwd: process.cwd(), root: process.env.MEMSEARCH_PLUGIN_ROOT }) + "\n");
 if (has("FAKE_MS_HANG")) { setInterval(() => {}, 1000); return; }
 if (has("FAKE_MS_FAIL")) { process.stderr.write("Traceback hidden\nError: collection 'ghost' does not exist\n"); process.exit(1); }
 const answers = {

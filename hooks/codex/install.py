@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Install memsearch-fast's hooks and memory-recall skill for Codex CLI.
+"""Install memsearch-fast's hooks and skills for Codex CLI.
 
 - ``~/.codex/hooks.json``: SessionStart, UserPromptSubmit, Stop and PreCompact
   run ``memsearch-hook codex <event>`` (by the absolute path found now, so hooks
-  work from Codex's minimal PATH; ``memsearch hook`` when only that exists).
+  work from Codex's minimal PATH; ``memsearch hook`` when only that exists),
+  with ``MEMSEARCH_PLUGIN_ROOT`` naming this folder, so the status line can say
+  when the clone is newer than the installed command.
   Codex has no SessionEnd event. Entries of other tools are kept; earlier
   memsearch-fast entries are replaced, so running it twice changes nothing.
   The previous file is kept as ``hooks.json.bak``. memsearch 0.4's own Codex
   hooks (``…/plugins/codex/hooks/*.sh``) are removed too, or every turn would
   be journaled twice; that file is also kept as ``hooks.json.memsearch-0.4.bak``.
 - ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept).
-- ``~/.agents/skills/memory-recall/SKILL.md``: the recall skill.
+- ``~/.agents/skills/``: the ``memory-recall``, ``memory-config`` and
+  ``memory-to-skill`` skills (``hooks/install_skills.py``).
 
 ``CODEX_HOME`` moves ``~/.codex``. Standard library only.
 """
@@ -20,12 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SKILL_SOURCE = HERE.parent / "claude-code" / "skills" / "memory-recall" / "SKILL.md"
 #: How to put the command where agents find it (the package is not on PyPI).
 INSTALL_HINT = "install memsearch-fast first, from a clone: pipx install . (or uv tool install .)"
 #: Windows: said in one line, nothing written (the hooks need a POSIX system).
@@ -93,7 +96,8 @@ def install_hooks(codex: Path, command: str) -> tuple[Path, list[str]]:
                 groups.append({**group, "hooks": kept})
         if event in EVENTS:
             name, timeout = EVENTS[event]
-            groups.append({"hooks": [{"type": "command", "command": f"{command} codex {name}", "timeout": timeout}]})
+            run = f"MEMSEARCH_PLUGIN_ROOT={shlex.quote(str(HERE))} {command} codex {name}"
+            groups.append({"hooks": [{"type": "command", "command": run, "timeout": timeout}]})
         if groups:
             hooks[event] = groups
         else:
@@ -123,19 +127,12 @@ def enable_hooks(codex: Path) -> Path:
     return path
 
 
-def install_skill(home: Path) -> Path:
-    """The Claude Code skill, with Codex's platform name and without Claude-only frontmatter."""
-    text = SKILL_SOURCE.read_text(encoding="utf-8")
-    text = re.sub(r"(?m)^(context|allowed-tools):.*\n", "", text)
-    text = re.sub(r"The question: \$ARGUMENTS\n(?:\(.*\n)*?.*\)\n\n", "", text)  # Codex passes no arguments
-    text = text.replace(
-        "This project's memory: !`memsearch hook claude-code locate < /dev/null`\n\nThe JSON above gives",
-        "First run `memsearch hook codex locate < /dev/null`: its JSON gives",
-    )
-    dest = home / ".agents" / "skills" / "memory-recall" / "SKILL.md"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _write(dest, text)
-    return dest
+def install_skills(home: Path) -> list[Path]:
+    """memsearch's three skills in ``~/.agents/skills`` (``hooks/install_skills.py``)."""
+    sys.path.insert(0, str(HERE.parent))
+    import install_skills
+
+    return install_skills.install(home / ".agents" / "skills")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="install.py",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="Writes ~/.codex/hooks.json, ~/.codex/config.toml and ~/.agents/skills/memory-recall (CODEX_HOME "
+        epilog="Writes ~/.codex/hooks.json, ~/.codex/config.toml and ~/.agents/skills (CODEX_HOME "
         "moves ~/.codex); running it again changes nothing.",
     )
     parser.parse_args(argv)
@@ -162,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
             f"every turn a second time; the file as it was: {path.with_name('hooks.json.memsearch-0.4.bak')}"
         )
     print(f"config: {enable_hooks(codex)} ([features] hooks = true)")
-    print(f"skill:  {install_skill(home)}")
+    for skill in install_skills(home):
+        print(f"skill:  {skill}")
     print(
         "Codex runs new or changed hooks only once you trust them: start codex, open /hooks and trust the "
         "memsearch entries. From then on, a session's first message shows a [memsearch] status line."

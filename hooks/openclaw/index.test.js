@@ -155,6 +155,7 @@ test("the first run of a session gets recent memory prepended, later runs do not
   const starts = fake.calls().filter(isHook("session-start"));
   assert.equal(starts.length, 1);
   assert.deepEqual(starts[0].argv, ["hook", "openclaw", "session-start"]);
+  assert.equal(starts[0].root, import.meta.dirname); // the plugin's folder, for the update hint
   assert.deepEqual(JSON.parse(starts[0].stdin), { session_id: "sess-1", cwd: WORKSPACE });
 });
 

@@ -263,6 +263,8 @@ test("recent memory from session-start is folded into the system prompt once", a
   const starts = fake.calls().filter(isHook("session-start"));
   assert.equal(starts.length, 1, "session-start runs once per session");
   assert.deepEqual(JSON.parse(starts[0].stdin), { session_id: "ses_3", cwd: PROJECT });
+  // The hook is told the plugin's folder: its package.json version feeds the update hint.
+  assert.equal(starts[0].root, import.meta.dirname);
 });
 
 test("session.created starts the session early; session.deleted ends it", async () => {

@@ -3,8 +3,10 @@
 memsearch-fast is not on PyPI, so there is no public "latest version" to ask.
 What the hint compares the installed package (``__version__``) with:
 
-- the version of the plugin the hooks run from: Claude Code's plugin manifest
-  (``$CLAUDE_PLUGIN_ROOT/.claude-plugin/plugin.json``), a local file. A newer
+- the version of the plugin the hooks run from, a local file: Claude Code's
+  plugin manifest (``$CLAUDE_PLUGIN_ROOT/.claude-plugin/plugin.json``), the
+  OpenCode or OpenClaw plugin's ``package.json``, or for Codex the clone's
+  ``pyproject.toml`` (``$MEMSEARCH_PLUGIN_ROOT`` names the folder). A newer
   plugin (a marketplace update, a ``git pull`` of the checkout) than the
   installed command means the package was not reinstalled;
 - only when ``MEMSEARCH_UPDATE_URL`` names one, a package index's JSON
@@ -49,17 +51,40 @@ def newer(candidate: str, installed: str) -> bool:
     return a is not None and b is not None and a > b
 
 
-def plugin_version(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
-    """The version in the manifest of the plugin the hook runs from ('' when none)."""
-    root = env.get("CLAUDE_PLUGIN_ROOT", "")
-    if not root:
-        return ""
+def _manifest_version(path: str) -> str:
+    """The ``version`` of a JSON manifest ('' when there is none)."""
     try:
-        with open(os.path.join(root, ".claude-plugin", "plugin.json"), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             value = json.load(f).get("version", "")
     except (OSError, ValueError, AttributeError):
         return ""
     return value if isinstance(value, str) else ""
+
+
+_PROJECT_VERSION = re.compile(r'(?ms)^\[project\]\s*$.*?^version\s*=\s*"([^"]+)"')
+
+
+def _clone_version(root: str) -> str:
+    """The package version of the clone a plugin folder (``<clone>/hooks/<agent>``) belongs to."""
+    try:
+        with open(os.path.join(root, os.pardir, os.pardir, "pyproject.toml"), encoding="utf-8") as f:
+            m = _PROJECT_VERSION.search(f.read(1 << 16))
+    except OSError:
+        return ""
+    return m.group(1) if m else ""
+
+
+def plugin_version(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """The version of the plugin the hook runs from ('' when none): Claude Code's manifest
+    (``$CLAUDE_PLUGIN_ROOT``); else ``$MEMSEARCH_PLUGIN_ROOT``, which the OpenCode and OpenClaw
+    plugins (their ``package.json``) and the Codex hooks (the clone's ``pyproject.toml``) set."""
+    root = env.get("CLAUDE_PLUGIN_ROOT", "")
+    if root:
+        return _manifest_version(os.path.join(root, ".claude-plugin", "plugin.json"))
+    root = env.get("MEMSEARCH_PLUGIN_ROOT", "")
+    if not root:
+        return ""
+    return _manifest_version(os.path.join(root, "package.json")) or _clone_version(root)
 
 
 def _cache_path() -> Path:
