@@ -58,12 +58,23 @@ def render(name: str) -> str:
     return f"{head}{sep}\n{note}{body.lstrip()}" if "<agent>" in body else text
 
 
-def install(dest: Path) -> list[Path]:
-    """Write every skill under *dest* (``dest/<name>/SKILL.md``); the files written."""
+def install(dest: Path, replaced: list[str] | None = None) -> list[Path]:
+    """Write every skill under *dest* (``dest/<name>/SKILL.md``); the files written.
+
+    A skill folder that is a link (memsearch 0.4's OpenCode installer links its
+    own skills there) is replaced by a folder of ours, never written through;
+    the link's target is added to *replaced*.
+    """
     written = []
+    dest.mkdir(parents=True, exist_ok=True)
     for name in NAMES:
-        path = dest / name / "SKILL.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = dest / name
+        if folder.is_symlink():
+            if replaced is not None:
+                replaced.append(f"{folder} -> {os.readlink(folder)}")
+            folder.unlink()
+        path = folder / "SKILL.md"
+        path.parent.mkdir(exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(render(name), encoding="utf-8")
         os.replace(tmp, path)  # never a half-written skill
@@ -81,8 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--dest", default="~/.agents/skills", help="where to write (default: %(default)s)")
     args = parser.parse_args(argv)
-    for path in install(Path(os.path.expanduser(args.dest))):
+    replaced: list[str] = []
+    for path in install(Path(os.path.expanduser(args.dest)), replaced):
         print(f"skill:  {path}")
+    for link in replaced:
+        print(f"        replaced the link {link} (left as it was there)")
     print("Start a new session so the agent loads them.", file=sys.stderr)
 
 

@@ -216,6 +216,13 @@ def test_the_other_agents_copy_runs_as_written(agent: str, sh: Shell) -> None:
 
 
 def test_the_skills_installer_writes_the_three(tmp_path: Path) -> None:
+    """Into ~/.agents/skills; a skill folder there that links elsewhere (memsearch 0.4's OpenCode
+    installer links its clone's skills) is replaced, and nothing is written through it."""
+    theirs = tmp_path / "memsearch-0.4" / "plugins" / "opencode" / "skills" / "memory-recall"
+    theirs.mkdir(parents=True)
+    (theirs / "SKILL.md").write_text("their skill\n", encoding="utf-8")
+    (tmp_path / "skills").mkdir()
+    (tmp_path / "skills" / "memory-recall").symlink_to(theirs, target_is_directory=True)
     out = subprocess.run(
         [sys.executable, str(ROOT / "hooks" / "install_skills.py"), "--dest", str(tmp_path / "skills")],
         capture_output=True,
@@ -225,3 +232,5 @@ def test_the_skills_installer_writes_the_three(tmp_path: Path) -> None:
     for name in install_skills.NAMES:
         path = tmp_path / "skills" / name / "SKILL.md"
         assert path.read_text(encoding="utf-8") == install_skills.render(name) and str(path) in out.stdout
+    assert not (tmp_path / "skills" / "memory-recall").is_symlink() and "replaced the link" in out.stdout
+    assert (theirs / "SKILL.md").read_text(encoding="utf-8") == "their skill\n" and len(list(theirs.iterdir())) == 1

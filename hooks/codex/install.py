@@ -132,7 +132,11 @@ def install_skills(home: Path) -> list[Path]:
     sys.path.insert(0, str(HERE.parent))
     import install_skills
 
-    return install_skills.install(home / ".agents" / "skills")
+    replaced: list[str] = []
+    written = install_skills.install(home / ".agents" / "skills", replaced)
+    for link in replaced:
+        print(f"        replaced the link {link} (left as it was there)")
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:
