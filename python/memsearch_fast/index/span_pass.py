@@ -120,12 +120,14 @@ async def _page(
     report.embedded += len(wanted)
     report.reused += len(pieces) - len(wanted)
     span_rows = [
-        _row(row, s.index, s.start_line, s.end_line, h, known[h]) for (row, s), h in zip(pieces, hashes, strict=True)
+        span_row(str(row["chunk_hash"]), str(row.get("source") or ""), s.index, s.start_line, s.end_line, h, known[h])
+        for (row, s), h in zip(pieces, hashes, strict=True)
     ]
     spanned = {id(row) for row, _ in pieces}
     own = [
-        _row(
-            row,
+        span_row(
+            str(row["chunk_hash"]),
+            str(row.get("source") or ""),
             0,
             int(row.get("start_line") or 0),
             int(row.get("end_line") or 0),
@@ -155,7 +157,3 @@ async def _embed(provider: EmbeddingProvider, wanted: list[str], texts: dict[str
 
     results = await asyncio.gather(*(one(b) for b in batches))
     return {h: v for batch, vectors in zip(batches, results, strict=True) for h, v in zip(batch, vectors, strict=True)}
-
-
-def _row(chunk: dict[str, Any], index: int, start: int, end: int, text_hash: str, vector: Any) -> dict[str, Any]:
-    return span_row(str(chunk["chunk_hash"]), str(chunk.get("source") or ""), index, start, end, text_hash, vector)
