@@ -179,6 +179,34 @@ def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path)
         assert not ms.store.spans.exists
 
 
+def test_a_chunk_whose_spans_are_all_stored_is_reused_not_embedded(
+    notes: Path, tmp_path: Path, model_dir: Path
+) -> None:
+    """Two bullets swapped: the chunk's text changed, so it is written anew, but every
+    span's text has a stored vector; the model reads nothing, and the report says the
+    chunk's vector was reused (their mean), not embedded."""
+    with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        index(ms)
+        sent: list[str] = []
+        inner = ms.provider.embed
+
+        async def embed(texts: list[str]) -> list[list[float]]:
+            sent.extend(texts)
+            return await inner(texts)
+
+        ms.provider.embed = embed  # type: ignore[method-assign]
+        path = notes / "2026-11-20.md"
+        first, second = f"- {FILLER[0]}\n", f"- {FILLER[1]}\n"
+        text = path.read_text(encoding="utf-8")
+        assert first + second in text
+        path.write_text(text.replace(first + second, second + first), encoding="utf-8")
+        report = index(ms)
+        assert sent == []
+        assert report.changed == 1 and report.embedded == 0 and report.reused == 1
+        assert report.spans is not None and report.spans.embedded == 0 and report.spans.reused > 0
+        assert ms.store.spans.chunk_hashes() == spanned(ms)
+
+
 def test_a_collection_indexed_before_spans_gets_them_in_one_run(
     notes: Path, tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

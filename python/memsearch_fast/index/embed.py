@@ -106,6 +106,7 @@ class EmbedStage:
         self._spans = spans
         self._known = known
         self._left: dict[int, int] = {}  # id(pending) -> texts of it not embedded yet
+        self._read: set[int] = set()  # id(pending) of chunks the model read a text of
         self._slots = asyncio.Semaphore(max(1, in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._error: BaseException | None = None
@@ -114,10 +115,11 @@ class EmbedStage:
         self._hold = hold
         # content hash -> vector (and spans) whose row is not written yet
         self._delivered: dict[str, tuple[list[float], list[SpanVector] | None]] = {}
-        self.embedded = 0  # chunks
+        self.embedded = 0  # chunks the model read (whole, or some of their spans)
         self.span_texts = 0  # span texts sent to the provider
         self.span_reused = 0  # span texts that took a stored vector
         self.shared = 0  # chunks that took the vector of an identical text embedded in this run
+        self.from_stored = 0  # chunks whose every span took a stored vector: the model read none
 
     def _raise_failure(self) -> None:
         if self._error is not None:
@@ -184,7 +186,7 @@ class EmbedStage:
                 rest.append(e)
             else:
                 self.span_reused += 1
-                self._arrived(p, slot, v, out)
+                self._arrived(p, slot, v, out, read=False)
         if out:
             await self._deliver(out)
         return rest
@@ -194,14 +196,16 @@ class EmbedStage:
         for h in content_hashes:
             self._delivered.pop(h, None)
 
-    def _arrived(self, p: Pending, slot: int, v: Any, out: list[Pending]) -> None:
-        """Vector *v* of *p*'s text *slot*; *p* (and its identical copies) go to
-        *out* once all its texts have theirs."""
+    def _arrived(self, p: Pending, slot: int, v: Any, out: list[Pending], *, read: bool = True) -> None:
+        """Vector *v* of *p*'s text *slot* (*read*: from the model, not the store);
+        *p* (and its identical copies) go to *out* once all its texts have theirs."""
         if slot < 0:
             p.vector = v
         else:
             assert p.spans is not None
             p.spans[slot].vector = np.asarray(v, dtype=np.float32)
+        if read:
+            self._read.add(id(p))
         left = self._left.pop(id(p)) - 1
         if left:
             self._left[id(p)] = left
@@ -218,7 +222,11 @@ class EmbedStage:
         if self._hold:
             assert p.vector is not None
             self._delivered[h] = (p.vector, p.spans)
-        self.embedded += 1
+        if id(p) in self._read:
+            self._read.discard(id(p))
+            self.embedded += 1
+        else:
+            self.from_stored += 1
 
     async def _launch_sorted(self, entries: list[_Text]) -> None:
         if self._known is not None:

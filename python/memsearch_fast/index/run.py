@@ -255,7 +255,7 @@ class _Run:
             except OSError as exc:  # the index is complete; the next run is a full one
                 logger.warning("cannot write manifest %s: %s", self.manifest.path, one_line(exc.strerror or exc))
         report.embedded = self.embed.embedded
-        report.reused += self.embed.shared
+        report.reused += self.embed.shared + self.embed.from_stored
         report.deleted = self.upsert.deleted
         report.seconds = time.perf_counter() - started
         return report
