@@ -407,8 +407,8 @@ fn clean_content_for_embedding(text: &str) -> String {
 fn vector_rows<'a>(
     codes: &'a [u8],
     dim: usize,
-    scales: &[u8],
-    offsets: &[u8],
+    scales: &'a [u8],
+    offsets: &'a [u8],
     query: &[f32],
 ) -> PyResult<(vectors::Rows<'a>, vectors::Query)> {
     if query.len() != dim {

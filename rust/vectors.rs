@@ -8,31 +8,29 @@
 
 use rayon::prelude::*;
 
-/// Codes, scales and group offsets as the caller's bytes (little-endian), checked once.
+/// Codes, scales and group offsets as the caller's bytes (little-endian),
+/// checked once and read in place: a search copies none of them.
 pub struct Rows<'a> {
     codes: &'a [u8],
     dim: usize,
-    scales: Vec<f32>,
-    offsets: Vec<u32>,
+    scales: &'a [u8],
+    offsets: &'a [u8],
 }
 
-fn le_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
-
-fn le_u32(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+/// The `i`th little-endian 4 bytes of `bytes`.
+#[inline(always)]
+fn le4(bytes: &[u8], i: usize) -> [u8; 4] {
+    bytes[4 * i..4 * i + 4].try_into().unwrap()
 }
 
 impl<'a> Rows<'a> {
     /// `codes`: rows × dim int8; `scales`: a float32 per row; `offsets`: groups + 1 u32.
-    pub fn new(codes: &'a [u8], dim: usize, scales: &[u8], offsets: &[u8]) -> Result<Self, String> {
+    pub fn new(
+        codes: &'a [u8],
+        dim: usize,
+        scales: &'a [u8],
+        offsets: &'a [u8],
+    ) -> Result<Self, String> {
         if dim == 0 || !codes.len().is_multiple_of(dim) {
             return Err(format!(
                 "codes of {} bytes are not rows of {dim}",
@@ -40,16 +38,21 @@ impl<'a> Rows<'a> {
             ));
         }
         let rows = codes.len() / dim;
-        let scales = le_f32(scales);
-        let offsets = le_u32(offsets);
-        if scales.len() != rows {
-            return Err(format!("{} scales for {rows} rows", scales.len()));
+        if scales.len() != 4 * rows {
+            return Err(format!("{} bytes of scales for {rows} rows", scales.len()));
         }
-        if offsets.is_empty()
-            || offsets[0] != 0
-            || *offsets.last().unwrap() as usize != rows
-            || offsets.windows(2).any(|w| w[0] > w[1])
+        // One pass over the offsets, nothing copied: each at least the one before.
+        let mut last: Option<u32> = None;
+        for o in offsets
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
         {
+            if last.map_or(o != 0, |p| p > o) {
+                return Err("offsets must rise from 0 to the number of rows".into());
+            }
+            last = Some(o);
+        }
+        if !offsets.len().is_multiple_of(4) || last.map(|o| o as usize) != Some(rows) {
             return Err("offsets must rise from 0 to the number of rows".into());
         }
         Ok(Rows {
@@ -60,13 +63,23 @@ impl<'a> Rows<'a> {
         })
     }
 
+    #[inline(always)]
+    fn scale(&self, r: usize) -> f32 {
+        f32::from_le_bytes(le4(self.scales, r))
+    }
+
+    #[inline(always)]
+    fn offset(&self, g: usize) -> usize {
+        u32::from_le_bytes(le4(self.offsets, g)) as usize
+    }
+
     pub fn groups(&self) -> usize {
-        self.offsets.len() - 1
+        self.offsets.len() / 4 - 1
     }
 
     /// (best row, its score) of group `g`; None for a group without rows.
     fn best(&self, g: usize, query: &Query) -> Option<(u32, f32)> {
-        let (a, b) = (self.offsets[g] as usize, self.offsets[g + 1] as usize);
+        let (a, b) = (self.offset(g), self.offset(g + 1));
         if a == b {
             return None;
         }
@@ -92,7 +105,7 @@ impl<'a> Rows<'a> {
         let mut best = (a as u32, f32::NEG_INFINITY);
         for r in a..b {
             let code = &self.codes[r * self.dim..(r + 1) * self.dim];
-            let score = dot(code, &query.codes) as f32 * self.scales[r] * query.scale;
+            let score = dot(code, &query.codes) as f32 * self.scale(r) * query.scale;
             if score > best.1 {
                 best = (r as u32, score);
             }
@@ -214,5 +227,21 @@ mod tests {
         assert!(Rows::new(&codes, 3, &bytes_f32(&[1.0]), &bytes_u32(&[0, 2])).is_err());
         assert!(Rows::new(&codes, 3, &bytes_f32(&[1.0, 1.0]), &bytes_u32(&[0, 3])).is_err());
         assert!(Rows::new(&codes, 3, &bytes_f32(&[1.0, 1.0]), &bytes_u32(&[0, 2])).is_ok());
+        // Offsets that fall, do not start at 0, are empty, or end in a partial u32.
+        let scales = bytes_f32(&[1.0, 1.0]);
+        assert!(Rows::new(&codes, 3, &scales, &bytes_u32(&[0, 2, 1, 2])).is_err());
+        assert!(Rows::new(&codes, 3, &scales, &bytes_u32(&[1, 2])).is_err());
+        assert!(Rows::new(&codes, 3, &scales, &[]).is_err());
+        let mut ragged = bytes_u32(&[0, 2]);
+        ragged.push(0);
+        assert!(Rows::new(&codes, 3, &scales, &ragged).is_err());
+        // Scales that are not a whole float32 per row.
+        let mut scales = scales;
+        scales.push(0);
+        assert!(Rows::new(&codes, 3, &scales, &bytes_u32(&[0, 2])).is_err());
+        // A group without rows between two with.
+        let (scales, offsets) = (bytes_f32(&[1.0, 1.0]), bytes_u32(&[0, 1, 1, 2]));
+        let rows = Rows::new(&codes, 3, &scales, &offsets).unwrap();
+        assert_eq!(rows.groups(), 3);
     }
 }
