@@ -9,7 +9,10 @@ Five projects, each with a live memory root, start a session through the real
 database's server and its engine, watcher processes where the code under test
 still starts them) is summed from ``/proc`` once the watchers have indexed.
 Then *further* projects start a session each and the RSS per further root is
-reported. ``--package`` runs another checkout's package (its ``python/``
+reported. Each figure is taken twice: right after the searches, and *idle*
+seconds later (150; every session renews its lease with a prompt meanwhile,
+nothing searches or writes), once the service has released the engine's idle
+collections. ``--package`` runs another checkout's package (its ``python/``
 directory) for a before/after comparison on the same machine.
 
 Prints a line per phase and a last JSON line.
@@ -141,6 +144,16 @@ class Bench:
                 os.kill(pid, 15)
 
 
+def idle(bench: Bench, projects: list[Path], sessions: list[str], seconds: float) -> None:
+    """Let *seconds* pass with every session alive (a prompt each 30 s renews its lease) and no
+    search or new turn: the engine's idle collections are released meanwhile."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for p, session in zip(projects, sessions, strict=True):
+            bench.hook(p, "user-prompt", {"session_id": session, "prompt": "carry on"})
+        time.sleep(max(0.0, min(30.0, deadline - time.monotonic())))
+
+
 def total_mb(db: str) -> tuple[float, int]:
     procs = processes(db)
     if os.environ.get("BENCH_VERBOSE"):
@@ -155,6 +168,9 @@ def main() -> int:
     parser.add_argument("--projects", type=int, default=5)
     parser.add_argument("--further", type=int, default=10)
     parser.add_argument("--package", type=Path, default=ROOT / "python")
+    parser.add_argument(
+        "--idle", type=float, default=150.0, help="seconds without searches before the steady-state figure (0: none)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-resident-"))
     bench = Bench(tmp, args.package.resolve())
@@ -167,6 +183,11 @@ def main() -> int:
         mb, n = total_mb(bench.db)
         result.update(rss_mb=round(mb, 1), processes=n, session_start_s=sorted(starts)[len(starts) // 2])
         print(f"{args.projects} projects, a search in each: {mb:.0f} MB in {n} processes", flush=True)
+        if args.idle > 0:
+            idle(bench, projects, [f"s{i}" for i in range(len(projects))], args.idle)
+            mb_idle, _ = total_mb(bench.db)
+            result.update(rss_mb_idle=round(mb_idle, 1))
+            print(f"{args.projects} projects, {args.idle:.0f} s later (leases renewed): {mb_idle:.0f} MB", flush=True)
         more = [bench.project(args.projects + i) for i in range(args.further)]
         for i, p in enumerate(more):
             bench.hook(p, "session-start", {"session_id": f"f{i}"})
@@ -176,6 +197,13 @@ def main() -> int:
         per = (mb2 - mb) / max(1, args.further)
         result.update(rss_mb_after_further=round(mb2, 1), processes_after_further=n2, rss_mb_per_root=round(per, 2))
         print(f"+{args.further} roots: {mb2:.0f} MB in {n2} processes, {per:.1f} MB per further root", flush=True)
+        if args.idle > 0:
+            sessions = [f"s{i}" for i in range(len(projects))] + [f"f{i}" for i in range(len(more))]
+            idle(bench, projects + more, sessions, args.idle)
+            mb2_idle, _ = total_mb(bench.db)
+            per_idle = (mb2_idle - mb_idle) / max(1, args.further)
+            result.update(rss_mb_after_further_idle=round(mb2_idle, 1), rss_mb_per_root_idle=round(per_idle, 2))
+            print(f"+{args.further} roots, idle: {mb2_idle:.0f} MB, {per_idle:.1f} MB per further root", flush=True)
         for i, p in enumerate(projects + more):
             bench.hook(p, "session-end", {"session_id": f"s{i}" if i < args.projects else f"f{i - args.projects}"})
     finally:

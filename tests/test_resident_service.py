@@ -223,3 +223,46 @@ def test_a_memsearch_watch_of_a_served_root_finds_it_watched(served, db, model_d
     assert out.returncode == 0, out.stderr[-2000:]
     [event] = [json.loads(line) for line in out.stdout.splitlines()]
     assert event == {"event": "already_running", "pid": lite_state.read_state(str(db))["pid"], "roots": [str(notes)]}
+
+
+def load_state(db: Path, name: str) -> str:
+    from pymilvus import MilvusClient
+
+    st = lite_state.read_state(str(db))
+    assert st is not None
+    c = MilvusClient(uri=st["uri"])
+    try:
+        return str(c.get_load_state(name)["state"].name)
+    finally:
+        c.close()
+
+
+def test_the_engine_releases_what_nobody_uses(served, db, model_dir, tmp_path, monkeypatch):
+    """Milvus Lite holds a loaded collection whole in the engine (about 50 MB each): the service
+    releases a collection and its spans once idle (MEMSEARCH_ENGINE_IDLE_S), never one that a run is
+    writing; the next search loads it again by itself and answers as before."""
+    from memsearch_fast.store.manifest import Manifest, manifest_path
+
+    monkeypatch.setenv("MEMSEARCH_ENGINE_IDLE_S", "2")
+    monkeypatch.setenv("MEMSEARCH_WATCH_LEASE_S", "120")
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    bullets = "".join(f"- The heron job {i} ran on node {i} of the blue rack.\n" for i in range(30))
+    (notes / "a.md").write_text(f"# Jobs\n\n{bullets}- The falcon gateway listens on port 4242.\n", "utf-8")
+    assert client.send_lease(str(db), lease(model_dir, notes, "one", os.getpid()), start=True)
+    wait_for(lambda: [r for r in roots(db) if r["runs"]])
+    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+    assert load_state(db, "notes_spans") in ("Loaded", "NotLoad")  # the spans collection exists
+    wait_for(lambda: load_state(db, "notes") == "NotLoad" and load_state(db, "notes_spans") == "NotLoad", 30)
+    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+    assert load_state(db, "notes") == "Loaded"
+    st = status_cli(db, "-j")
+    assert st["release"]["idle_s"] == 2 and st["release"]["released"] >= 2
+    assert "idle collections released after 2 s" in status_cli(db)
+
+    # A run holding the writer lock keeps its collection loaded, however idle the service is.
+    with Manifest(manifest_path(str(db), "notes")).writer():
+        time.sleep(8)  # several looks, each past the idle time
+        assert load_state(db, "notes") == "Loaded"
+    wait_for(lambda: load_state(db, "notes") == "NotLoad", 30)

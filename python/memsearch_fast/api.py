@@ -92,9 +92,8 @@ class MemSearch:
         self._provider: Any = None
         self._store: Any = None
         self._query_cache = QueryCache()
-        #: Hold the collection's vectors in memory for dense ranking (:mod:`memsearch_fast.store.dense_index`):
-        #: for processes that search many times. ``manifest_uri``: the local database whose manifest
-        #: says when rows change, when ``milvus_uri`` is that database's server.
+        #: Vectors in memory for processes that search many times (:mod:`memsearch_fast.store.dense_index`);
+        #: ``manifest_uri``: the local database whose manifest says when rows change (its server's URI given).
         self._dense_wanted = dense_index
         self._manifest_uri = manifest_uri or milvus_uri
         self._dense: Any = None
@@ -364,6 +363,10 @@ class MemSearch:
             return []
         pages = store.iter_rows_for_sources([source], list(fields)) if source else store.iter_rows(list(fields))
         return [row for page in pages for row in page]
+
+    def loading_copy(self) -> bool:
+        """Whether the in-memory copy of the vectors is being read from the engine now."""
+        return self._dense is not None and self._dense.loading
 
     def _dense_index(self, store: Any) -> Any:
         """The in-memory copy of the vectors; None for a server URI."""

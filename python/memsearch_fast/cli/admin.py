@@ -132,6 +132,9 @@ def _format_service(info: dict[str, Any]) -> str:
         return "\n".join(lines)
     models = ", ".join(f"{m['model']}" + (" (in use)" if m["in_use"] else "") for m in info["models"]) or "none"
     lines.append(f"  models loaded: {models}")
+    release = info.get("release")
+    if release and release["idle_s"] > 0:
+        lines.append(f"  idle collections released after {release['idle_s']:.0f} s ({release['released']} so far)")
     lines.append(f"  watched roots: {len(info['roots'])}, queue: {info['queue']}")
     for r in info["roots"]:
         lines.append(f"  - {r['root']} [{r['collection']}] {r['state']}, {r['runs']} run(s)")

@@ -1,7 +1,8 @@
 """``python -m memsearch_fast.serve.lite_main``: a local database's one server
 process, the Milvus Lite engine (:mod:`memsearch_fast.lite.server`) with the
 service beside it (:mod:`.search`: searches, and the watched roots of
-:mod:`.watchers`, with one loaded model shared by both).
+:mod:`.watchers`, with one loaded model shared by both; :mod:`.keeper`
+releases the engine's idle collections).
 
 The broker starts it (``serve --detach``); ``status`` and ``stop`` are for a
 person. The engine side knows nothing of the services it is handed, so
@@ -43,7 +44,10 @@ def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[],
     except OSError as exc:
         logger.warning("no search service for %s: %s", db_path, one_line(exc))
         return None
-    service.watchers = Registry(db_path, models, touch).start()
+    from memsearch_fast.serve.keeper import DEFAULT_IDLE_S, ENV_IDLE, Keeper
+
+    service.keeper = Keeper(uri, db_path, env_seconds(ENV_IDLE, DEFAULT_IDLE_S), service.busy).start()
+    service.watchers = Registry(db_path, models, touch, used=service.keeper.touch).start()
     return service.start()
 
 

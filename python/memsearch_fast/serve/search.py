@@ -177,6 +177,8 @@ class Service:
         self.path = path
         #: The watched roots (:class:`memsearch_fast.serve.watchers.Registry`), answered on this socket too.
         self.watchers = watchers
+        #: Releases the engine's idle collections (:class:`memsearch_fast.serve.keeper.Keeper`).
+        self.keeper: Any = None
         self._engine_uri = engine_uri
         self._db_path = db_path
         self._touch = touch
@@ -205,6 +207,8 @@ class Service:
 
     def stop(self) -> None:
         self._stopped = True
+        if self.keeper is not None:
+            self.keeper.stop()
         if self.watchers is not None:
             self.watchers.stop()  # the runs in hand finish and flush
         with contextlib.suppress(OSError):
@@ -270,7 +274,9 @@ class Service:
         op = req.get("op")
         if op == "status":
             roots = self.watchers.describe() if self.watchers is not None else {"roots": [], "queue": 0}
-            return {"models": self.models.describe(), "searchers": len(self._instances), **roots}
+            keeper = self.keeper
+            released = {"idle_s": keeper.idle_s, "released": keeper.released} if keeper is not None else None
+            return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
         if isinstance(op, str) and op.startswith("watch.") and self.watchers is not None:
             return dict(self.watchers.handle(req))
         if op != "search":
@@ -281,6 +287,7 @@ class Service:
         from memsearch_fast.errors import one_line
 
         self._touch()
+        self._used(str(req["collection"]))
         if self._damaged():
             return {"unsupported": "damaged"}
         model_dir, model_name = str(req["model_dir"]), str(req["model_name"])
@@ -305,6 +312,15 @@ class Service:
         finally:
             ms.close_store()
             self._touch()
+            self._used(str(req["collection"]))
+
+    def _used(self, collection: str) -> None:
+        if self.keeper is not None:
+            self.keeper.touch(collection)
+
+    def busy(self, collection: str) -> bool:
+        """Whether a searcher of *collection* is reading it into its in-memory copy."""
+        return any(k[0] == collection and ms.loading_copy() for k, ms in list(self._instances.items()))
 
     def _damaged(self) -> bool:
         """Whether the database is known damaged, or its engine has said so since it started."""

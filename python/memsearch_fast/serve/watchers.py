@@ -126,12 +126,19 @@ def _key(req: Mapping[str, Any], root: str) -> tuple[Any, ...]:
 class Registry:
     """The watchers of one database, on an event loop of their own (a thread)."""
 
-    def __init__(self, db_path: str, models: Models, touch: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        db_path: str,
+        models: Models,
+        touch: Callable[[], None],
+        used: Callable[[str], None] = lambda _collection: None,
+    ) -> None:
         from memsearch_fast.lite.settings import env_seconds
 
         self.db_path = db_path
         self.models = models
         self._touch = touch
+        self._used = used  # a run keeps its collection loaded in the engine (.keeper)
         self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
         self._watched: dict[tuple[Any, ...], Watched] = {}
         self._loop = asyncio.new_event_loop()
@@ -283,9 +290,11 @@ class Registry:
                 self._queued -= 1
             try:
                 w.state = "indexing"
+                self._used(w.collection)
                 with self.models.lend(ms, str(s["model_dir"]), str(s["model_name"])):
                     return await ms.index_with_report()
             finally:
+                self._used(w.collection)
                 self._slot.release()
                 w.state = "watching"
 

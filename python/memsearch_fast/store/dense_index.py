@@ -252,6 +252,12 @@ class DenseIndex:
             by.setdefault(src, []).append(i)
         self._by_source = {s: np.asarray(ix, dtype=np.int64) for s, ix in by.items()}
 
+    @property
+    def loading(self) -> bool:
+        """Whether rows are being read now (a load or a refresh)."""
+        loader = self._loader
+        return loader is not None and loader.is_alive()
+
     def _start(self, *, full: bool) -> None:
         """Load (or refresh) in the background unless one is under way or retried too soon."""
         with self._lock:
