@@ -11,7 +11,8 @@ unique key. ``--hard N`` adds ``paraphrase_hard``: questions that share no
 word with their fact but the project's name ("who gets woken up when X
 breaks at night" for "Pager rota for X moves to ...").
 
-``--tool reference`` indexes the same corpus with memsearch 0.4.23 and the
+``--tool reference`` indexes the same corpus with memsearch 0.4.23 (in the
+Python that ``MEMSEARCH_TEST_REFERENCE_PYTHON`` names, as the tests run it) and the
 same model: its ``openai`` provider is pointed at a local server that speaks
 the OpenAI embeddings protocol and computes the vectors with our ONNX
 provider (int8), and the questions go through its own hybrid search.
@@ -270,8 +271,16 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
         return ranks, took, alone
 
     ranks, took, alone = asyncio.run(ask())
-    took.sort()
-    out: dict[str, Any] = {
+    out = _scored_run(ranks, took, facts)
+    if lists:
+        out["lists"] = {name: scored(rs, facts) for name, rs in alone.items()}
+    return out
+
+
+def _scored_run(ranks: list[int | None], took: list[float], facts: list[Any]) -> dict[str, Any]:
+    """The scores of one tool's answers, their latency and the questions missed at 5."""
+    took = sorted(took)
+    return {
         **scored(ranks, facts),
         "latency_ms": {
             "p50": round(statistics.median(took) * 1000, 1),
@@ -279,9 +288,6 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
         },
         "missed": [f.question for r, f in zip(ranks, facts, strict=True) if r is None or r > 5],
     }
-    if lists:
-        out["lists"] = {name: scored(rs, facts) for name, rs in alone.items()}
-    return out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -484,27 +490,61 @@ def _run_ours(
         broker.stop_server(str(db))
 
 
-def _run_reference(corpus: Path, db: Path, planted: list[Any]) -> tuple[float, dict[str, Any]]:
-    """memsearch 0.4.23 in this process: its default chunking, its Milvus Lite, its search."""
-    from memsearch.core import MemSearch as Reference  # type: ignore[import-untyped]
+#: What runs in the reference's own Python: index the corpus, then answer every question.
+_REFERENCE_SCRIPT = """
+import asyncio, json, sys, time
+from memsearch.core import MemSearch
+req = json.load(sys.stdin)
+ms = MemSearch([req["corpus"]], embedding_provider="openai", embedding_model=req["model"],
+               embedding_base_url=req["base_url"], embedding_api_key="local",
+               milvus_uri=req["db"], collection="retrieval")
+async def main():
+    start = time.perf_counter()
+    await ms.index()
+    index_s = time.perf_counter() - start
+    await ms.search(req["questions"][0], top_k=req["top_k"])  # warm: model and store loaded
+    answers = []
+    for q in req["questions"]:
+        start = time.perf_counter()
+        hits = await ms.search(q, top_k=req["top_k"])
+        answers.append({"took": time.perf_counter() - start, "contents": [h.get("content", "") for h in hits]})
+    return index_s, answers
+try:
+    index_s, answers = asyncio.run(main())
+finally:
+    ms.close()
+json.dump({"index_s": index_s, "answers": answers}, sys.stdout)
+"""
 
+
+def _run_reference(corpus: Path, db: Path, planted: list[Any], top_k: int = 10) -> tuple[float, dict[str, Any]]:
+    """memsearch 0.4.23 in a Python of its own (``MEMSEARCH_TEST_REFERENCE_PYTHON``, as the
+    tests run it: installed beside ours, the two would share one ``bin/memsearch``): its
+    default chunking, its Milvus Lite, its search; the vectors come from this process."""
+    import subprocess
+
+    python = os.environ.get("MEMSEARCH_TEST_REFERENCE_PYTHON")
+    if not python:
+        raise SystemExit("--tool reference needs MEMSEARCH_TEST_REFERENCE_PYTHON (README: Run the tests)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("MEMSEARCH_")}
     with embedding_server() as base_url:
-        ms = Reference(
-            [str(corpus)],
-            embedding_provider="openai",
-            embedding_model=REFERENCE_MODEL,
-            embedding_base_url=base_url,
-            embedding_api_key="local",
-            milvus_uri=str(db),
-            collection="retrieval",
+        request = {
+            "corpus": str(corpus),
+            "db": str(db),
+            "base_url": base_url,
+            "model": REFERENCE_MODEL,
+            "questions": [f.question for f in planted],
+            "top_k": top_k,
+        }
+        done = subprocess.run(
+            [python, "-c", _REFERENCE_SCRIPT], input=json.dumps(request), capture_output=True, text=True, env=env
         )
-        try:
-            start = time.perf_counter()
-            asyncio.run(ms.index())
-            index_s = time.perf_counter() - start
-            return index_s, evaluate(ms, planted)
-        finally:
-            ms.close()
+    if done.returncode != 0:
+        raise SystemExit(f"the reference failed: {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout)
+    answers = result["answers"]
+    ranks = [rank_of([{"content": c} for c in a["contents"]], f.key) for a, f in zip(answers, planted, strict=True)]
+    return float(result["index_s"]), _scored_run(ranks, [a["took"] for a in answers], planted)
 
 
 def main() -> None:
