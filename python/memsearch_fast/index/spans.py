@@ -25,6 +25,8 @@ BUDGET_BYTES = 0
 #: A chunk whose lines hold at most this many UTF-8 bytes (about 80 tokens) keeps
 #: its own vector alone.
 MIN_CHUNK_BYTES = 320
+#: A sentence shorter than this (UTF-8 bytes) is no span of its own: it joins its neighbour.
+MIN_SENTENCE_BYTES = 40
 #: The first span index of a chunk's spans; index 0 is the chunk's own vector.
 FIRST = 1
 
@@ -58,7 +60,24 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
         units.append((number, number, line))
     out: list[tuple[int, int, str]] = []
     for start, end, text in units:
-        out.extend((start, end, s) for s in _SENTENCE_END.split(text) if s.strip())
+        out.extend((start, end, s) for s in _sentences(text))
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of one item or line; one shorter than :data:`MIN_SENTENCE_BYTES` ("Done.",
+    "(ticket 12).") joins its neighbour, the one before it (the first: the one after it). A
+    sentence takes in one such neighbour at most, so a run of short sentences makes pairs."""
+    out: list[str] = []
+    joined: list[bool] = []
+    for part in (s for s in _SENTENCE_END.split(text) if s.strip()):
+        short = len(part.encode()) < MIN_SENTENCE_BYTES or (out and len(out[-1].encode()) < MIN_SENTENCE_BYTES)
+        if out and short and not joined[-1]:
+            out[-1] = f"{out[-1]} {part}"
+            joined[-1] = True
+        else:
+            out.append(part)
+            joined.append(False)
     return out
 
 
