@@ -266,3 +266,23 @@ def test_the_engine_releases_what_nobody_uses(served, db, model_dir, tmp_path, m
         time.sleep(8)  # several looks, each past the idle time
         assert load_state(db, "notes") == "Loaded"
     wait_for(lambda: load_state(db, "notes") == "NotLoad", 30)
+
+
+def test_past_the_cap_the_least_recently_used_collection_is_released(served, db, model_dir, tmp_path, monkeypatch):
+    """MEMSEARCH_ENGINE_LOADED caps the collections kept loaded: searching a second project
+    releases the first's (used longest ago) within seconds, long before the idle time."""
+    monkeypatch.setenv("MEMSEARCH_ENGINE_LOADED", "1")
+    monkeypatch.setenv("MEMSEARCH_WATCH_LEASE_S", "120")
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    for name in ("notes", "other"):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "a.md").write_text(f"# Gateway\n\nThe {name} gateway listens on port 4242.\n", encoding="utf-8")
+        assert client.send_lease(str(db), lease(model_dir, root, name, os.getpid(), collection=name), start=True)
+    wait_for(lambda: len([r for r in roots(db) if r["runs"]]) == 2)
+    assert "4242" in search(db, model_dir, "which port does the notes gateway use")[0]["content"]
+    argv = ["search", "which port", "-j", "--collection", "other", "--milvus-uri", str(db), "-m", str(model_dir)]
+    out = subprocess.run([sys.executable, "-m", "memsearch_fast.cli", *argv], capture_output=True, text=True)
+    assert out.returncode == 0 and "other gateway" in out.stdout
+    wait_for(lambda: load_state(db, "notes") == "NotLoad", 30)
+    assert load_state(db, "other") == "Loaded"

@@ -7,19 +7,22 @@ collection again by itself on the next search or query (50-230 ms for such a
 collection), so releasing one that nobody uses is safe for every client.
 
 The service calls :meth:`Keeper.touch` for each search it answers and each
-run of its watchers. A loaded collection (and its ``_spans`` companion) that
-the service has not used for ``MEMSEARCH_ENGINE_IDLE_S`` seconds (default
-120; 0 keeps everything loaded) is released, unless an index or watch run
-holds its writer lock or the service is still reading it into its in-memory
-copy. One loaded by another process is given the same time from when the
-keeper first sees it. The keeper looks only while something it saw may still
-be loaded, so an idle server opens no connection to its engine.
+run of its watchers. A loaded collection (and its ``_spans`` companion) is
+released when the service has not used it for ``MEMSEARCH_ENGINE_IDLE_S``
+seconds (default 120; 0 keeps everything loaded), or at once (a few seconds
+after its last use) when ``MEMSEARCH_ENGINE_LOADED`` (default 3; 0: no cap)
+collections used more recently are loaded; never while an index or watch
+run holds its writer lock or the service is still reading it into its
+in-memory copy. One loaded by another process counts as used when the keeper
+first sees it. The keeper looks only while something it saw may still be
+loaded, so an idle server opens no connection to its engine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +31,21 @@ logger = logging.getLogger("memsearch_fast.serve")
 
 ENV_IDLE = "MEMSEARCH_ENGINE_IDLE_S"
 DEFAULT_IDLE_S = 120.0
+ENV_LOADED = "MEMSEARCH_ENGINE_LOADED"
+DEFAULT_LOADED = 3
 #: At most this long between two looks (a quarter of the idle time when that is shorter).
 MAX_PERIOD_S = 30.0
+#: A collection past the cap is released no sooner than this after its last use.
+MIN_IDLE_S = 2.0
+
+
+def _env_number(name: str, default: float) -> float:
+    """A number of 0 or more from the environment; *default* when unset or unusable."""
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value >= 0 else default
 
 
 def _base(name: str) -> str:
@@ -47,10 +63,14 @@ class Keeper:
         db_path: str,
         idle_s: float,
         busy: Callable[[str], bool] = lambda _name: False,
+        loaded: int = DEFAULT_LOADED,
     ) -> None:
         self.engine_uri = engine_uri
         self.db_path = db_path
         self.idle_s = idle_s
+        #: The most collections (with their spans) kept loaded; 0: no cap.
+        self.loaded = max(0, loaded)
+        self._period = max(0.05, min(MAX_PERIOD_S, idle_s / 4))
         self._busy = busy
         self._used: dict[str, float] = {}  # base collection -> last use (monotonic)
         self._lock = threading.Lock()
@@ -59,6 +79,17 @@ class Keeper:
         self._thread = threading.Thread(target=self._main, name="engine-keeper", daemon=True)
         #: Collections released so far (for ``memsearch status``).
         self.released = 0
+
+    @classmethod
+    def from_env(cls, engine_uri: str, db_path: str, busy: Callable[[str], bool]) -> Keeper:
+        """A keeper with ``MEMSEARCH_ENGINE_IDLE_S`` and ``MEMSEARCH_ENGINE_LOADED`` (0 turns either off)."""
+        return cls(
+            engine_uri,
+            db_path,
+            _env_number(ENV_IDLE, DEFAULT_IDLE_S),
+            busy,
+            int(_env_number(ENV_LOADED, DEFAULT_LOADED)),
+        )
 
     def start(self) -> Keeper:
         if self.idle_s > 0:
@@ -76,16 +107,28 @@ class Keeper:
         self._wake.set()
 
     def _main(self) -> None:
-        period = max(0.05, min(MAX_PERIOD_S, self.idle_s / 4))
+        next_at: float | None = None  # when to look next; None: nothing seen loaded
         while not self._stopped.is_set():
-            self._wake.wait()  # nothing seen yet, or everything released: sleep until a use
+            self._wake.wait(None if next_at is None else max(0.0, next_at - time.monotonic()))
             self._wake.clear()
-            while not self._stopped.wait(period):
-                try:
-                    if not self.sweep():
-                        break
-                except Exception as exc:  # noqa: BLE001 - the engine may be going away; look again later
-                    logger.info("engine keeper: %s", exc)
+            now = time.monotonic()
+            if self._stopped.is_set():
+                return
+            if not self._crowded(now) and (next_at is None or now < next_at):
+                next_at = next_at or now + self._period  # a use: look within a period
+                continue
+            try:
+                left = self.sweep()
+            except Exception as exc:  # noqa: BLE001 - the engine may be going away; look again later
+                logger.info("engine keeper: %s", exc)
+                left = True
+            next_at = time.monotonic() + self._period if left else None
+
+    def _crowded(self, now: float) -> bool:
+        """More collections used lately than the cap allows loaded."""
+        with self._lock:
+            recent = sum(1 for last in self._used.values() if now - last < self.idle_s)
+        return 0 < self.loaded < recent
 
     def sweep(self, now: float | None = None) -> bool:
         """Release what has been idle long enough; whether anything is still loaded."""
@@ -103,17 +146,22 @@ class Keeper:
 
         assert isinstance(client, MilvusClient)
         loaded = [n for n in client.list_collections() if client.get_load_state(n)["state"].name == "Loaded"]
+        with self._lock:
+            for name in loaded:
+                self._used.setdefault(_base(name), now)  # another process's: used when first seen
+            recent = sorted(self._used, key=self._used.__getitem__, reverse=True)
+        kept = set(recent[: self.loaded]) if self.loaded else set(recent)
         left = False
         for name in loaded:
             base = _base(name)
-            with self._lock:
-                last = self._used.setdefault(base, now)  # another process's: idle from now
-            if now - last < self.idle_s or self._busy(base) or self._writing(base):
+            idle = now - self._used.get(base, now)
+            due = idle >= self.idle_s or (base not in kept and idle >= MIN_IDLE_S)
+            if not due or self._busy(base) or self._writing(base):
                 left = True
                 continue
             client.release_collection(name)
             self.released += 1
-            logger.info("released %s (idle %.0f s)", name, now - last)
+            logger.info("released %s (idle %.0f s)", name, idle)
         with self._lock:
             for base in [b for b in self._used if not any(_base(n) == b for n in loaded)]:
                 del self._used[base]  # released, or dropped: forgotten until used again

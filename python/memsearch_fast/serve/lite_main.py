@@ -44,9 +44,9 @@ def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[],
     except OSError as exc:
         logger.warning("no search service for %s: %s", db_path, one_line(exc))
         return None
-    from memsearch_fast.serve.keeper import DEFAULT_IDLE_S, ENV_IDLE, Keeper
+    from memsearch_fast.serve.keeper import Keeper
 
-    service.keeper = Keeper(uri, db_path, env_seconds(ENV_IDLE, DEFAULT_IDLE_S), service.busy).start()
+    service.keeper = Keeper.from_env(uri, db_path, service.busy).start()
     service.watchers = Registry(db_path, models, touch, used=service.keeper.touch).start()
     return service.start()
 
