@@ -26,6 +26,11 @@ KEY = "sk-test-SECRET-0123456789abcdef"
 DIM = 8
 
 
+def lists(vectors):
+    """Vectors as lists of floats (an HTTP provider hands on float32 rows)."""
+    return [[float(x) for x in v] for v in vectors]
+
+
 def fake_vector(text: str) -> list[float]:
     """Deterministic, deliberately unnormalised vector for *text*."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
@@ -143,7 +148,7 @@ def test_order_preserved_across_batches(server: FakeServer) -> None:
     texts = [f"note {i}: " + "word " * i for i in range(10)]
     with openai(server, batch_size=3, dimensions=DIM) as p:
         assert isinstance(p, EmbeddingProvider)
-        vectors = run(p.embed(texts))
+        vectors = lists(run(p.embed(texts)))
     for text, vec in zip(texts, vectors, strict=True):
         assert vec == pytest.approx(normalized(fake_vector(text)), abs=1e-6)
         assert all(type(v) is float for v in vec)
@@ -162,7 +167,7 @@ def test_base64_vectors_match_floats(server: FakeServer, mode: str) -> None:
     texts = [f"text {i}" for i in range(5)]
     server.base64 = mode
     with openai(server, dimensions=DIM) as p:
-        vectors = run(p.embed(texts))
+        vectors = lists(run(p.embed(texts)))
     for text, vec in zip(texts, vectors, strict=True):
         assert vec == pytest.approx(normalized(fake_vector(text)), abs=1e-6)
         assert all(type(v) is float for v in vec)
@@ -172,8 +177,8 @@ def test_base64_vectors_match_floats(server: FakeServer, mode: str) -> None:
 def test_base64_refused_falls_back_to_floats(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
     server.base64 = "refuse"
     with caplog.at_level(logging.INFO), openai(server, dimensions=DIM) as p:
-        first = run(p.embed(["a", "b"]))
-        second = run(p.embed(["c"]))
+        first = lists(run(p.embed(["a", "b"])))
+        second = lists(run(p.embed(["c"])))
     assert first[0] == pytest.approx(normalized(fake_vector("a")), abs=1e-6)
     assert second[0] == pytest.approx(normalized(fake_vector("c")), abs=1e-6)
     formats = [r["body"]["encoding_format"] for r in server.embedding_requests()]
@@ -186,9 +191,9 @@ def test_a_400_for_floats_too_is_raised_and_base64_kept(server: FakeServer) -> N
     server.faults = [too_long, too_long]
     with openai(server, dimensions=DIM, max_retries=0) as p:
         with pytest.raises(EmbeddingAPIError, match="input too long") as exc:
-            run(p.embed(["x"]))
+            lists(run(p.embed(["x"])))
         assert exc.value.status == 400
-        run(p.embed(["y"]))
+        lists(run(p.embed(["y"])))
     formats = [r["body"]["encoding_format"] for r in server.embedding_requests()]
     assert formats == ["base64", "float", "base64"]
 
@@ -197,13 +202,13 @@ def test_malformed_base64_vector_is_reported(server: FakeServer) -> None:
     bad = {"data": [{"index": 0, "embedding": "not base64!"}]}
     server.faults = [(200, {}, bad)]
     with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError, match="unexpected answer"):
-        run(p.embed(["x"]))
+        lists(run(p.embed(["x"])))
 
 
 def test_token_budget_splits_requests(server: FakeServer) -> None:
     texts = [("x" * 100) + str(i) for i in range(6)]  # ~26 approximate tokens each
     with openai(server, model="custom", dimensions=DIM, max_tokens_per_request=60) as p:
-        vectors = run(p.embed(texts))
+        vectors = lists(run(p.embed(texts)))
     assert len(vectors) == 6
     assert [len(r["body"]["input"]) for r in server.embedding_requests()] == [2, 2, 2]
 
@@ -225,7 +230,7 @@ def test_429_then_success_honours_retry_after(server: FakeServer) -> None:
     server.faults.append((429, {"Retry-After": "1"}, {"error": {"message": "Rate limit reached"}}))
     with openai(server, dimensions=DIM) as p:
         start = time.monotonic()
-        vectors = run(p.embed(["hello", "world"]))
+        vectors = lists(run(p.embed(["hello", "world"])))
         elapsed = time.monotonic() - start
     assert elapsed >= 0.9  # waited as told, not the 10 ms backoff
     assert vectors[1] == pytest.approx(normalized(fake_vector("world")), abs=1e-6)
@@ -235,7 +240,7 @@ def test_429_then_success_honours_retry_after(server: FakeServer) -> None:
 def test_429_retry_after_ms(server: FakeServer) -> None:
     server.faults.append((429, {"retry-after-ms": "50"}, {"error": {"message": "slow down"}}))
     with openai(server, dimensions=DIM) as p:
-        assert len(run(p.embed(["a"]))) == 1
+        assert len(lists(run(p.embed(["a"])))) == 1
     assert len(server.embedding_requests()) == 2
 
 
@@ -243,7 +248,7 @@ def test_500_then_success(server: FakeServer) -> None:
     server.faults.append((500, {}, {"error": {"message": "internal error"}}))
     server.faults.append((502, {}, b"<html>bad gateway</html>"))
     with openai(server, dimensions=DIM) as p:
-        vectors = run(p.embed(["alpha"]))
+        vectors = lists(run(p.embed(["alpha"])))
     assert vectors[0] == pytest.approx(normalized(fake_vector("alpha")), abs=1e-6)
     assert len(server.embedding_requests()) == 3
 
@@ -251,7 +256,7 @@ def test_500_then_success(server: FakeServer) -> None:
 def test_persistent_503_gives_up_with_one_line(server: FakeServer) -> None:
     server.faults.extend([(503, {}, {"error": {"message": "overloaded\nsecond line"}})] * 3)
     with openai(server, dimensions=DIM, max_retries=2) as p, pytest.raises(EmbeddingAPIError) as info:
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
     assert info.value.status == 503
     assert "gave up after 3 attempts" in str(info.value)
     assert_one_line_without_key(info.value)
@@ -260,7 +265,7 @@ def test_persistent_503_gives_up_with_one_line(server: FakeServer) -> None:
 
 def test_401_is_clear_and_never_shows_the_key(server: FakeServer) -> None:
     with openai(server, api_key=KEY + "-wrong", dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
     assert info.value.status == 401
     assert "API key" in str(info.value)
     assert_one_line_without_key(info.value)
@@ -270,7 +275,7 @@ def test_401_is_clear_and_never_shows_the_key(server: FakeServer) -> None:
 
 def test_404_unknown_model(server: FakeServer) -> None:
     with openai(server, model="missing-model", dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
     assert info.value.status == 404
     assert "model" in str(info.value) and "base_url" in str(info.value)
     assert_one_line_without_key(info.value)
@@ -284,7 +289,7 @@ def test_unreachable_server_is_one_line() -> None:
         "m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, dimensions=DIM, max_retries=1, retry_base_delay=0.01
     )
     with p, pytest.raises(EmbeddingAPIError) as info:
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
     assert info.value.status == 0 and "cannot reach" in str(info.value)
     assert_one_line_without_key(info.value)
 
@@ -292,13 +297,13 @@ def test_unreachable_server_is_one_line() -> None:
 def test_invalid_json_answer(server: FakeServer) -> None:
     server.faults.append((200, {}, b"not json"))
     with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError, match="invalid JSON"):
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
 
 
 def test_key_sources_and_redaction(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     p = OpenAIEmbedding("custom", base_url=f"{server.url}/v1", dimensions=DIM)  # key from OPENAI_API_KEY
-    assert run(p.embed(["alpha"]))
+    assert lists(run(p.embed(["alpha"])))
     assert KEY not in repr(p) and KEY not in str(p) and "***" in repr(p)
     assert KEY not in repr(vars(p))
     p.close()
@@ -314,8 +319,8 @@ def test_key_sources_and_redaction(server: FakeServer, monkeypatch: pytest.Monke
 def test_empty_and_odd_texts_are_sent_safely(server: FakeServer) -> None:
     texts = ["", "   ", "emoji 🚀", "x" * 50_000]
     with openai(server, dimensions=DIM, max_input_chars=1000) as p:
-        vectors = run(p.embed(texts))
-        assert run(p.embed([])) == []
+        vectors = lists(run(p.embed(texts)))
+        assert lists(run(p.embed([]))) == []
     assert len(vectors) == 4
     sent = server.embedding_requests()[0]["body"]["input"]
     assert all(s for s in sent) and sent[:2] == [" ", " "]  # OpenAI rejects empty strings
@@ -334,7 +339,7 @@ def test_dimension_known_or_probed(server: FakeServer) -> None:
 
 def test_dimension_mismatch_is_reported(server: FakeServer) -> None:
     with openai(server, dimensions=DIM + 1) as p, pytest.raises(EmbeddingAPIError, match="expected 9"):
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
 
 
 def test_get_provider_builds_openai(server: FakeServer) -> None:
@@ -367,7 +372,7 @@ def test_long_error_message_is_bounded_and_redacted(server: FakeServer) -> None:
     fault = (400, {}, {"error": {"message": "x" * 290 + f" key {KEY} was bad\nsecond line"}})
     server.faults += [fault, fault]  # base64 refused, then floats too: the server's answer
     with openai(server, dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
-        run(p.embed(["alpha"]))
+        lists(run(p.embed(["alpha"])))
     assert info.value.status == 400
     assert_one_line_without_key(info.value)
     assert "sk-" not in str(info.value) and "second line" not in str(info.value)
@@ -377,9 +382,9 @@ def test_long_error_message_is_bounded_and_redacted(server: FakeServer) -> None:
 def test_bad_input_types(server: FakeServer) -> None:
     with openai(server, dimensions=DIM) as p:
         with pytest.raises(TypeError, match="list of str"):
-            run(p.embed("not a list"))  # type: ignore[arg-type]
+            lists(run(p.embed("not a list")))  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="item 1"):
-            run(p.embed(["ok", None]))  # type: ignore[list-item]
+            lists(run(p.embed(["ok", None])))  # type: ignore[list-item]
     with pytest.raises(ValueError, match="base_url"):
         OpenAIEmbedding(base_url="ftp://example.com")
 
@@ -391,7 +396,7 @@ def test_ollama_embed(server: FakeServer) -> None:
     p = get_provider("ollama", model="nomic-embed-text", base_url=server.url, batch_size=2)
     try:
         assert p.dimension == DIM  # probe request (hits the 500 first, then retries)
-        vectors = run(p.embed(texts))
+        vectors = lists(run(p.embed(texts)))
     finally:
         p.close()
     assert vectors == [pytest.approx(normalized(fake_vector(t)), abs=1e-6) for t in texts]
@@ -406,5 +411,5 @@ def test_ollama_host_env(server: FakeServer, monkeypatch: pytest.MonkeyPatch) ->
     server.require_key = False
     monkeypatch.setenv("OLLAMA_HOST", server.url.removeprefix("http://"))
     with OllamaEmbedding(dimensions=DIM) as p:
-        assert len(run(p.embed(["a", "b"]))) == 2
+        assert len(lists(run(p.embed(["a", "b"])))) == 2
     assert server.embedding_requests()[0]["body"]["model"] == "nomic-embed-text"

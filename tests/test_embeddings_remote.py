@@ -51,6 +51,11 @@ SPECS: dict[str, tuple[type[RemoteEmbedding], str, str]] = {
 NAMES = sorted(SPECS)
 
 
+def lists(vectors):
+    """Vectors as lists of floats (an HTTP provider hands on float32 rows)."""
+    return [[float(x) for x in v] for v in vectors]
+
+
 def bow_vector(text: str, dim: int) -> list[float]:
     """Hashed bag of words, deliberately unnormalised: texts sharing words point the same way."""
     vec = [0.0] * dim
@@ -187,7 +192,7 @@ def test_voyage_document_and_query_input_types(server: FakeEmbeddingAPIs) -> Non
     with make(server, "voyage") as p:
         assert (p.model_name, p.dimension, p.batch_size) == ("voyage-3-lite", 512, 128)
         assert server.requests == []  # a known model's dimension needs no request
-        assert arun(p.embed(texts)) == expected(texts, 512)
+        assert lists(arun(p.embed(texts))) == expected(texts, 512)
         assert arun(p.embed_query("how to deploy")) == expected(["how to deploy"], 512)[0]
     doc, query = server.embedding_requests("voyage")
     assert doc["headers"]["authorization"] == f"Bearer {KEY}"
@@ -195,14 +200,14 @@ def test_voyage_document_and_query_input_types(server: FakeEmbeddingAPIs) -> Non
     assert query["body"]["input_type"] == "query" and query["body"]["input"] == ["how to deploy"]
     with make(server, "voyage", "voyage-3.5", dimensions=256) as p:
         assert p.dimension == 256
-        assert arun(p.embed(["a"])) == expected(["a"], 256)
+        assert lists(arun(p.embed(["a"]))) == expected(["a"], 256)
     assert server.embedding_requests("voyage")[-1]["body"]["output_dimension"] == 256
 
 
 def test_jina_tasks_per_side_and_model(server: FakeEmbeddingAPIs) -> None:
     with make(server, "jina") as p:
         assert (p.model_name, p.dimension, p.batch_size) == ("jina-embeddings-v4", 2048, 128)
-        assert arun(p.embed(["passage one", "passage two"])) == expected(["passage one", "passage two"], 2048)
+        assert lists(arun(p.embed(["passage one", "passage two"]))) == expected(["passage one", "passage two"], 2048)
         arun(p.embed_query("question"))
     doc, query = (r["body"] for r in server.embedding_requests("jina"))
     assert doc == {"model": "jina-embeddings-v4", "input": ["passage one", "passage two"], "truncate": True,
@@ -212,7 +217,7 @@ def test_jina_tasks_per_side_and_model(server: FakeEmbeddingAPIs) -> None:
 
     server.requests.clear()
     with make(server, "jina", "jina-embeddings-v3", task="code", dimensions=256) as p:
-        arun(p.embed(["def f(): pass"]))
+        lists(arun(p.embed(["def f(): pass"])))
         arun(p.embed_query("a function"))
     doc, query = (r["body"] for r in server.embedding_requests("jina"))
     assert (doc["task"], query["task"], doc["dimensions"]) == ("code.passage", "code.query", 256)
@@ -220,7 +225,7 @@ def test_jina_tasks_per_side_and_model(server: FakeEmbeddingAPIs) -> None:
     server.requests.clear()
     with make(server, "jina", "jina-embeddings-v2-base-en") as p:  # no task adapters
         assert p.dimension == 768
-        arun(p.embed(["x"]))
+        lists(arun(p.embed(["x"])))
         arun(p.embed_query("y"))
     with make(server, "jina", task="text-matching", dimensions=DIM) as p:
         arun(p.embed_query("z"))
@@ -236,7 +241,7 @@ def test_mistral_request_shape_and_token_limit(server: FakeEmbeddingAPIs) -> Non
         assert arun(p.embed_query("q")) == expected(["q"], 1024)[0]
         # 40 texts of ~1,000 approximate tokens: one request of them all would exceed Mistral's 16,384.
         texts = [f"chunk {i} " + "lorem ipsum " * 330 for i in range(40)]
-        assert arun(p.embed(texts)) == expected(texts, 1024)
+        assert lists(arun(p.embed(texts))) == expected(texts, 1024)
     reqs = server.embedding_requests("mistral")
     assert reqs[0]["body"] == {"model": "mistral-embed", "input": ["q"], "encoding_format": "float"}
     assert all(r["headers"]["authorization"] == f"Bearer {KEY}" for r in reqs)
@@ -244,7 +249,7 @@ def test_mistral_request_shape_and_token_limit(server: FakeEmbeddingAPIs) -> Non
     assert sum(sizes) == 40 and len(sizes) >= 5
     assert all(sum(len(t) // 4 + 1 for t in r["body"]["input"]) <= 8_000 for r in reqs[1:])
     with make(server, "mistral", "codestral-embed", dimensions=256) as p:
-        assert p.dimension == 256 and arun(p.embed(["x"])) == expected(["x"], 256)
+        assert p.dimension == 256 and lists(arun(p.embed(["x"]))) == expected(["x"], 256)
     assert server.embedding_requests("mistral")[-1]["body"]["output_dimension"] == 256
 
 
@@ -252,7 +257,7 @@ def test_google_batch_embed_contents(server: FakeEmbeddingAPIs) -> None:
     texts = ["first memo", "second memo"]
     with make(server, "google") as p:
         assert (p.model_name, p.dimension, p.batch_size) == ("gemini-embedding-001", 768, 100)
-        assert arun(p.embed(texts)) == expected(texts, 768)
+        assert lists(arun(p.embed(texts))) == expected(texts, 768)
         assert arun(p.embed_query("which memo")) == expected(["which memo"], 768)[0]
     doc, query = server.embedding_requests("google")
     assert doc["path"] == "/google/v1beta/models/gemini-embedding-001:batchEmbedContents"  # no ?key=
@@ -287,7 +292,7 @@ def test_batches_never_exceed_the_api_limit(server: FakeEmbeddingAPIs, name: str
     texts = [f"t{i}" for i in range(limit + 3)]
     with make(server, name, "small-model", batch_size=100_000, dimensions=DIM) as p:
         assert p.batch_size == limit  # a larger request would be refused
-        assert arun(p.embed(texts)) == expected(texts, DIM)
+        assert lists(arun(p.embed(texts))) == expected(texts, DIM)
     sizes = [len(r["body"].get("input") or r["body"].get("requests")) for r in server.embedding_requests(name)]
     assert sorted(sizes) == [3, limit]
 
@@ -297,8 +302,8 @@ def test_batch_size_splits_and_keeps_order(server: FakeEmbeddingAPIs, name: str)
     texts = [f"note {i}: " + "word " * i for i in range(11)]
     with make(server, name, "small-model", batch_size=4, workers=3) as p:
         assert p.workers == 3
-        assert arun(p.embed(texts)) == expected(texts, DIM)
-        assert arun(p.embed([])) == []
+        assert lists(arun(p.embed(texts))) == expected(texts, DIM)
+        assert lists(arun(p.embed([]))) == []
     sizes = [len(r["body"].get("input") or r["body"].get("requests")) for r in server.embedding_requests(name)]
     assert sorted(sizes) == [3, 4, 4]  # sent concurrently: any order
 
@@ -307,12 +312,12 @@ def test_batch_size_splits_and_keeps_order(server: FakeEmbeddingAPIs, name: str)
 def test_dimension_of_an_unknown_model_is_probed_once(server: FakeEmbeddingAPIs, name: str) -> None:
     with make(server, name, "custom-model") as p:
         assert p.dimension == DIM and p.dimension == DIM
-        assert arun(p.embed(["x"])) == expected(["x"], DIM)
+        assert lists(arun(p.embed(["x"]))) == expected(["x"], DIM)
     assert len(server.embedding_requests(name)) == 2  # one probe, then the text
     server.requests.clear()
     with make(server, name, "custom-model", dimensions=DIM + 1) as p:  # asked for, so known: no probe
         assert p.dimension == DIM + 1
-        assert arun(p.embed(["x"])) == expected(["x"], DIM + 1)
+        assert lists(arun(p.embed(["x"]))) == expected(["x"], DIM + 1)
     assert len(server.embedding_requests(name)) == 1
 
 
@@ -322,7 +327,7 @@ def test_429_and_5xx_are_retried(server: FakeEmbeddingAPIs, name: str) -> None:
     server.faults.append((503, {}, {"error": {"code": 503, "message": "overloaded"}}))
     server.faults.append((502, {}, b"<html>bad gateway</html>"))
     with make(server, name, "small-model", dimensions=DIM) as p:
-        assert arun(p.embed(["alpha"])) == expected(["alpha"], DIM)
+        assert lists(arun(p.embed(["alpha"]))) == expected(["alpha"], DIM)
     assert len(server.embedding_requests(name)) == 4
 
     server.requests.clear()
@@ -331,7 +336,7 @@ def test_429_and_5xx_are_retried(server: FakeEmbeddingAPIs, name: str) -> None:
         make(server, name, "small-model", dimensions=DIM, max_retries=2) as p,
         pytest.raises(EmbeddingAPIError) as info,
     ):
-        arun(p.embed(["alpha"]))
+        lists(arun(p.embed(["alpha"])))
     assert info.value.status == 500 and "gave up after 3 attempts" in str(info.value)
     assert_one_line_without_key(info.value)
     assert len(server.embedding_requests(name)) == 3
@@ -344,7 +349,7 @@ def test_bad_key_is_one_line_without_the_key(server: FakeEmbeddingAPIs, name: st
     with make(server, name, "small-model", api_key=wrong, dimensions=DIM) as p:
         assert wrong not in repr(p) and "***" in repr(p)
         with pytest.raises(EmbeddingAPIError) as info:
-            arun(p.embed(["alpha"]))
+            lists(arun(p.embed(["alpha"])))
     msg = str(info.value)
     assert "rejected the API key" in msg and f"${env}" in msg, msg
     assert_one_line_without_key(info.value)
@@ -355,7 +360,7 @@ def test_bad_key_is_one_line_without_the_key(server: FakeEmbeddingAPIs, name: st
 @pytest.mark.parametrize("name", NAMES)
 def test_unknown_model_is_a_clear_404(server: FakeEmbeddingAPIs, name: str) -> None:
     with make(server, name, "missing-model", dimensions=DIM) as p, pytest.raises(EmbeddingAPIError) as info:
-        arun(p.embed(["alpha"]))
+        lists(arun(p.embed(["alpha"])))
     assert info.value.status == 404 and "model" in str(info.value)
     assert_one_line_without_key(info.value)
 
@@ -370,7 +375,7 @@ def test_key_from_env_and_missing_key(server: FakeEmbeddingAPIs, name: str, monk
     monkeypatch.setenv(env, KEY)
     with get_provider(name, model="small-model", base_url=server.url + prefix, retry_base_delay=0.01) as p:
         assert KEY not in repr(p) and KEY not in repr(vars(p))
-        assert arun(p.embed(["alpha"])) == expected(["alpha"], DIM)
+        assert lists(arun(p.embed(["alpha"]))) == expected(["alpha"], DIM)
     header = server.embedding_requests(name)[-1]["headers"]
     assert KEY in (header.get("authorization", "") + header.get("x-goog-api-key", ""))
     monkeypatch.delenv(env)
@@ -458,7 +463,7 @@ def test_local_with_sentence_transformers(monkeypatch: pytest.MonkeyPatch) -> No
     with get_provider("local", device="cpu", parallelism=plan(4, cpus=4), api_key="ignored") as p:
         assert isinstance(p, EmbeddingProvider)
         assert (p.model_name, p.dimension, p.batch_size, p.workers) == ("all-MiniLM-L6-v2", DIM, 512, 1)
-        assert arun(p.embed(["a b", ""])) == expected(["a b", ""], DIM)
+        assert lists(arun(p.embed(["a b", ""]))) == expected(["a b", ""], DIM)
         assert arun(p.embed_query("c")) == expected(["c"], DIM)[0]
         assert p.count_tokens("two words") == 2  # type: ignore[attr-defined]
         assert recall.token_counter(p)[1] == "all-MiniLM-L6-v2 tokenizer"

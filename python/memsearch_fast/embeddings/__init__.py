@@ -52,8 +52,11 @@ PROVIDERS: dict[str, tuple[str, str]] = {
 class EmbeddingProvider(Protocol):
     """What the index pipeline needs from an embedding backend.
 
-    ``embed`` returns one L2-normalised vector (a list of Python floats, the
-    form pymilvus accepts) per input text, in input order. It may be awaited
+    ``embed`` returns one L2-normalised vector per input text, in input order:
+    a list of Python floats, or a float32 numpy row (the HTTP providers hand
+    on the decoded answer so: a list would cost about 20 µs a vector to make
+    and as much again to undo); pymilvus takes both. ``embed_query`` returns
+    a list. It may be awaited
     concurrently from several tasks; ``workers`` is how many batches it really
     processes at once (inference workers or concurrent requests), so callers
     can size how many ``embed`` calls they keep in flight.

@@ -150,7 +150,7 @@ class RemoteEmbedding:
         """Embed a search query (with the API's query input type where it has one)."""
         if not isinstance(text, str):
             raise TypeError(f"embed_query() expects a str, got {type(text).__name__}")
-        return (await self._embed([text], query=True))[0]
+        return [float(x) for x in (await self._embed([text], query=True))[0]]
 
     def count_tokens(self, text: str) -> int:
         """Approximate tokens of *text*: characters / 4, rounded up (the tokenizer is remote)."""
@@ -242,7 +242,8 @@ class RemoteEmbedding:
         return ranges
 
     def _normalize(self, parts: list[Any]) -> list[list[float]]:
-        """The requests' vectors (lists, or arrays from base64) as one list of unit vectors."""
+        """The requests' vectors (lists, or arrays from base64) as unit vectors: float32 rows of
+        one array, never converted to lists (see :class:`..EmbeddingProvider`)."""
         import numpy as np
 
         try:
@@ -259,8 +260,7 @@ class RemoteEmbedding:
                 f"{self.kind} returned {arr.shape[1]}-dimensional vectors, expected {self._dimension}", 200
             )
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        result: list[list[float]] = (arr / np.maximum(norms, 1e-12)).tolist()
-        return result
+        return list(arr / np.maximum(norms, 1e-12))
 
 
 class HostedEmbedding(RemoteEmbedding):
