@@ -59,6 +59,19 @@ def index(ms: MemSearch):
     return asyncio.run(ms.index_with_report())
 
 
+def recorded(ms: MemSearch) -> list[str]:
+    """Every text the model is sent from now on (the real provider still embeds it)."""
+    sent: list[str] = []
+    inner = ms.provider.embed
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        sent.extend(texts)
+        return await inner(texts)
+
+    ms.provider.embed = embed  # type: ignore[method-assign]
+    return sent
+
+
 def spanned(ms: MemSearch) -> set[str]:
     """The stored chunks long enough to have spans (a short chunk has no span rows)."""
     ids = [cid for cid, _ in ms.store.iter_ids_by_source(None)]
@@ -103,14 +116,7 @@ def test_a_long_chunk_is_embedded_once_as_its_spans(notes: Path, tmp_path: Path,
     import numpy as np
 
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
-        sent: list[str] = []
-        inner = ms.provider.embed
-
-        async def embed(texts: list[str]) -> list[list[float]]:
-            sent.extend(texts)
-            return await inner(texts)
-
-        ms.provider.embed = embed  # type: ignore[method-assign]
+        sent = recorded(ms)
         report = index(ms)
         long_ids = spanned(ms)
         rows = ms.store.rows_for_ids(sorted(long_ids), ["content", "heading", "start_line", "embedding"])
@@ -187,14 +193,7 @@ def test_a_chunk_whose_spans_are_all_stored_is_reused_not_embedded(
     chunk's vector was reused (their mean), not embedded."""
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
         index(ms)
-        sent: list[str] = []
-        inner = ms.provider.embed
-
-        async def embed(texts: list[str]) -> list[list[float]]:
-            sent.extend(texts)
-            return await inner(texts)
-
-        ms.provider.embed = embed  # type: ignore[method-assign]
+        sent = recorded(ms)
         path = notes / "2026-11-20.md"
         first, second = f"- {FILLER[0]}\n", f"- {FILLER[1]}\n"
         text = path.read_text(encoding="utf-8")
