@@ -79,6 +79,7 @@ class Keeper:
         self._thread = threading.Thread(target=self._main, name="engine-keeper", daemon=True)
         #: Collections released so far (for ``memsearch status``).
         self.released = 0
+        self._soonest = float("inf")  # when the last look found the next one due
 
     @classmethod
     def from_env(cls, engine_uri: str, db_path: str, busy: Callable[[str], bool]) -> Keeper:
@@ -117,12 +118,13 @@ class Keeper:
             if not self._crowded(now) and (next_at is None or now < next_at):
                 next_at = next_at or now + self._period  # a use: look within a period
                 continue
+            self._soonest = float("inf")
             try:
                 left = self.sweep()
             except Exception as exc:  # noqa: BLE001 - the engine may be going away; look again later
                 logger.info("engine keeper: %s", exc)
                 left = True
-            next_at = time.monotonic() + self._period if left else None
+            next_at = min(time.monotonic() + self._period, self._soonest) if left else None
 
     def _crowded(self, now: float) -> bool:
         """More collections used lately than the cap allows loaded."""
@@ -158,6 +160,9 @@ class Keeper:
             due = idle >= self.idle_s or (base not in kept and idle >= MIN_IDLE_S)
             if not due or self._busy(base) or self._writing(base):
                 left = True
+                if not due:  # look again when it falls due, if that comes before the next period
+                    wait = (MIN_IDLE_S if base not in kept else self.idle_s) - idle
+                    self._soonest = min(self._soonest, time.monotonic() + max(0.05, wait))
                 continue
             client.release_collection(name)
             self.released += 1
