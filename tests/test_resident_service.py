@@ -259,7 +259,7 @@ def test_the_engine_releases_what_nobody_uses(served, db, model_dir, tmp_path, m
     assert load_state(db, "notes") == "Loaded"
     st = status_cli(db, "-j")
     assert st["release"]["idle_s"] == 2 and st["release"]["released"] >= 2
-    assert "idle collections released after 2 s" in status_cli(db)
+    assert "collections released after 2 s idle or past 3 loaded" in status_cli(db)
 
     # A run holding the writer lock keeps its collection loaded, however idle the service is.
     with Manifest(manifest_path(str(db), "notes")).writer():
@@ -286,3 +286,12 @@ def test_past_the_cap_the_least_recently_used_collection_is_released(served, db,
     assert out.returncode == 0 and "other gateway" in out.stdout
     wait_for(lambda: load_state(db, "notes") == "NotLoad", 30)
     assert load_state(db, "other") == "Loaded"
+    # MEMSEARCH_ENGINE_IDLE_S=0 turns off the idle rule alone: the cap still holds.
+    monkeypatch.setenv("MEMSEARCH_ENGINE_IDLE_S", "0")
+    from memsearch_fast.serve.keeper import Keeper
+
+    k = Keeper.from_env("unix:/nowhere", str(db), lambda _c: False).start()
+    try:
+        assert (k.idle_s, k.loaded) == (0.0, 1) and k._thread.is_alive()  # it looks, for the cap
+    finally:
+        k.stop()

@@ -133,8 +133,10 @@ def _format_service(info: dict[str, Any]) -> str:
     models = ", ".join(f"{m['model']}" + (" (in use)" if m["in_use"] else "") for m in info["models"]) or "none"
     lines.append(f"  models loaded: {models}")
     release = info.get("release")
-    if release and release["idle_s"] > 0:
-        lines.append(f"  idle collections released after {release['idle_s']:.0f} s ({release['released']} so far)")
+    if release and (release["idle_s"] > 0 or release.get("loaded")):
+        rules = [f"after {release['idle_s']:.0f} s idle"] if release["idle_s"] > 0 else []
+        rules += [f"past {release['loaded']} loaded"] if release.get("loaded") else []
+        lines.append(f"  collections released {' or '.join(rules)} ({release['released']} so far)")
     lines.append(f"  watched roots: {len(info['roots'])}, queue: {info['queue']}")
     for r in info["roots"]:
         lines.append(f"  - {r['root']} [{r['collection']}] {r['state']}, {r['runs']} run(s)")

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 logger = logging.getLogger("memsearch_fast.serve")
 
@@ -67,10 +69,12 @@ class Keeper:
     ) -> None:
         self.engine_uri = engine_uri
         self.db_path = db_path
+        #: Seconds unused before a collection is released; 0: never for being idle.
         self.idle_s = idle_s
+        self._idle = idle_s if idle_s > 0 else math.inf
         #: The most collections (with their spans) kept loaded; 0: no cap.
         self.loaded = max(0, loaded)
-        self._period = max(0.05, min(MAX_PERIOD_S, idle_s / 4))
+        self._period = max(0.05, min(MAX_PERIOD_S, self._idle / 4))
         self._busy = busy
         self._used: dict[str, float] = {}  # base collection -> last use (monotonic)
         self._lock = threading.Lock()
@@ -93,7 +97,7 @@ class Keeper:
         )
 
     def start(self) -> Keeper:
-        if self.idle_s > 0:
+        if self.idle_s > 0 or self.loaded > 0:
             self._thread.start()
         return self
 
@@ -129,7 +133,7 @@ class Keeper:
     def _crowded(self, now: float) -> bool:
         """More collections used lately than the cap allows loaded."""
         with self._lock:
-            recent = sum(1 for last in self._used.values() if now - last < self.idle_s)
+            recent = sum(1 for last in self._used.values() if now - last < self._idle)
         return 0 < self.loaded < recent
 
     def sweep(self, now: float | None = None) -> bool:
@@ -143,10 +147,7 @@ class Keeper:
             with contextlib.suppress(Exception):
                 client.close()
 
-    def _sweep(self, client: object, now: float) -> bool:
-        from pymilvus import MilvusClient
-
-        assert isinstance(client, MilvusClient)
+    def _sweep(self, client: Any, now: float) -> bool:
         loaded = [n for n in client.list_collections() if client.get_load_state(n)["state"].name == "Loaded"]
         with self._lock:
             for name in loaded:
@@ -157,11 +158,11 @@ class Keeper:
         for name in loaded:
             base = _base(name)
             idle = now - self._used.get(base, now)
-            due = idle >= self.idle_s or (base not in kept and idle >= MIN_IDLE_S)
+            due = idle >= self._idle or (base not in kept and idle >= MIN_IDLE_S)
             if not due or self._busy(base) or self._writing(base):
                 left = True
                 if not due:  # look again when it falls due, if that comes before the next period
-                    wait = (MIN_IDLE_S if base not in kept else self.idle_s) - idle
+                    wait = (MIN_IDLE_S if base not in kept else self._idle) - idle
                     self._soonest = min(self._soonest, time.monotonic() + max(0.05, wait))
                 continue
             client.release_collection(name)

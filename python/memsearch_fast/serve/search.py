@@ -275,7 +275,11 @@ class Service:
         if op == "status":
             roots = self.watchers.describe() if self.watchers is not None else {"roots": [], "queue": 0}
             keeper = self.keeper
-            released = {"idle_s": keeper.idle_s, "released": keeper.released} if keeper is not None else None
+            released = (
+                {"idle_s": keeper.idle_s, "loaded": keeper.loaded, "released": keeper.released}
+                if keeper is not None
+                else None
+            )
             return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
         if isinstance(op, str) and op.startswith("watch.") and self.watchers is not None:
             return dict(self.watchers.handle(req))
