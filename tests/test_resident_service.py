@@ -99,7 +99,12 @@ def test_status_without_a_service(served, db):
     assert not lite_state.read_state(str(db)) and not db.exists()  # nothing started or created
 
 
-def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(served, db, model_dir, tmp_path):
+def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(
+    served, db, model_dir, tmp_path, monkeypatch
+):
+    # Leases long enough to outlive the two searches and runs below on a slow machine (lapsing
+    # has its own test): with 6 s, "lease one" could lapse before the status was read.
+    monkeypatch.setenv("MEMSEARCH_WATCH_LEASE_S", "120")
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
