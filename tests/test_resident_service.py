@@ -20,6 +20,7 @@ import pytest
 
 from memsearch_fast.lite import state as lite_state
 from memsearch_fast.serve import client
+from tests.helpers.watcher import Watcher
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
 
@@ -200,34 +201,75 @@ def test_a_killed_service_is_restarted_by_the_next_lease(served, db, model_dir, 
     assert "heron" in search(db, model_dir, "when does the heron queue drain")[0]["content"]
 
 
-def test_a_memsearch_watch_of_a_served_root_finds_it_watched(served, db, model_dir, tmp_path):
-    """One watcher per database and root, whichever process runs it: the service holds the root's watcher lock."""
+def watch_cli(db: Path, model_dir: Path, root: Path, **env: str) -> Watcher:
+    args = [str(root), "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
+    return Watcher(args, {**os.environ, **env})
+
+
+def loads_onnxruntime(pid: int) -> bool:
+    return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8", errors="replace")
+
+
+def leases_of(db: Path) -> list[str]:
+    return sorted(x["holder"] for r in roots(db) for x in r["leases"])
+
+
+def test_memsearch_watch_joins_the_services_watcher(served, db, model_dir, tmp_path, monkeypatch):
+    """`memsearch watch` registers its root with the service and prints the service's
+    runs as its own: no second watcher, no second model, and Ctrl-C unregisters."""
+    monkeypatch.setenv("MEMSEARCH_WATCH_LEASE_S", "120")
     notes = tmp_path / "notes"
     notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
     assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)["ok"]
-    wait_for(lambda: roots(db) and roots(db)[0]["state"] == "watching")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memsearch_fast.cli",
-            "watch",
-            str(notes),
-            "-j",
-            "--collection",
-            "notes",
-            "--milvus-uri",
-            str(db),
-            "-m",
-            str(model_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    [event] = [json.loads(line) for line in out.stdout.splitlines()]
-    assert event == {"event": "already_running", "pid": lite_state.read_state(str(db))["pid"], "roots": [str(notes)]}
+    wait_for(lambda: roots(db) and roots(db)[0]["runs"])
+    w = watch_cli(db, model_dir, notes)
+    try:
+        started = w.next("watching")
+        assert started["pid"] == w.proc.pid and started["service"] == str(db)
+        assert w.next("indexed")["files"] == 1  # it joined a watcher that had run: one more run, for it to see
+        assert leases_of(db) == ["s", f"watch:{w.proc.pid}"] and len(roots(db)) == 1
+        (notes / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
+        assert w.next("indexed", timeout=60)["changed"] == 1
+        assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
+        assert not loads_onnxruntime(w.proc.pid)  # the service's model did the work
+        assert len(client.status(str(db))["models"]) == 1
+
+        second = watch_cli(db, model_dir, notes)  # the same paths again: nothing to do
+        assert second.next("already_running")["pid"] == w.proc.pid
+        assert second.wait() == 0
+
+        # Switched off, a watch runs in its own process; the service holds the root's watcher lock.
+        own = watch_cli(db, model_dir, notes, MEMSEARCH_WATCH_SERVICE="0")
+        busy = own.next("already_running")
+        assert busy["pid"] == lite_state.read_state(str(db))["pid"] and busy["roots"] == [str(notes)]
+        assert own.wait() == 0
+    finally:
+        assert w.stop() == 0
+    assert w.next("stopped")["reason"] == "stopped"
+    wait_for(lambda: leases_of(db) == ["s"], timeout=10)  # unregistered; the session's lease keeps the root
+
+
+def test_memsearch_watch_outlives_a_killed_service_and_a_killed_watch_lets_go(served, db, model_dir, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Note\n\nThe heron queue drains every night.\n", encoding="utf-8")
+    w = watch_cli(db, model_dir, notes)
+    try:
+        assert w.next("indexed")["embedded"] == 1  # it started the service itself
+        pid = lite_state.read_state(str(db))["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert "went away" in w.next("error", timeout=30)["error"]
+        (notes / "b.md").write_text("# Kiln\n\nThe kiln job runs at dawn.\n", encoding="utf-8")
+        again = w.next("indexed", timeout=90)  # a new service, the same root, what changed meanwhile
+        assert again["changed"] >= 1 and lite_state.read_state(str(db))["pid"] != pid
+        assert "kiln" in search(db, model_dir, "when does the kiln job run")[0]["content"]
+        assert leases_of(db) == [f"watch:{w.proc.pid}"]
+        w.proc.kill()  # kill -9: its connection closes, its lease goes at once
+        w.wait()
+        wait_for(lambda: not roots(db), timeout=10)
+    finally:
+        w.stop()
 
 
 def load_state(db: Path, name: str) -> str:

@@ -77,8 +77,7 @@ class MemSearch:
         }
         from memsearch_fast.lite.fallback import effective_uri
 
-        # memsearch 0.4.23's Milvus Lite 3.x database at the default path is
-        # left as it is; the index goes beside it (lite.fallback).
+        # memsearch 0.4.23's Lite 3.x database at the default path is left as it is (lite.fallback).
         milvus_uri = effective_uri(milvus_uri)
         self._store_args: dict[str, Any] = {
             "uri": milvus_uri,
@@ -97,6 +96,7 @@ class MemSearch:
         self._dense_wanted = dense_index
         self._manifest_uri = manifest_uri or milvus_uri
         self._dense: Any = None
+        self.on_wait: Callable[[str], None] | None = None  # hears a run wait for another writer
 
     @classmethod
     def from_config(
@@ -309,7 +309,7 @@ class MemSearch:
         """The collection's manifest (beside a local database, else under ~/.memsearch)."""
         from memsearch_fast.store.manifest import Manifest
 
-        return Manifest.for_store(self._store_args["uri"], self._store_args["collection"])
+        return Manifest.for_store(self._store_args["uri"], self._store_args["collection"], self.on_wait)
 
     # -- reading ---------------------------------------------------------------------
 

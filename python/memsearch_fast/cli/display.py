@@ -6,7 +6,6 @@ terminal without ``--quiet``), so other commands never pay for it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -313,23 +312,7 @@ def format_failures(report: Any) -> list[str]:
 
 
 def index_report_dict(report: Any) -> dict[str, Any]:
-    return {
-        "indexed": report.indexed,
-        "files": report.files,
-        "changed": report.changed,
-        "unchanged": report.unchanged,
-        "failed": [{"path": p, "reason": r} for p, r in report.failed],
-        "invalid_utf8": list(report.invalid_utf8),
-        "chunks": report.chunks,
-        "embedded": report.embedded,
-        "reused": report.reused,
-        "deleted": report.deleted,
-        "sources_removed": report.sources_removed,
-        "read": report.read,
-        "manifest": report.manifest,
-        "spans": None if getattr(report, "spans", None) is None else dataclasses.asdict(report.spans),
-        "seconds": round(report.seconds, 3),
-    }
+    return dict(report.as_dict())
 
 
 def format_stats(stats: dict[str, Any]) -> str:

@@ -125,11 +125,17 @@ def watch(
         if not os.path.exists(os.path.expanduser(p)):
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
-    ms = memsearch(cfg, paths, files, description)
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
+    out = _Events(quiet=quiet, json_lines=json_output)
+    served = _served(cfg, roots, files, description)
+    if served is not None:
+        _check_database(served[0])
+        code = _follow(*served, cfg.milvus.collection, out, early_stop)
+        if code is not None:
+            raise typer.Exit(code)
+    ms = memsearch(cfg, paths, files, description)
     _check_database(ms.uri)
     lock = WatchLock(lock_base(ms.uri, ms.collection, roots))
-    out = _Events(quiet=quiet, json_lines=json_output)
     try:
         if not lock.acquire(roots):
             holder = lock.holder()
@@ -149,6 +155,161 @@ def watch(
     finally:
         lock.release()
         ms.close()
+
+
+#: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
+#: even where the database's service could watch for it.
+ENV_SERVICE = "MEMSEARCH_WATCH_SERVICE"
+#: Times in a row `memsearch watch` tries to reach a service that went away.
+RECONNECTS = 5
+
+
+def _served(cfg: Any, roots: list[str], files: FileOptions, description: str | None) -> tuple[str, Any] | None:
+    """The database and ``watch.follow`` request when its service can watch *roots*
+    exactly as this process would (a local database, the local ONNX model), else None."""
+    from memsearch_fast.serve import client
+
+    if os.environ.get(ENV_SERVICE, "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    prepared = client.lease_request(
+        cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
+    )
+    if prepared is None:
+        return None
+    db_path, request = prepared
+    return db_path, {**request, "op": "watch.follow", "description": description or ""}
+
+
+def _follow(db_path: str, request: dict[str, Any], collection: str, out: "_Events", early_stop: Any) -> int | None:
+    """Watch through the database's service: register the roots and print its events
+    as this process's own. The exit code, or None when no service of this
+    installation answers (the caller watches in process)."""
+    import time
+
+    roots = sorted(request["roots"])
+    watching = False
+    for attempt in range(RECONNECTS + 1):
+        if early_stop.is_set():
+            break
+        if attempt:  # the service went away (killed, upgraded, stopped): start the next one
+            out.error(
+                f"error: the service of {db_path} went away; watching again",
+                {"event": "error", "error": "the service went away", "retry_in": float(attempt - 1)},
+            )
+            time.sleep(attempt - 1)
+        stream = _open(db_path, request)
+        if stream is None:
+            continue
+        with stream:
+            try:
+                reply = _first(stream, early_stop)
+            except (EOFError, OSError, ValueError):
+                continue
+            if reply is None:
+                break
+            if reply.get("already_running"):
+                out.event(
+                    f"memsearch watch is already running for these paths on collection '{collection}' "
+                    f"(pid {reply.get('pid')}); nothing to do",
+                    {"event": "already_running", "pid": reply.get("pid"), "roots": reply.get("roots") or roots},
+                )
+                return 0
+            if not reply.get("ok"):
+                if "unsupported" in reply and not watching:
+                    return None  # a service of another installation
+                fail(f"the service of {db_path} cannot watch {', '.join(roots)}: {reply.get('error') or reply}")
+            if not watching:
+                out.event(
+                    f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}, in the service of {db_path}); "
+                    "Ctrl-C to stop",
+                    {"event": "watching", "pid": os.getpid(), "roots": roots, "service": db_path},
+                )
+                watching = True
+            code = _events(stream, out, early_stop, roots)
+            if code is not None:
+                return code
+    if early_stop.is_set():
+        out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
+        return 0
+    fail(f"cannot reach the service of {db_path}; stopped watching")
+
+
+def _open(db_path: str, request: dict[str, Any]) -> Any:
+    """A stream from the database's service, started first where none runs."""
+    from memsearch_fast.errors import one_line
+    from memsearch_fast.serve import client
+
+    if client.server_record(db_path) is None:
+        try:
+            client.ensure_server(db_path)
+        except Exception as exc:  # noqa: BLE001 - said as one line; exit 1
+            fail(f"cannot start the service of {db_path}: {one_line(exc)}")
+    return client.open_stream(db_path, request)
+
+
+def _first(stream: Any, early_stop: Any) -> dict[str, Any] | None:
+    """The service's reply to the registration (None: stopped meanwhile)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while not early_stop.is_set():
+        reply = stream.read(0.25)
+        if reply is not None:
+            return dict(reply)
+        if time.monotonic() > deadline:
+            raise EOFError("no reply")
+    return None
+
+
+def _events(stream: Any, out: "_Events", early_stop: Any, roots: list[str]) -> int | None:
+    """Print the service's events until every root stopped (the exit code), a
+    signal (0), or the service going away (None: connect again)."""
+    left = set(roots)
+    failed = False
+    while True:
+        if early_stop.is_set():
+            out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
+            return 0
+        try:
+            data = stream.read(0.25)
+        except (EOFError, OSError, ValueError):
+            return None
+        if data is None:
+            continue
+        kind = data.get("event")
+        root = data.pop("root", None)
+        if kind == "stopped":
+            if data.pop("service", None):
+                return None
+            left.discard(root)
+            if not left:
+                if not failed:
+                    out.event(f"Stopped watching: {data.get('reason')}", data)
+                return 1 if failed else 0
+            continue
+        failed = _show(out, data) or failed
+
+
+def _show(out: "_Events", data: dict[str, Any]) -> bool:
+    """Print one watch event (a dict as :meth:`WatchEvent.as_dict` makes it); True for "failed"."""
+    from types import SimpleNamespace
+
+    from memsearch_fast.cli import display
+
+    kind = data.get("event")
+    if kind == "indexed":
+        report = SimpleNamespace(**{**data, "failed": [(f["path"], f["reason"]) for f in data.get("failed") or []]})
+        out.event(_report_line(report), data)
+        for line in display.format_failures(report):
+            err(line)
+    elif kind == "waiting":
+        out.event(str(data.get("message")), data)
+    elif kind == "error":
+        out.error(f"error: {data.get('error')}; retrying in {float(data.get('retry_in') or 0):.0f} s", data)
+    elif kind == "failed":
+        out.error(f"Error: {data.get('error')}; stopped watching", data)
+        return True
+    return False
 
 
 def _check_database(uri: str) -> None:
@@ -229,8 +390,6 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
     import asyncio
     import signal
 
-    from memsearch_fast.cli import display
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -238,26 +397,13 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
     if early_stop.is_set():
         stop.set()
     failed = False
+    ms.on_wait = lambda line: out.event(line, {"event": "waiting", "message": line})
     async for event in ms.watch(debounce_ms=debounce_ms, stop=stop):
-        if event.kind == "indexed":
-            report = event.report
-            out.event(
-                _report_line(report),
-                {"event": "indexed", "changes": event.changes, **display.index_report_dict(report)},
-            )
-            for line in display.format_failures(report):
-                err(line)
-        elif event.kind == "error":
-            out.error(
-                f"error: {event.error}; retrying in {event.retry_in:.0f} s",
-                {"event": "error", "error": event.error, "retry_in": event.retry_in},
-            )
-        elif event.kind == "failed":
-            out.error(f"Error: {event.error}; stopped watching", {"event": "failed", "error": event.error})
-            failed = True  # the loop ends with a "stopped" event, said above
-        elif not failed:
-            reason = event.error or "stopped"
-            out.event(f"Stopped watching: {reason}", {"event": "stopped", "reason": reason})
+        if event.kind == "stopped":
+            if not failed:  # a "failed" event said why already
+                out.event(f"Stopped watching: {event.error or 'stopped'}", event.as_dict())
+        else:
+            failed = _show(out, event.as_dict()) or failed
     if failed:
         raise typer.Exit(1)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memsearch_fast.index.span_pass import SpanReport
@@ -35,6 +36,26 @@ class IndexReport:
     def indexed(self) -> int:
         """Chunks written in this run (embedded or with a reused vector)."""
         return self.embedded + self.reused
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as ``index -j`` prints it (and the service streams it to ``watch``)."""
+        return {
+            "indexed": self.indexed,
+            "files": self.files,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "invalid_utf8": list(self.invalid_utf8),
+            "chunks": self.chunks,
+            "embedded": self.embedded,
+            "reused": self.reused,
+            "deleted": self.deleted,
+            "sources_removed": self.sources_removed,
+            "read": self.read,
+            "manifest": self.manifest,
+            "spans": None if self.spans is None else dataclasses.asdict(self.spans),
+            "seconds": round(self.seconds, 3),
+        }
 
 
 class Progress(Protocol):

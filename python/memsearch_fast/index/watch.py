@@ -54,6 +54,16 @@ class WatchEvent:
     changes: int = 0  # file events behind this run
     retry_in: float = 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        """The event as ``watch -j`` prints it (and the service streams it)."""
+        if self.kind == "indexed" and self.report is not None:
+            return {"event": "indexed", "changes": self.changes, **self.report.as_dict()}
+        if self.kind == "error":
+            return {"event": "error", "error": self.error, "retry_in": self.retry_in}
+        if self.kind == "failed":
+            return {"event": "failed", "error": self.error}
+        return {"event": self.kind, "reason": self.error or "stopped"}
+
 
 def _relevant(
     extensions: Sequence[str], ignore_files: Sequence[str], roots: Sequence[str] = ()
@@ -124,6 +134,12 @@ class _Burst:
         self.pending += n
         self.last_at = now
 
+    def nudged(self, rerun: asyncio.Event | None, now: float) -> None:
+        """A run asked for from outside counts as one change."""
+        if rerun is not None and rerun.is_set():
+            rerun.clear()
+            self.add(1, now)
+
     def due(self, now: float) -> bool:
         return bool(self.pending) and (now - self.last_at >= self.quiet_s or now - self.first_at >= self.longest_s)
 
@@ -162,6 +178,7 @@ async def watch(
     stop: asyncio.Event | None = None,
     extensions: Sequence[str] = (".md", ".markdown"),
     database: str | None = None,
+    rerun: asyncio.Event | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """``run()`` (an index run of *paths*) now, then again after every burst of changes.
 
@@ -171,7 +188,8 @@ async def watch(
     database file ``database`` is gone. A failed run (unreadable store,
     transient error) is reported and retried with backoff, except a database
     or server that can never hold the index (``UnusableDatabaseError``): that
-    sets *stop*: a "failed" event, then "stopped".
+    sets *stop*: a "failed" event, then "stopped". Setting *rerun* asks for a
+    run as if a file had changed (a client that joins wants to see one).
     """
     from watchfiles import awatch
 
@@ -216,6 +234,7 @@ async def watch(
             ):
                 if changes:
                     burst.add(len(changes), loop.time())
+                burst.nudged(rerun, loop.time())
                 if burst.due(loop.time()) and not stop.is_set():
                     async for event in _index(run, burst, stop):
                         yield event

@@ -15,6 +15,7 @@ process of its own (``memsearch watch``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -79,29 +80,101 @@ def server_record(db_path: str) -> dict[str, Any] | None:
     return st
 
 
-def call(db_path: str, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any] | None:
-    """The service's reply to *request*, or None when no verified service answers."""
+def _connect(db_path: str, timeout: float) -> socket.socket | None:
+    """A connection to the database's verified service (this user's, the recorded pid), or None."""
     from memsearch_fast.lite.sockets import socket_path
 
     st = server_record(db_path)
     if st is None:
         return None
     pid = st["pid"]
+    path = search_socket(socket_path(db_path, pid))
+    if st["search"] != "unix:" + path:
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        path = search_socket(socket_path(db_path, pid))
-        if st["search"] != "unix:" + path:
+        s.settimeout(timeout)
+        s.connect(path)
+        who = peer(s)
+        if who is not None and (who[1] != os.geteuid() or who[0] != pid):
+            s.close()
             return None
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            who = peer(s)
-            if who is not None and (who[1] != os.geteuid() or who[0] != pid):
-                return None
-            s.sendall(json.dumps({"v": VERSION, "code": code_id(), **request}).encode("utf-8") + b"\n")
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _send(s: socket.socket, request: dict[str, Any]) -> None:
+    s.sendall(json.dumps({"v": VERSION, "code": code_id(), **request}).encode("utf-8") + b"\n")
+
+
+def call(db_path: str, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any] | None:
+    """The service's reply to *request*, or None when no verified service answers."""
+    try:
+        s = _connect(db_path, timeout)
+        if s is None:
+            return None
+        with s:
+            _send(s, request)
             reply = json.loads(read_line(s).decode("utf-8"))
     except Exception:  # noqa: BLE001 - no answer, whatever the reason
         return None
     return reply if isinstance(reply, dict) else None
+
+
+class Stream:
+    """The lines a followed request (``watch.follow``) gets back, read as they come."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+
+    def read(self, timeout: float) -> dict[str, Any] | None:
+        """The next line, or None when none came within *timeout*; EOFError when the service closed."""
+        while b"\n" not in self._buf:
+            self._sock.settimeout(timeout)
+            try:
+                part = self._sock.recv(65536)
+            except TimeoutError:
+                return None
+            if not part:
+                raise EOFError("the service closed the connection")
+            self._buf += part
+            if len(self._buf) > LINE_LIMIT:
+                raise EOFError("a line from the service is too long")
+        line, _, rest = bytes(self._buf).partition(b"\n")
+        self._buf = bytearray(rest)
+        data = json.loads(line.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise EOFError("the service sent something other than an event")
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_stream(db_path: str, request: dict[str, Any]) -> Stream | None:
+    """Send *request* and keep the connection for what comes back, or None when no verified service answers."""
+    try:
+        s = _connect(db_path, 10.0)
+        if s is None:
+            return None
+        try:
+            _send(s, request)
+        except BaseException:
+            s.close()
+            raise
+    except OSError:
+        return None
+    return Stream(s)
 
 
 def served_database(cfg: Settings) -> str | None:

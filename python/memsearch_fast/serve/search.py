@@ -239,11 +239,14 @@ class Service:
                 return
             conn.settimeout(10)
             self._last = time.monotonic()
-            with conn:
-                try:
-                    self._answer(conn)
-                except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
-                    logger.warning("search request failed: %s", exc)
+            kept = False
+            try:
+                kept = self._answer(conn)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
+                logger.warning("search request failed: %s", exc)
+            finally:
+                if not kept:
+                    conn.close()
 
     def _unload(self) -> None:
         """Drop the searchers and the models after a quiet spell: a server kept
@@ -254,15 +257,33 @@ class Service:
         self.models.unload_idle()
         give_back_memory()
 
-    def _answer(self, conn: socket.socket) -> None:
+    def _answer(self, conn: socket.socket) -> bool:
+        """Answer one request; True when the connection was handed on (a ``watch.follow``)."""
         peer = _peer(conn)
         if peer is not None and peer[1] != os.geteuid():
-            return
+            return False
         line = read_line(conn)
         if len(line) > LINE_LIMIT:
-            return
-        reply = self.handle(json.loads(line.decode("utf-8")))
+            return False
+        req = json.loads(line.decode("utf-8"))
+        if self._follows(req):
+            from memsearch_fast.serve import follow
+
+            follow.start(conn, self.watchers, req, peer[0] if peer is not None else req.get("pid"))
+            return True
+        reply = self.handle(req)
         conn.sendall(json.dumps(reply, default=_plain).encode("utf-8") + b"\n")
+        return False
+
+    def _follows(self, req: Any) -> bool:
+        """Whether *req* is a ``memsearch watch`` this service streams events to."""
+        return (
+            isinstance(req, dict)
+            and req.get("op") == "watch.follow"
+            and req.get("v") == VERSION
+            and req.get("code") == self._code
+            and self.watchers is not None
+        )
 
     def handle(self, req: Any) -> dict[str, Any]:
         """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``;

@@ -29,9 +29,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,9 @@ class Watched:
     state: str = "starting"
     runs: int = 0
     last: dict[str, Any] | None = None
+    #: Set by a ``memsearch watch`` that joins: it wants to see a run.
+    rerun: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: bool = False
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -108,6 +112,21 @@ class Watched:
                 for x in self.leases.values()
             ],
         }
+
+
+@dataclass(eq=False)
+class Follower:
+    """A ``memsearch watch`` client streaming the events of its roots
+    (:mod:`memsearch_fast.serve.follow`): it holds a lease on each root while its
+    connection lives, and its events arrive on :attr:`events` from the loop's thread."""
+
+    request: dict[str, Any]
+    holder: str
+    pid: int | None
+    collection: str
+    roots: frozenset[str]
+    keys: frozenset[tuple[Any, ...]]
+    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
 
 
 def _key(req: Mapping[str, Any], root: str) -> tuple[Any, ...]:
@@ -141,6 +160,7 @@ class Registry:
         self._used = used  # a run keeps its collection loaded in the engine (.keeper)
         self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
         self._watched: dict[tuple[Any, ...], Watched] = {}
+        self._followers: list[Follower] = []
         self._loop = asyncio.new_event_loop()
         self._slot = asyncio.Semaphore(1)
         self._queued = 0
@@ -208,6 +228,29 @@ class Registry:
         except (KeyError, TypeError, ValueError) as exc:
             return {"error": f"bad request: {exc}"}
 
+    def follow(self, req: Mapping[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]:
+        """Register a ``memsearch watch`` client's roots (``watch.follow``): the reply, and
+        the :class:`Follower` whose events to stream (None: already followed, or an error)."""
+        try:
+            reply: tuple[dict[str, Any], Follower | None] = self._call(self._follow(req, pid))
+            return reply
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"error": f"bad request: {exc}"}, None
+
+    def renew(self, follower: Follower, roots: Collection[str]) -> None:
+        """Renew the client's leases on *roots* (those of its roots still watched)."""
+        self._call(self._lease({**follower.request, "roots": sorted(roots)}))
+
+    def unfollow(self, follower: Follower) -> None:
+        """The client is gone: drop its leases (a root nobody else holds is unwatched)."""
+        self._call(self._unfollow(follower))
+
+    def _call(self, coro: Any) -> Any:
+        if self._stopped or not self._thread.is_alive():
+            coro.close()
+            raise RuntimeError("the service is stopping")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
+
     def describe(self) -> dict[str, Any]:
         """Roots, leases, last runs and the queue (for ``status``), read from any thread."""
         now = time.monotonic()
@@ -215,6 +258,46 @@ class Registry:
 
     async def _list(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": True, **self.describe()}
+
+    async def _follow(self, req: Mapping[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]:
+        collection = str(req["collection"])
+        roots = frozenset(str(r) for r in req["roots"])
+        for other in self._followers:  # one `memsearch watch` per database, collection and root set
+            gone = other.pid is not None and pid_start(other.pid) is None  # its thread has yet to notice
+            if other.collection == collection and other.roots == roots and not gone:
+                return {"already_running": True, "pid": other.pid, "roots": sorted(roots)}, None
+        request = {**req, "holder": f"watch:{pid}", "pid": pid}
+        before = {root: self._watched.get(_key(request, root)) for root in roots}
+        reply = await self._lease(request)
+        if not reply.get("ok"):
+            return reply, None
+        follower = Follower(
+            request, request["holder"], pid, collection, roots, frozenset(_key(request, r) for r in roots)
+        )
+        self._followers.append(follower)
+        for w in before.values():  # a watcher that was already there runs again, for this client to see
+            if w is not None and self._watched.get(w.key) is w:
+                w.rerun.set()
+        return reply, follower
+
+    async def _unfollow(self, follower: Follower) -> None:
+        if follower in self._followers:
+            self._followers.remove(follower)
+        await self._release(
+            {"holder": follower.holder, "roots": list(follower.roots), "collection": follower.collection}
+        )
+
+    def _publish(self, w: Watched, data: dict[str, Any]) -> None:
+        """Hand one event of *w* to the clients that follow its root."""
+        if self._watched.get(w.key) is not w:
+            return  # a watcher being replaced: its successor speaks for the root
+        if data["event"] == "stopped":
+            w.ended = True
+            if self._closing is not None and self._closing.is_set():
+                data["service"] = "stopping"  # the client connects again, to the next service
+        for follower in self._followers:
+            if w.key in follower.keys:
+                follower.events.put({**data, "root": w.root})
 
     async def _lease(self, req: Mapping[str, Any]) -> dict[str, Any]:
         holder = str(req["holder"])
@@ -265,7 +348,8 @@ class Registry:
         if before is not None:
             await asyncio.wait([before])
         lock = await self._lock(w)
-        if lock is None:
+        if lock is None:  # stopped while waiting, or no lock file: the root is not watched here
+            self._end(w)
             return
         s = w.settings
         ms = MemSearch(
@@ -279,7 +363,15 @@ class Registry:
             overlap_lines=int(s["overlap_lines"]),
             ignore_files=list(s.get("ignore_files") or []),
             exclude=list(s.get("exclude") or []),
+            description=str(s.get("description") or ""),
         )
+        loop = asyncio.get_running_loop()
+
+        # A run that waits for another writer says so to the clients that follow the root.
+        def waiting(line: str) -> None:
+            loop.call_soon_threadsafe(self._publish, w, {"event": "waiting", "message": line})
+
+        ms.on_wait = waiting
 
         async def run() -> Any:
             w.state = "queued"
@@ -306,16 +398,26 @@ class Registry:
                 debounce_ms=int(s.get("debounce_ms") or 0),
                 stop=w.stop,
                 database=self.db_path,
+                rerun=w.rerun,
             ):
                 self._record(w, event)
+                self._publish(w, event.as_dict())
         except Exception as exc:  # noqa: BLE001 - one root's failure must not stop the others
             logger.warning("watcher of %s failed: %s", w.root, exc)
+            self._publish(w, {"event": "failed", "error": f"the watcher of {w.root} failed: {exc}"})
         finally:
             w.stop.set()
             await asyncio.to_thread(ms.close)
             lock.release()
-            if self._watched.get(w.key) is w:
-                del self._watched[w.key]
+            self._end(w)
+
+    def _end(self, w: Watched) -> None:
+        """*w* watches no more: its followers hear so, and the service may idle out."""
+        if not w.ended:
+            self._publish(w, {"event": "stopped", "reason": "stopped"})
+        w.stop.set()
+        if self._watched.get(w.key) is w:
+            del self._watched[w.key]
 
     async def _lock(self, w: Watched) -> WatchLock | None:
         """The root's watcher lock, as ``memsearch watch`` takes it (one watcher per
@@ -330,6 +432,7 @@ class Registry:
                     return lock
             except OSError as exc:
                 logger.warning("cannot take the watcher lock of %s: %s", w.root, exc)
+                self._publish(w, {"event": "failed", "error": f"cannot take the watcher lock of {w.root}: {exc}"})
                 return None
             w.state = f"waiting for pid {lock.holder().pid} (a memsearch watch of this root)"
             with contextlib.suppress(asyncio.TimeoutError):

@@ -168,14 +168,16 @@ class Manifest:
         self.waited = False
 
     @classmethod
-    def for_store(cls, uri: str, collection: str) -> Manifest:
+    def for_store(cls, uri: str, collection: str, on_wait: Callable[[str], None] | None = None) -> Manifest:
         from memsearch_fast.store.compat import is_local_uri
 
         local = is_local_uri(uri)
         database = str(Path(uri).expanduser().resolve()) if local else None
-        return cls(
+        manifest = cls(
             manifest_path(uri, collection), label=f"collection '{collection}' of {database or uri}", database=database
         )
+        manifest.on_wait = on_wait
+        return manifest
 
     def acquire(self) -> None:
         """Take the collection's writer lock; blocks while another run holds it,

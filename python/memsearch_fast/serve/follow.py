@@ -1,0 +1,92 @@
+"""``memsearch watch`` as a client of the database's service: one streaming connection.
+
+Every other request is one line out and one back on the service's thread; a
+follower keeps its connection for as long as it watches, so it gets a thread
+of its own. It registers the client's roots with a lease in the client's name
+(``watch:PID``, the pid from the socket's peer credentials), streams each
+event of those roots as a JSON line, and renews the lease while the
+connection lives. When the client goes (Ctrl-C, SIGTERM, kill -9: the
+connection closes) its leases are released at once, and a root nobody else
+holds is unwatched after its run in hand is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memsearch_fast.serve.watchers import Follower, Registry
+
+logger = logging.getLogger(__name__)
+
+#: How often a follower's lease is renewed (well inside the lease's lifetime).
+RENEW_S = 30.0
+#: How often a quiet follower looks whether its client is still there.
+POLL_S = 0.25
+
+
+def start(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:
+    """Serve *conn* on a thread of its own; the thread closes it."""
+    threading.Thread(target=_serve, args=(conn, registry, request, pid), name="watch-follow", daemon=True).start()
+
+
+def _send(conn: socket.socket, data: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end (it sends nothing after its request)."""
+    readable, _, _ = select.select([conn], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return not conn.recv(4096)
+    except OSError:
+        return True
+
+
+def _serve(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:
+    follower: Follower | None = None
+    try:
+        conn.settimeout(10)
+        reply, follower = registry.follow(request, pid)
+        _send(conn, reply)
+        if follower is not None:
+            _stream(conn, registry, follower)
+    except Exception as exc:  # noqa: BLE001 - the client sees its connection end, and connects again
+        logger.info("watch follower %s ended: %s", pid, exc)
+    finally:
+        if follower is not None:
+            with contextlib.suppress(Exception):
+                registry.unfollow(follower)
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+def _stream(conn: socket.socket, registry: Registry, follower: Follower) -> None:
+    """Events until every root of *follower* has stopped or the client is gone."""
+    left = set(follower.roots)
+    renew_at = time.monotonic() + RENEW_S
+    while left:
+        try:
+            data = follower.events.get(timeout=POLL_S)
+        except queue.Empty:
+            if _gone(conn):
+                return
+            if time.monotonic() >= renew_at:
+                registry.renew(follower, left)
+                renew_at = time.monotonic() + RENEW_S
+            continue
+        _send(conn, data)
+        if data["event"] == "stopped":
+            if data.get("service"):
+                return  # the service is going: the client connects to the next one
+            left.discard(data["root"])
