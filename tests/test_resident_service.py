@@ -342,3 +342,107 @@ def test_past_the_cap_the_least_recently_used_collection_is_released(served, db,
         assert (k.idle_s, k.loaded) == (0.0, 1) and k._thread.is_alive()  # it looks, for the cap
     finally:
         k.stop()
+
+
+def index_cli(db: Path, model_dir: Path, root: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+    argv = ["index", str(root), "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir), *flags]
+    return subprocess.run(
+        [sys.executable, "-m", "memsearch_fast.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+
+
+def index_runs(db: Path) -> int:
+    st = client.status(str(db))
+    assert st is not None
+    return int(st["index_runs"])
+
+
+def chunk_ids(db: Path) -> dict[str, set[str]]:
+    from memsearch_fast.store import MilvusStore
+
+    store = MilvusStore(str(db), collection="notes")
+    try:
+        out: dict[str, set[str]] = {}
+        for chunk_id, source in store.iter_ids_by_source():
+            out.setdefault(source, set()).add(chunk_id)
+        return out
+    finally:
+        store.close()
+
+
+def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, model_dir, tmp_path, monkeypatch):
+    """Where the service has the model loaded, `memsearch index` hands it the run
+    (no second model); the output, the report and the rows are an in-process run's."""
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
+    first = index_cli(db, model_dir, notes)  # no model loaded anywhere yet: this process loads it
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert index_runs(db) == 0 and client.status(str(db))["models"] == []
+    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+
+    (notes / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
+    (notes / "c.md").write_bytes(b"# Broken\n\n\xff\xfe not utf-8 \xff\n")
+    second = index_cli(db, model_dir, notes)
+    assert second.returncode == 0, second.stderr[-2000:]
+    report = json.loads(second.stdout)
+    assert index_runs(db) == 1  # the service ran it
+    assert report["changed"] == 2 and report["embedded"] == 2 and report["files"] == 3
+    assert [Path(p).name for p in report["invalid_utf8"]] == ["c.md"] and "invalid UTF-8" in second.stderr
+    assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
+    assert len(client.status(str(db))["models"]) == 1
+
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway now listens on port 5151.\n", encoding="utf-8")
+    own = index_cli(db, model_dir, notes, MEMSEARCH_INDEX_SERVICE="0")  # switched off: in this process
+    assert own.returncode == 0 and json.loads(own.stdout)["changed"] == 1 and index_runs(db) == 1
+    forced = index_cli(db, model_dir, notes, "--force")
+    assert forced.returncode == 0 and index_runs(db) == 2
+    assert json.loads(forced.stdout)["embedded"] == 3  # --force embeds every chunk again, as in process
+
+    fresh = tmp_path / "fresh.db"
+    try:
+        assert index_cli(fresh, model_dir, notes).returncode == 0
+        assert chunk_ids(db) == chunk_ids(fresh)
+    finally:
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(fresh))
+
+
+def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, model_dir, tmp_path, monkeypatch):
+    """SIGTERM (or Ctrl-C) of a `memsearch index` that the service runs: the service
+    writes and flushes what was embedded, the CLI exits 130; the next run finishes it."""
+    from tests.helpers.corpus import write_corpus
+
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    notes = tmp_path / "notes"
+    (notes / "a.md").parent.mkdir()
+    (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
+    assert index_cli(db, model_dir, notes).returncode == 0
+    search(db, model_dir, "alpha")  # the service loads the model
+    write_corpus(notes / "more", total_bytes=400_000, seed=3)
+    argv = ["index", str(notes), "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memsearch_fast.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    progressed = False
+    for line in proc.stderr:  # progress as JSON lines: interrupt once chunks are being embedded
+        if line.startswith("{") and json.loads(line).get("embedded", 0) > 0:
+            progressed = True
+            break
+    assert progressed
+    proc.send_signal(signal.SIGTERM)
+    _, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 130, errors[-2000:]
+    assert "interrupted; what was written is kept" in errors
+    assert index_runs(db) == 1  # the first run (in process) is not counted; this one ran in the service
+    again = index_cli(db, model_dir, notes)
+    assert again.returncode == 0, again.stderr[-2000:]
+    done = json.loads(again.stdout)
+    assert done["embedded"] < done["chunks"]  # what the interrupted run wrote is not embedded again

@@ -137,7 +137,9 @@ def _format_service(info: dict[str, Any]) -> str:
         rules = [f"after {release['idle_s']:.0f} s idle"] if release["idle_s"] > 0 else []
         rules += [f"past {release['loaded']} loaded"] if release.get("loaded") else []
         lines.append(f"  collections released {' or '.join(rules)} ({release['released']} so far)")
-    lines.append(f"  watched roots: {len(info['roots'])}, queue: {info['queue']}")
+    lines.append(
+        f"  watched roots: {len(info['roots'])}, queue: {info['queue']}, index runs: {info.get('index_runs', 0)}"
+    )
     for r in info["roots"]:
         lines.append(f"  - {r['root']} [{r['collection']}] {r['state']}, {r['runs']} run(s)")
         last = r.get("last_run")

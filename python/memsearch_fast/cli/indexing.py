@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memsearch_fast.cli import served
 from memsearch_fast.cli.app import EXIT_USAGE, app, err, fail, guard, run
 from memsearch_fast.cli.options import (
     EMBEDDING,
@@ -59,25 +60,24 @@ def index(
     and flushed, exit 130.
     """
     from memsearch_fast.cli import display
-    from memsearch_fast.store.manifest import Manifest
 
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size)
-    ms = memsearch(cfg, paths, files, description, workers=workers)
-    _check_database(ms.uri)
-    writer = Manifest.for_store(ms.uri, ms.collection)
-    writer.on_wait = err
-    progress = display.make_progress(quiet=quiet, json_lines=json_output)
-    try:
-        # The writer lock covers the scan: a run that waited indexes the tree
-        # as the run before it left it.
-        with _sigterm_as_sigint(), writer.writer(), _no_stray_lock(ms.uri, writer.lock_path):
-            report = run(ms.index_with_report(force=force, progress=progress))
-    finally:
-        progress.finish()
-        ms.close()
+    # An explicit --workers asks for this process's pools; otherwise a service holding the model runs it.
+    service = None if workers is not None else served.index_request(cfg, paths, files, description, force=force)
+    report = None
+    if service is not None:
+        _check_database(service[0])
+        progress = display.make_progress(quiet=quiet, json_lines=json_output)
+        try:
+            with _sigterm_as_sigint():
+                report = served.index_run(*service, progress)
+        finally:
+            progress.finish()
+    if report is None:
+        report = _index_here(cfg, paths, files, description, workers, force, quiet, json_output)
     if json_output:
         typer.echo(display.to_json(display.index_report_dict(report)))
     elif not quiet:
@@ -86,6 +86,34 @@ def index(
         err(line)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _index_here(
+    cfg: Any,
+    paths: list[str],
+    files: FileOptions,
+    description: str | None,
+    workers: int | None,
+    force: bool,
+    quiet: bool,
+    json_output: bool,
+) -> Any:
+    """The index run in this process, with its own model."""
+    from memsearch_fast.cli import display
+    from memsearch_fast.store.manifest import Manifest
+
+    ms = memsearch(cfg, paths, files, description, workers=workers)
+    _check_database(ms.uri)
+    writer = Manifest.for_store(ms.uri, ms.collection, err)
+    progress = display.make_progress(quiet=quiet, json_lines=json_output)
+    try:
+        # The writer lock covers the scan: a run that waited indexes the tree
+        # as the run before it left it.
+        with _sigterm_as_sigint(), writer.writer(), _no_stray_lock(ms.uri, writer.lock_path):
+            return run(ms.index_with_report(force=force, progress=progress))
+    finally:
+        progress.finish()
+        ms.close()
 
 
 @app.command()
@@ -126,11 +154,11 @@ def watch(
             fail(f"path does not exist: {p}", EXIT_USAGE)
     cfg = settings(milvus, embedding, max_chunk_size=max_chunk_size, debounce_ms=debounce_ms)
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
-    out = _Events(quiet=quiet, json_lines=json_output)
-    served = _served(cfg, roots, files, description)
-    if served is not None:
-        _check_database(served[0])
-        code = _follow(*served, cfg.milvus.collection, out, early_stop)
+    out = served.Events(quiet=quiet, json_lines=json_output)
+    service = served.watch_request(cfg, roots, files, description)
+    if service is not None:
+        _check_database(service[0])
+        code = served.follow(*service, cfg.milvus.collection, out, early_stop)
         if code is not None:
             raise typer.Exit(code)
     ms = memsearch(cfg, paths, files, description)
@@ -155,161 +183,6 @@ def watch(
     finally:
         lock.release()
         ms.close()
-
-
-#: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
-#: even where the database's service could watch for it.
-ENV_SERVICE = "MEMSEARCH_WATCH_SERVICE"
-#: Times in a row `memsearch watch` tries to reach a service that went away.
-RECONNECTS = 5
-
-
-def _served(cfg: Any, roots: list[str], files: FileOptions, description: str | None) -> tuple[str, Any] | None:
-    """The database and ``watch.follow`` request when its service can watch *roots*
-    exactly as this process would (a local database, the local ONNX model), else None."""
-    from memsearch_fast.serve import client
-
-    if os.environ.get(ENV_SERVICE, "").strip().lower() in ("0", "off", "false", "no"):
-        return None
-    prepared = client.lease_request(
-        cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
-    )
-    if prepared is None:
-        return None
-    db_path, request = prepared
-    return db_path, {**request, "op": "watch.follow", "description": description or ""}
-
-
-def _follow(db_path: str, request: dict[str, Any], collection: str, out: "_Events", early_stop: Any) -> int | None:
-    """Watch through the database's service: register the roots and print its events
-    as this process's own. The exit code, or None when no service of this
-    installation answers (the caller watches in process)."""
-    import time
-
-    roots = sorted(request["roots"])
-    watching = False
-    for attempt in range(RECONNECTS + 1):
-        if early_stop.is_set():
-            break
-        if attempt:  # the service went away (killed, upgraded, stopped): start the next one
-            out.error(
-                f"error: the service of {db_path} went away; watching again",
-                {"event": "error", "error": "the service went away", "retry_in": float(attempt - 1)},
-            )
-            time.sleep(attempt - 1)
-        stream = _open(db_path, request)
-        if stream is None:
-            continue
-        with stream:
-            try:
-                reply = _first(stream, early_stop)
-            except (EOFError, OSError, ValueError):
-                continue
-            if reply is None:
-                break
-            if reply.get("already_running"):
-                out.event(
-                    f"memsearch watch is already running for these paths on collection '{collection}' "
-                    f"(pid {reply.get('pid')}); nothing to do",
-                    {"event": "already_running", "pid": reply.get("pid"), "roots": reply.get("roots") or roots},
-                )
-                return 0
-            if not reply.get("ok"):
-                if "unsupported" in reply and not watching:
-                    return None  # a service of another installation
-                fail(f"the service of {db_path} cannot watch {', '.join(roots)}: {reply.get('error') or reply}")
-            if not watching:
-                out.event(
-                    f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}, in the service of {db_path}); "
-                    "Ctrl-C to stop",
-                    {"event": "watching", "pid": os.getpid(), "roots": roots, "service": db_path},
-                )
-                watching = True
-            code = _events(stream, out, early_stop, roots)
-            if code is not None:
-                return code
-    if early_stop.is_set():
-        out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
-        return 0
-    fail(f"cannot reach the service of {db_path}; stopped watching")
-
-
-def _open(db_path: str, request: dict[str, Any]) -> Any:
-    """A stream from the database's service, started first where none runs."""
-    from memsearch_fast.errors import one_line
-    from memsearch_fast.serve import client
-
-    if client.server_record(db_path) is None:
-        try:
-            client.ensure_server(db_path)
-        except Exception as exc:  # noqa: BLE001 - said as one line; exit 1
-            fail(f"cannot start the service of {db_path}: {one_line(exc)}")
-    return client.open_stream(db_path, request)
-
-
-def _first(stream: Any, early_stop: Any) -> dict[str, Any] | None:
-    """The service's reply to the registration (None: stopped meanwhile)."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while not early_stop.is_set():
-        reply = stream.read(0.25)
-        if reply is not None:
-            return dict(reply)
-        if time.monotonic() > deadline:
-            raise EOFError("no reply")
-    return None
-
-
-def _events(stream: Any, out: "_Events", early_stop: Any, roots: list[str]) -> int | None:
-    """Print the service's events until every root stopped (the exit code), a
-    signal (0), or the service going away (None: connect again)."""
-    left = set(roots)
-    failed = False
-    while True:
-        if early_stop.is_set():
-            out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
-            return 0
-        try:
-            data = stream.read(0.25)
-        except (EOFError, OSError, ValueError):
-            return None
-        if data is None:
-            continue
-        kind = data.get("event")
-        root = data.pop("root", None)
-        if kind == "stopped":
-            if data.pop("service", None):
-                return None
-            left.discard(root)
-            if not left:
-                if not failed:
-                    out.event(f"Stopped watching: {data.get('reason')}", data)
-                return 1 if failed else 0
-            continue
-        failed = _show(out, data) or failed
-
-
-def _show(out: "_Events", data: dict[str, Any]) -> bool:
-    """Print one watch event (a dict as :meth:`WatchEvent.as_dict` makes it); True for "failed"."""
-    from types import SimpleNamespace
-
-    from memsearch_fast.cli import display
-
-    kind = data.get("event")
-    if kind == "indexed":
-        report = SimpleNamespace(**{**data, "failed": [(f["path"], f["reason"]) for f in data.get("failed") or []]})
-        out.event(_report_line(report), data)
-        for line in display.format_failures(report):
-            err(line)
-    elif kind == "waiting":
-        out.event(str(data.get("message")), data)
-    elif kind == "error":
-        out.error(f"error: {data.get('error')}; retrying in {float(data.get('retry_in') or 0):.0f} s", data)
-    elif kind == "failed":
-        out.error(f"Error: {data.get('error')}; stopped watching", data)
-        return True
-    return False
 
 
 def _check_database(uri: str) -> None:
@@ -362,31 +235,7 @@ def _sigterm_as_sigint() -> Iterator[None]:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class _Events:
-    """Event lines on stderr (none with --quiet), or JSON lines on stdout with -j.
-
-    Errors always reach stderr as one line.
-    """
-
-    def __init__(self, *, quiet: bool, json_lines: bool) -> None:
-        self.quiet = quiet
-        self.json_lines = json_lines
-
-    def event(self, line: str, data: dict[str, Any]) -> None:
-        if self.json_lines:
-            from memsearch_fast.cli import display
-
-            typer.echo(display.to_json_line(data))
-        elif not self.quiet:
-            err(line)
-
-    def error(self, line: str, data: dict[str, Any]) -> None:
-        err(line)
-        if self.json_lines:
-            self.event(line, data)
-
-
-async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> None:
+async def _watch(ms: Any, debounce_ms: int, out: served.Events, early_stop: Any) -> None:
     import asyncio
     import signal
 
@@ -403,16 +252,6 @@ async def _watch(ms: Any, debounce_ms: int, out: _Events, early_stop: Any) -> No
             if not failed:  # a "failed" event said why already
                 out.event(f"Stopped watching: {event.error or 'stopped'}", event.as_dict())
         else:
-            failed = _show(out, event.as_dict()) or failed
+            failed = served.show(out, event.as_dict()) or failed
     if failed:
         raise typer.Exit(1)
-
-
-def _report_line(report: Any) -> str:
-    return (
-        f"indexed: {report.changed} changed of {report.files} files ({report.read} read, "
-        + (f"{max(0, report.files - report.read)} skipped by the manifest" if report.manifest else "full run")
-        + f"), {report.embedded} chunks embedded, "
-        f"{report.reused} reused, {report.deleted} deleted, {report.sources_removed} files removed "
-        f"({report.seconds:.2f} s)"
-    )

@@ -37,6 +37,19 @@ class IndexReport:
         """Chunks written in this run (embedded or with a reused vector)."""
         return self.embedded + self.reused
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IndexReport:
+        """The report :meth:`as_dict` gave (the service's run, read back by the CLI)."""
+        from memsearch_fast.index.span_pass import SpanReport
+
+        names = {f.name for f in dataclasses.fields(cls)} - {"failed", "spans"}
+        spans = data.get("spans")
+        return cls(
+            **{k: v for k, v in data.items() if k in names},
+            failed=[(str(f["path"]), str(f["reason"])) for f in data.get("failed") or []],
+            spans=SpanReport(**spans) if isinstance(spans, dict) else None,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """The report as ``index -j`` prints it (and the service streams it to ``watch``)."""
         return {

@@ -150,6 +150,11 @@ class Stream:
             raise EOFError("the service sent something other than an event")
         return data
 
+    def send(self, line: bytes) -> None:
+        """A line to the service (``cancel``); a service already gone is not an error here."""
+        with contextlib.suppress(OSError):
+            self._sock.sendall(line)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()

@@ -266,24 +266,32 @@ class Service:
         if len(line) > LINE_LIMIT:
             return False
         req = json.loads(line.decode("utf-8"))
-        if self._follows(req):
+        streamed = self._streamed(req)
+        if streamed == "watch.follow":
             from memsearch_fast.serve import follow
 
             follow.start(conn, self.watchers, req, peer[0] if peer is not None else req.get("pid"))
+            return True
+        if streamed == "index.run":
+            from memsearch_fast.serve import runs
+
+            runs.start(conn, self.watchers, req, self._touch)
             return True
         reply = self.handle(req)
         conn.sendall(json.dumps(reply, default=_plain).encode("utf-8") + b"\n")
         return False
 
-    def _follows(self, req: Any) -> bool:
-        """Whether *req* is a ``memsearch watch`` this service streams events to."""
-        return (
+    def _streamed(self, req: Any) -> str | None:
+        """The op of a request whose connection stays open for what comes back
+        (``watch.follow``: a ``memsearch watch``; ``index.run``: a ``memsearch index``), else None."""
+        ok = (
             isinstance(req, dict)
-            and req.get("op") == "watch.follow"
             and req.get("v") == VERSION
             and req.get("code") == self._code
             and self.watchers is not None
+            and req.get("op") in ("watch.follow", "index.run")
         )
+        return str(req["op"]) if ok else None
 
     def handle(self, req: Any) -> dict[str, Any]:
         """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``;

@@ -32,7 +32,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,8 @@ class Registry:
         self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
         self._watched: dict[tuple[Any, ...], Watched] = {}
         self._followers: list[Follower] = []
+        #: ``memsearch index`` runs started here (:mod:`.runs`).
+        self.index_runs = 0
         self._loop = asyncio.new_event_loop()
         self._slot = asyncio.Semaphore(1)
         self._queued = 0
@@ -254,7 +256,8 @@ class Registry:
     def describe(self) -> dict[str, Any]:
         """Roots, leases, last runs and the queue (for ``status``), read from any thread."""
         now = time.monotonic()
-        return {"roots": [w.describe(now) for w in list(self._watched.values())], "queue": self._queued}
+        roots = [w.describe(now) for w in list(self._watched.values())]
+        return {"roots": roots, "queue": self._queued, "index_runs": self.index_runs}
 
     async def _list(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": True, **self.describe()}
@@ -341,8 +344,52 @@ class Registry:
 
     # -- one watcher ---------------------------------------------------------------------
 
-    async def _watch(self, w: Watched, before: asyncio.Task[None] | None) -> None:
+    def memsearch(self, paths: list[str], s: Mapping[str, Any]) -> Any:
+        """A ``MemSearch`` on this database with a request's settings; the model is lent per run."""
         from memsearch_fast.api import MemSearch
+
+        return MemSearch(
+            paths,
+            embedding_provider="onnx",
+            embedding_model=str(s["model_dir"]),
+            embedding_options={"model_name": str(s["model_name"])},
+            milvus_uri=self.db_path,
+            collection=str(s["collection"]),
+            max_chunk_size=int(s["max_chunk_size"]),
+            overlap_lines=int(s["overlap_lines"]),
+            ignore_files=list(s.get("ignore_files") or []),
+            exclude=list(s.get("exclude") or []),
+            description=str(s.get("description") or ""),
+        )
+
+    @contextlib.asynccontextmanager
+    async def turn(self, collection: str) -> AsyncIterator[None]:
+        """One index run at a time (the others wait in the queue); a run keeps its collection loaded."""
+        self._queued += 1
+        try:
+            await self._slot.acquire()
+        finally:
+            self._queued -= 1
+        try:
+            self._used(collection)
+            yield
+        finally:
+            self._used(collection)
+            self._slot.release()
+
+    def submit(self, coro: Any) -> asyncio.Task[Any]:
+        """Start *coro* as a task on the watchers' loop (from another thread)."""
+
+        async def start() -> asyncio.Task[Any]:
+            return asyncio.create_task(coro)
+
+        task: asyncio.Task[Any] = self._call(start())
+        return task
+
+    def cancel(self, task: asyncio.Task[Any]) -> None:
+        self._loop.call_soon_threadsafe(task.cancel)
+
+    async def _watch(self, w: Watched, before: asyncio.Task[None] | None) -> None:
         from memsearch_fast.index.watch import watch
 
         if before is not None:
@@ -351,20 +398,7 @@ class Registry:
         if lock is None:  # stopped while waiting, or no lock file: the root is not watched here
             self._end(w)
             return
-        s = w.settings
-        ms = MemSearch(
-            [w.root],
-            embedding_provider="onnx",
-            embedding_model=str(s["model_dir"]),
-            embedding_options={"model_name": str(s["model_name"])},
-            milvus_uri=self.db_path,
-            collection=w.collection,
-            max_chunk_size=int(s["max_chunk_size"]),
-            overlap_lines=int(s["overlap_lines"]),
-            ignore_files=list(s.get("ignore_files") or []),
-            exclude=list(s.get("exclude") or []),
-            description=str(s.get("description") or ""),
-        )
+        ms = self.memsearch([w.root], w.settings)
         loop = asyncio.get_running_loop()
 
         # A run that waits for another writer says so to the clients that follow the root.
@@ -375,27 +409,20 @@ class Registry:
 
         async def run() -> Any:
             w.state = "queued"
-            self._queued += 1
-            try:
-                await self._slot.acquire()
-            finally:
-                self._queued -= 1
-            try:
+            async with self.turn(w.collection):
                 w.state = "indexing"
-                self._used(w.collection)
-                with self.models.lend(ms, str(s["model_dir"]), str(s["model_name"])):
-                    return await ms.index_with_report()
-            finally:
-                self._used(w.collection)
-                self._slot.release()
-                w.state = "watching"
+                try:
+                    with self.models.lend(ms, str(w.settings["model_dir"]), str(w.settings["model_name"])):
+                        return await ms.index_with_report()
+                finally:
+                    w.state = "watching"
 
         try:
             async for event in watch(
                 run,
                 [w.root],
                 ignore_files=ms.ignore_files,
-                debounce_ms=int(s.get("debounce_ms") or 0),
+                debounce_ms=int(w.settings.get("debounce_ms") or 0),
                 stop=w.stop,
                 database=self.db_path,
                 rerun=w.rerun,

@@ -1,0 +1,278 @@
+"""`watch` and `index` as clients of the database's service, and the watch events both paths print.
+
+On a local database with the local ONNX model, `memsearch watch` registers
+its roots with the database's service and prints the service's runs as its
+own events (:mod:`memsearch_fast.serve.follow`), and `memsearch index` hands
+its run to a service that already holds the model
+(:mod:`memsearch_fast.serve.runs`), so no second model is loaded for one
+database. Everything else runs in process, as before.
+"""
+
+import os
+from typing import Any
+
+import typer
+
+from memsearch_fast.cli.app import err, fail
+from memsearch_fast.cli.options import FileOptions
+
+#: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
+#: even where the database's service could watch for it.
+ENV_SERVICE = "MEMSEARCH_WATCH_SERVICE"
+#: Set to 0 (or off/false/no) and `memsearch index` always loads its own model.
+ENV_INDEX_SERVICE = "MEMSEARCH_INDEX_SERVICE"
+#: Times in a row `memsearch watch` tries to reach a service that went away.
+RECONNECTS = 5
+
+
+def _switched_off(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("0", "off", "false", "no")
+
+
+def index_request(
+    cfg: Any, paths: list[str], files: FileOptions, description: str | None, *, force: bool
+) -> tuple[str, Any] | None:
+    """The database and ``index.run`` request when a running service already holds
+    the model this run would load (a local database, the local ONNX model), else None."""
+    from memsearch_fast.serve import client
+
+    if _switched_off(ENV_INDEX_SERVICE):
+        return None
+    prepared = client.lease_request(
+        cfg, paths, holder="index", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
+    )
+    if prepared is None or client.server_record(prepared[0]) is None:
+        return None
+    db_path, request = prepared
+    st = client.status(db_path)
+    loaded = {os.path.realpath(str(m.get("dir"))) for m in (st or {}).get("models") or []}
+    if os.path.realpath(request["model_dir"]) not in loaded:
+        return None  # loading it there would cost what loading it here does
+    paths = request.pop("roots")
+    return db_path, {**request, "op": "index.run", "paths": paths, "description": description or "", "force": force}
+
+
+def index_run(db_path: str, request: dict[str, Any], progress: Any) -> Any:
+    """The report of the run the service made (drawing its progress here), or None
+    when no service of this installation took it (the caller runs it itself).
+    Ctrl-C and SIGTERM (as SIGINT) cancel it there: what was embedded is
+    written and flushed, then KeyboardInterrupt (exit 130)."""
+    from memsearch_fast.index.report import IndexReport
+    from memsearch_fast.serve import client
+
+    stream = client.open_stream(db_path, request)
+    if stream is None:
+        return None
+    calls = ("start", "files_done", "chunks_embedded", "spans_done")
+    interrupted = False
+    with stream:
+        while True:
+            try:
+                data = stream.read(0.5)
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise
+                interrupted = True
+                stream.send(b"cancel\n")
+                continue
+            except (EOFError, OSError, ValueError):
+                if interrupted:
+                    raise KeyboardInterrupt from None
+                return None  # the service went away: this process runs it (what was written stays)
+            if data is None:
+                continue
+            kind = data.pop("event", None)
+            if kind == "progress" and data.get("call") in calls:
+                getattr(progress, str(data["call"]), lambda *_: None)(*data.get("args") or [])
+            elif kind == "waiting":
+                err(str(data.get("message")))
+            elif kind == "report":
+                return IndexReport.from_dict(data)
+            elif kind == "cancelled":
+                raise KeyboardInterrupt
+            elif kind == "failed":
+                fail(str(data.get("error")))
+            elif kind is None and data.get("unsupported"):
+                return None  # a service of another installation
+
+
+def watch_request(cfg: Any, roots: list[str], files: FileOptions, description: str | None) -> tuple[str, Any] | None:
+    """The database and ``watch.follow`` request when its service can watch *roots*
+    exactly as this process would (a local database, the local ONNX model), else None."""
+    from memsearch_fast.serve import client
+
+    if _switched_off(ENV_SERVICE):
+        return None
+    prepared = client.lease_request(
+        cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
+    )
+    if prepared is None:
+        return None
+    db_path, request = prepared
+    return db_path, {**request, "op": "watch.follow", "description": description or ""}
+
+
+def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events", early_stop: Any) -> int | None:
+    """Watch through the database's service: register the roots and print its events
+    as this process's own. The exit code, or None when no service of this
+    installation answers (the caller watches in process)."""
+    import time
+
+    roots = sorted(request["roots"])
+    watching = False
+    for attempt in range(RECONNECTS + 1):
+        if early_stop.is_set():
+            break
+        if attempt:  # the service went away (killed, upgraded, stopped): start the next one
+            out.error(
+                f"error: the service of {db_path} went away; watching again",
+                {"event": "error", "error": "the service went away", "retry_in": float(attempt - 1)},
+            )
+            time.sleep(attempt - 1)
+        stream = _open(db_path, request)
+        if stream is None:
+            continue
+        with stream:
+            try:
+                reply = _first(stream, early_stop)
+            except (EOFError, OSError, ValueError):
+                continue
+            if reply is None:
+                break
+            if reply.get("already_running"):
+                out.event(
+                    f"memsearch watch is already running for these paths on collection '{collection}' "
+                    f"(pid {reply.get('pid')}); nothing to do",
+                    {"event": "already_running", "pid": reply.get("pid"), "roots": reply.get("roots") or roots},
+                )
+                return 0
+            if not reply.get("ok"):
+                if "unsupported" in reply and not watching:
+                    return None  # a service of another installation
+                fail(f"the service of {db_path} cannot watch {', '.join(roots)}: {reply.get('error') or reply}")
+            if not watching:
+                out.event(
+                    f"Watching {len(roots)} path(s) for changes (pid {os.getpid()}, in the service of {db_path}); "
+                    "Ctrl-C to stop",
+                    {"event": "watching", "pid": os.getpid(), "roots": roots, "service": db_path},
+                )
+                watching = True
+            code = _events(stream, out, early_stop, roots)
+            if code is not None:
+                return code
+    if early_stop.is_set():
+        out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
+        return 0
+    fail(f"cannot reach the service of {db_path}; stopped watching")
+
+
+def _open(db_path: str, request: dict[str, Any]) -> Any:
+    """A stream from the database's service, started first where none runs."""
+    from memsearch_fast.errors import one_line
+    from memsearch_fast.serve import client
+
+    if client.server_record(db_path) is None:
+        try:
+            client.ensure_server(db_path)
+        except Exception as exc:  # noqa: BLE001 - said as one line; exit 1
+            fail(f"cannot start the service of {db_path}: {one_line(exc)}")
+    return client.open_stream(db_path, request)
+
+
+def _first(stream: Any, early_stop: Any) -> dict[str, Any] | None:
+    """The service's reply to the registration (None: stopped meanwhile)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while not early_stop.is_set():
+        reply = stream.read(0.25)
+        if reply is not None:
+            return dict(reply)
+        if time.monotonic() > deadline:
+            raise EOFError("no reply")
+    return None
+
+
+def _events(stream: Any, out: "Events", early_stop: Any, roots: list[str]) -> int | None:
+    """Print the service's events until every root stopped (the exit code), a
+    signal (0), or the service going away (None: connect again)."""
+    left = set(roots)
+    failed = False
+    while True:
+        if early_stop.is_set():
+            out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
+            return 0
+        try:
+            data = stream.read(0.25)
+        except (EOFError, OSError, ValueError):
+            return None
+        if data is None:
+            continue
+        kind = data.get("event")
+        root = data.pop("root", None)
+        if kind == "stopped":
+            if data.pop("service", None):
+                return None
+            left.discard(root)
+            if not left:
+                if not failed:
+                    out.event(f"Stopped watching: {data.get('reason')}", data)
+                return 1 if failed else 0
+            continue
+        failed = show(out, data) or failed
+
+
+def show(out: "Events", data: dict[str, Any]) -> bool:
+    """Print one watch event (a dict as :meth:`WatchEvent.as_dict` makes it); True for "failed"."""
+    from types import SimpleNamespace
+
+    from memsearch_fast.cli import display
+
+    kind = data.get("event")
+    if kind == "indexed":
+        report = SimpleNamespace(**{**data, "failed": [(f["path"], f["reason"]) for f in data.get("failed") or []]})
+        out.event(report_line(report), data)
+        for line in display.format_failures(report):
+            err(line)
+    elif kind == "waiting":
+        out.event(str(data.get("message")), data)
+    elif kind == "error":
+        out.error(f"error: {data.get('error')}; retrying in {float(data.get('retry_in') or 0):.0f} s", data)
+    elif kind == "failed":
+        out.error(f"Error: {data.get('error')}; stopped watching", data)
+        return True
+    return False
+
+
+class Events:
+    """Event lines on stderr (none with --quiet), or JSON lines on stdout with -j.
+
+    Errors always reach stderr as one line.
+    """
+
+    def __init__(self, *, quiet: bool, json_lines: bool) -> None:
+        self.quiet = quiet
+        self.json_lines = json_lines
+
+    def event(self, line: str, data: dict[str, Any]) -> None:
+        if self.json_lines:
+            from memsearch_fast.cli import display
+
+            typer.echo(display.to_json_line(data))
+        elif not self.quiet:
+            err(line)
+
+    def error(self, line: str, data: dict[str, Any]) -> None:
+        err(line)
+        if self.json_lines:
+            self.event(line, data)
+
+
+def report_line(report: Any) -> str:
+    return (
+        f"indexed: {report.changed} changed of {report.files} files ({report.read} read, "
+        + (f"{max(0, report.files - report.read)} skipped by the manifest" if report.manifest else "full run")
+        + f"), {report.embedded} chunks embedded, "
+        f"{report.reused} reused, {report.deleted} deleted, {report.sources_removed} files removed "
+        f"({report.seconds:.2f} s)"
+    )

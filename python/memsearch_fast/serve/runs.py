@@ -1,0 +1,128 @@
+"""``memsearch index`` run by the database's service, with the model it has loaded.
+
+A CLI ``index`` of a local database whose service already holds the ONNX
+model sends its run here (``index.run``) instead of loading a second copy: the
+run goes through the watchers' queue (one run at a time, the same writer
+lock, manifest and lazy-sync record as any run), and the connection carries
+the run's progress calls, a ``waiting`` line when another writer holds the
+collection, and the final report. The client cancels with a ``cancel`` line
+(Ctrl-C, SIGTERM) or by closing the connection (kill -9); either way what
+was embedded is written and flushed before the run ends, as in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import select
+import socket
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memsearch_fast.serve.watchers import Registry
+
+logger = logging.getLogger(__name__)
+
+#: The last event of a run: its report, its cancellation, or its error.
+FINAL = ("report", "cancelled", "failed")
+POLL_S = 0.1
+
+
+class Relay:
+    """The run's progress calls, handed to the client to draw (``index.report.Progress``)."""
+
+    def __init__(self, events: queue.Queue[dict[str, Any]]) -> None:
+        self._events = events
+
+    def _put(self, call: str, *args: int) -> None:
+        self._events.put({"event": "progress", "call": call, "args": list(args)})
+
+    def start(self, files: int) -> None:
+        self._put("start", files)
+
+    def files_done(self, files: int, chunks: int) -> None:
+        self._put("files_done", files, chunks)
+
+    def chunks_embedded(self, n: int) -> None:
+        self._put("chunks_embedded", n)
+
+    def spans_done(self, done: int, total: int) -> None:
+        self._put("spans_done", done, total)
+
+    def finish(self) -> None:
+        """The client finishes its own display when the run ends."""
+
+
+async def run(registry: Registry, req: dict[str, Any], events: queue.Queue[dict[str, Any]]) -> None:
+    """One index run of the request's paths; its last event is one of :data:`FINAL`."""
+    from memsearch_fast.errors import describe
+
+    ms = None
+    try:
+        ms = registry.memsearch([str(p) for p in req["paths"]], req)
+        ms.on_wait = lambda line: events.put({"event": "waiting", "message": line})
+        async with registry.turn(str(req["collection"])):
+            registry.index_runs += 1
+            with registry.models.lend(ms, str(req["model_dir"]), str(req["model_name"])):
+                report = await ms.index_with_report(force=bool(req.get("force")), progress=Relay(events))
+        events.put({"event": "report", **report.as_dict()})
+    except asyncio.CancelledError:
+        events.put({"event": "cancelled"})
+    except Exception as exc:  # noqa: BLE001 - the client says it in one line
+        events.put({"event": "failed", "error": describe(exc)})
+    finally:
+        if ms is not None:
+            await asyncio.to_thread(ms.close)
+
+
+def start(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: Callable[[], None]) -> None:
+    """Serve *conn* on a thread of its own; the thread closes it. *touch* marks
+    the service active (a run in hand keeps it from exiting idle)."""
+    threading.Thread(target=_serve, args=(conn, registry, req, touch), name="index-run", daemon=True).start()
+
+
+def _serve(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: Callable[[], None]) -> None:
+    events: queue.Queue[dict[str, Any]] = queue.Queue()
+    connected = True
+    try:
+        conn.settimeout(10)
+        task = registry.submit(run(registry, req, events))
+        cancelled = False
+        while True:
+            touch()
+            try:
+                data = events.get(timeout=POLL_S)
+            except queue.Empty:
+                data = None
+            if data is not None:
+                if connected:
+                    try:
+                        conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
+                    except OSError:
+                        connected = False
+                if data["event"] in FINAL:
+                    return
+                continue
+            if not cancelled and (not connected or _asked_to_stop(conn)):
+                registry.cancel(task)  # the run writes and flushes what it embedded, then ends
+                cancelled = True
+    except Exception as exc:  # noqa: BLE001 - the client sees its connection end
+        logger.info("index run ended: %s", exc)
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+def _asked_to_stop(conn: socket.socket) -> bool:
+    """A ``cancel`` line, or the client gone."""
+    readable, _, _ = select.select([conn], [], [], 0)
+    if not readable:
+        return False
+    with contextlib.suppress(OSError):
+        conn.recv(4096)
+    return True
