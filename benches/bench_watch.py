@@ -127,8 +127,12 @@ class Watcher:
         self.events: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
         self.stderr: list[str] = []
         self.started: dict[str, Any] = {}  # its "watching" event
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self.readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -171,6 +175,11 @@ class Watcher:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        for reader in self.readers:  # they end at the pipes' end of file
+            reader.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 class Bench:
@@ -237,7 +246,7 @@ class Bench:
 
     def watcher(self) -> Watcher:
         w = Watcher(self.root, self.flags, self.env)
-        w.started = w.next("watching")
+        w.started = w.next("watching")[1]
         w.next("indexed")  # the first run: nothing changed since the index
         return w
 

@@ -80,6 +80,7 @@ def arm(name: str, corpus: Path, seed: Path, work: Path) -> dict[str, Any]:
             "wall_s": round(wall, 2),
             "cli_peak_rss_mb": round(rss, 1),
             "server_rss_mb": status.get("rss_mb"),
+            "both_mb": round(rss + float(status.get("rss_mb") or 0), 1),
             "index_runs_in_server": status.get("index_runs"),
             "chunks": report["chunks"],
             "embedded": report["embedded"],
@@ -104,7 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         runs: list[dict[str, Any]] = []
         for r in range(args.rounds):
             for name in ("here", "service") if r % 2 == 0 else ("service", "here"):
-                result = {"round": r, "load_1m": round(os.getloadavg()[0], 2), **arm(name, corpus, seed, work / name)}
+                result = {
+                    "round": r,
+                    "load_1m": round(os.getloadavg()[0], 2),
+                    **arm(name, corpus, seed, work / f"{name}-{r}"),
+                }
                 print(json.dumps(result), flush=True)
                 runs.append(result)
         here = statistics.median(x["wall_s"] for x in runs if x["arm"] == "here")

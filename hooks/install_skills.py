@@ -82,6 +82,15 @@ def install(dest: Path, replaced: list[str] | None = None) -> list[Path]:
     return written
 
 
+def install_and_say(dest: Path) -> list[Path]:
+    """:func:`install`, saying on stdout which links it replaced."""
+    replaced: list[str] = []
+    written = install(dest, replaced)
+    for link in replaced:
+        print(f"        replaced the link {link} (left as it was there)")
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -92,11 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--dest", default="~/.agents/skills", help="where to write (default: %(default)s)")
     args = parser.parse_args(argv)
-    replaced: list[str] = []
-    for path in install(Path(os.path.expanduser(args.dest)), replaced):
+    for path in install_and_say(Path(os.path.expanduser(args.dest))):
         print(f"skill:  {path}")
-    for link in replaced:
-        print(f"        replaced the link {link} (left as it was there)")
     print("Start a new session so the agent loads them.", file=sys.stderr)
 
 

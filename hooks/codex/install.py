@@ -132,10 +132,7 @@ def install_skills(home: Path) -> list[Path]:
     sys.path.insert(0, str(HERE.parent))
     import install_skills
 
-    replaced: list[str] = []
-    written = install_skills.install(home / ".agents" / "skills", replaced)
-    for link in replaced:
-        print(f"        replaced the link {link} (left as it was there)")
+    written: list[Path] = install_skills.install_and_say(home / ".agents" / "skills")
     return written
 
 

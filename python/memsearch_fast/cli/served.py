@@ -120,22 +120,23 @@ def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events"
 
     roots = sorted(request["roots"])
     watching = False
-    for attempt in range(RECONNECTS + 1):
-        if early_stop.is_set():
-            break
-        if attempt:  # the service went away (killed, upgraded, stopped): start the next one
+    failures = 0  # in a row, since the roots were last registered
+    while failures <= RECONNECTS and not early_stop.is_set():
+        if watching or failures:  # the service went away (killed, upgraded, stopped): start the next one
             out.error(
                 f"error: the service of {db_path} went away; watching again",
-                {"event": "error", "error": "the service went away", "retry_in": float(attempt - 1)},
+                {"event": "error", "error": "the service went away", "retry_in": float(failures)},
             )
-            time.sleep(attempt - 1)
+            time.sleep(failures)
         stream = _open(db_path, request)
         if stream is None:
+            failures += 1
             continue
         with stream:
             try:
                 reply = _first(stream, early_stop)
             except (EOFError, OSError, ValueError):
+                failures += 1
                 continue
             if reply is None:
                 break
@@ -157,6 +158,7 @@ def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events"
                     {"event": "watching", "pid": os.getpid(), "roots": roots, "service": db_path},
                 )
                 watching = True
+            failures = 0
             code = _events(stream, out, early_stop, roots)
             if code is not None:
                 return code

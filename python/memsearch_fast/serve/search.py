@@ -185,6 +185,8 @@ class Service:
         self._unload_after = env_seconds(ENV_UNLOAD, DEFAULT_UNLOAD_S)
         self.models = models if models is not None else Models(self._unload_after)
         self._instances: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        #: What :meth:`busy` reads from the keeper's thread: a copy the socket thread replaces whole.
+        self._searchers: tuple[tuple[tuple[Any, ...], Any], ...] = ()
         self._loop: Any = None
         self._last = time.monotonic()
         self._code = code_id()  # at start: files replaced later (an upgrade) no longer match
@@ -254,6 +256,7 @@ class Service:
         for ms in self._instances.values():
             self._close(ms)
         self._instances.clear()
+        self._searchers = ()
         self.models.unload_idle()
         give_back_memory()
 
@@ -353,7 +356,7 @@ class Service:
 
     def busy(self, collection: str) -> bool:
         """Whether a searcher of *collection* is reading it into its in-memory copy."""
-        return any(k[0] == collection and ms.loading_copy() for k, ms in list(self._instances.items()))
+        return any(k[0] == collection and ms.loading_copy() for k, ms in self._searchers)
 
     def _damaged(self) -> bool:
         """Whether the database is known damaged, or its engine has said so since it started."""
@@ -388,6 +391,7 @@ class Service:
             dense_index=self._db_path is not None,
             manifest_uri=self._db_path,
         )
+        self._searchers = tuple(self._instances.items())
         return self._instances[key]
 
     @staticmethod
