@@ -133,8 +133,6 @@ class MemSearch:
             dense_index=dense_index,
         )
 
-    # -- lazily opened parts ---------------------------------------------------------
-
     @property
     def provider(self) -> Any:
         if self._provider is None:
@@ -143,6 +141,10 @@ class MemSearch:
             args = dict(self._provider_args)
             self._provider = get_provider(args.pop("name"), **args)
         return self._provider
+
+    @provider.setter
+    def provider(self, lent: Any) -> None:  # a provider someone else owns (the service's model), or None
+        self._provider = lent
 
     @property
     def reranker(self) -> Any:
@@ -192,7 +194,6 @@ class MemSearch:
         return embedding_model(str(self._provider_args["name"]), str(self.provider.model_name))
 
     # -- indexing --------------------------------------------------------------------
-
     async def index(self, force: bool = False) -> int:
         """Index every configured path; returns the number of chunks written."""
         return (await self.index_with_report(force=force)).indexed
@@ -312,7 +313,6 @@ class MemSearch:
         return Manifest.for_store(self._store_args["uri"], self._store_args["collection"], self.on_wait)
 
     # -- reading ---------------------------------------------------------------------
-
     async def search(
         self,
         query: str,

@@ -85,11 +85,11 @@ class Models:
         """*ms* (a ``MemSearch`` of this model) embeds with the shared provider for the block."""
         entry = self._get(model_dir, model_name)
         provider = entry.provider if entry.provider.model_name == model_name else _Named(entry.provider, model_name)
-        ms._provider = provider  # the facade opens its provider lazily: hand it ours
+        ms.provider = provider  # the facade opens its provider lazily: hand it ours
         try:
             yield provider
         finally:
-            ms._provider = None  # never closed by ms.close(): it is the service's
+            ms.provider = None  # never closed by ms.close(): it is the service's
             with self._lock:
                 entry.users -= 1
                 entry.last = time.monotonic()
