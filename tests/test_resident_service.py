@@ -228,7 +228,8 @@ def test_memsearch_watch_joins_the_services_watcher(served, db, model_dir, tmp_p
         started = w.next("watching")
         assert started["pid"] == w.proc.pid and started["service"] == str(db)
         assert w.next("indexed")["files"] == 1  # it joined a watcher that had run: one more run, for it to see
-        assert leases_of(db) == ["s", f"watch:{w.proc.pid}"] and len(roots(db)) == 1
+        [session, own] = leases_of(db)
+        assert session == "s" and own.startswith(f"watch:{w.proc.pid}:") and len(roots(db)) == 1
         (notes / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
         assert w.next("indexed", timeout=60)["changed"] == 1
         assert "otter" in search(db, model_dir, "when does the otter cache expire")[0]["content"]
@@ -244,6 +245,18 @@ def test_memsearch_watch_joins_the_services_watcher(served, db, model_dir, tmp_p
         busy = own.next("already_running")
         assert busy["pid"] == lite_state.read_state(str(db))["pid"] and busy["roots"] == [str(notes)]
         assert own.wait() == 0
+
+        # And the other way round: a root that a watch of its own holds is not joined.
+        other = tmp_path / "other"
+        other.mkdir()
+        alone = watch_cli(db, model_dir, other, MEMSEARCH_WATCH_SERVICE="0")
+        try:
+            assert alone.next("watching")["pid"] == alone.proc.pid
+            joined = watch_cli(db, model_dir, other)
+            assert joined.next("already_running")["pid"] == alone.proc.pid
+            assert joined.wait() == 0
+        finally:
+            assert alone.stop() == 0
     finally:
         assert w.stop() == 0
     assert w.next("stopped")["reason"] == "stopped"
@@ -264,7 +277,8 @@ def test_memsearch_watch_outlives_a_killed_service_and_a_killed_watch_lets_go(se
         again = w.next("indexed", timeout=90)  # a new service, the same root, what changed meanwhile
         assert again["changed"] >= 1 and lite_state.read_state(str(db))["pid"] != pid
         assert "kiln" in search(db, model_dir, "when does the kiln job run")[0]["content"]
-        assert leases_of(db) == [f"watch:{w.proc.pid}"]
+        [own] = leases_of(db)
+        assert own.startswith(f"watch:{w.proc.pid}:")
         w.proc.kill()  # kill -9: its connection closes, its lease goes at once
         w.wait()
         wait_for(lambda: not roots(db), timeout=10)
@@ -446,3 +460,36 @@ def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, mo
     assert again.returncode == 0, again.stderr[-2000:]
     done = json.loads(again.stdout)
     assert done["embedded"] < done["chunks"]  # what the interrupted run wrote is not embedded again
+
+
+def test_an_index_run_cancelled_while_it_waits_for_the_writer_lets_the_lock_go(
+    served, db, model_dir, tmp_path, monkeypatch
+):
+    """A client that gives up while its run in the service waits for another writer:
+    the service must not take the writer lock later and keep it."""
+    from memsearch_fast.store.manifest import Manifest
+
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
+    assert index_cli(db, model_dir, notes).returncode == 0
+    search(db, model_dir, "alpha")  # the service loads the model
+    (notes / "b.md").write_text("# B\n\nbeta\n", encoding="utf-8")
+    writer = Manifest.for_store(str(db), "notes")
+    writer.acquire()
+    try:
+        argv = ["index", str(notes), "-q", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
+        proc = subprocess.Popen([sys.executable, "-m", "memsearch_fast.cli", *argv], stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        assert "waiting for it to finish" in proc.stderr.readline()  # said by the service's run
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+        proc.stderr.close()
+    finally:
+        writer.release()
+    again = index_cli(db, model_dir, notes)  # through the service: its queue is free
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["changed"] == 1
+    own = index_cli(db, model_dir, notes, MEMSEARCH_INDEX_SERVICE="0")  # and the lock is free for others
+    assert own.returncode == 0 and json.loads(own.stdout)["changed"] == 0

@@ -119,13 +119,22 @@ def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events"
     import time
 
     roots = sorted(request["roots"])
+    holder = _other_watcher(db_path, collection, roots)
+    if holder is not None:  # a `memsearch watch` in a process of its own holds these roots
+        out.event(
+            f"memsearch watch is already running for these paths on collection '{collection}' "
+            f"(pid {holder}); nothing to do",
+            {"event": "already_running", "pid": holder, "roots": roots},
+        )
+        return 0
     watching = False
     failures = 0  # in a row, since the roots were last registered
     while failures <= RECONNECTS and not early_stop.is_set():
         if watching or failures:  # the service went away (killed, upgraded, stopped): start the next one
+            why = "went away" if watching else "did not answer"
             out.error(
-                f"error: the service of {db_path} went away; watching again",
-                {"event": "error", "error": "the service went away", "retry_in": float(failures)},
+                f"error: the service of {db_path} {why}; trying again",
+                {"event": "error", "error": f"the service {why}", "retry_in": float(failures)},
             )
             time.sleep(failures)
         stream = _open(db_path, request)
@@ -166,6 +175,20 @@ def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events"
         out.event("Stopped watching: stopped", {"event": "stopped", "reason": "stopped"})
         return 0
     fail(f"cannot reach the service of {db_path}; stopped watching")
+
+
+def _other_watcher(db_path: str, collection: str, roots: list[str]) -> int | None:
+    """The pid of a watcher of exactly these roots that is not the service (one
+    run with ``MEMSEARCH_WATCH_SERVICE=0``, or by another installation), else None."""
+    from memsearch_fast.index.watch_lock import WatchLock, lock_base
+    from memsearch_fast.serve import client
+
+    lock = WatchLock(lock_base(db_path, collection, roots))
+    if not lock.held():
+        return None
+    pid = lock.holder().pid
+    st = client.server_record(db_path)
+    return pid if pid is not None and (st is None or pid != st.get("pid")) else None
 
 
 def _open(db_path: str, request: dict[str, Any]) -> Any:

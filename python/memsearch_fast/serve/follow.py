@@ -3,7 +3,7 @@
 Every other request is one line out and one back on the service's thread; a
 follower keeps its connection for as long as it watches, so it gets a thread
 of its own. It registers the client's roots with a lease in the client's name
-(``watch:PID``, the pid from the socket's peer credentials), streams each
+(``watch:PID:N``, the pid from the socket's peer credentials, N per connection), streams each
 event of those roots as a JSON line, and renews the lease while the
 connection lives. When the client goes (Ctrl-C, SIGTERM, kill -9: the
 connection closes) its leases are released at once, and a root nobody else
@@ -74,16 +74,17 @@ def _serve(conn: socket.socket, registry: Registry, request: dict[str, Any], pid
 def _stream(conn: socket.socket, registry: Registry, follower: Follower) -> None:
     """Events until every root of *follower* has stopped or the client is gone."""
     left = set(follower.roots)
-    renew_at = time.monotonic() + RENEW_S
+    every = min(RENEW_S, registry.lease_s / 3)  # well before the lease would lapse
+    renew_at = time.monotonic() + every
     while left:
+        if _gone(conn):
+            return
+        if time.monotonic() >= renew_at:
+            registry.renew(follower, left)
+            renew_at = time.monotonic() + every
         try:
             data = follower.events.get(timeout=POLL_S)
         except queue.Empty:
-            if _gone(conn):
-                return
-            if time.monotonic() >= renew_at:
-                registry.renew(follower, left)
-                renew_at = time.monotonic() + RENEW_S
             continue
         _send(conn, data)
         if data["event"] == "stopped":

@@ -95,22 +95,20 @@ def _serve(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: 
         cancelled = False
         while True:
             touch()
-            try:
-                data = events.get(timeout=POLL_S)
-            except queue.Empty:
-                data = None
-            if data is not None:
-                if connected:
-                    try:
-                        conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
-                    except OSError:
-                        connected = False
-                if data["event"] in FINAL:
-                    return
-                continue
             if not cancelled and (not connected or _asked_to_stop(conn)):
                 registry.cancel(task)  # the run writes and flushes what it embedded, then ends
                 cancelled = True
+            try:
+                data = events.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if connected:
+                try:
+                    conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
+                except OSError:
+                    connected = False
+            if data["event"] in FINAL:
+                return
     except Exception as exc:  # noqa: BLE001 - the client sees its connection end
         logger.info("index run ended: %s", exc)
     finally:

@@ -161,8 +161,10 @@ class Registry:
         self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
         self._watched: dict[tuple[Any, ...], Watched] = {}
         self._followers: list[Follower] = []
-        #: ``memsearch index`` runs started here (:mod:`.runs`).
+        #: ``memsearch index`` runs started here (:mod:`.runs`), and those in hand.
         self.index_runs = 0
+        self._runs: set[asyncio.Task[Any]] = set()
+        self._connections = 0  # names each follower's lease apart
         self._loop = asyncio.new_event_loop()
         self._slot = asyncio.Semaphore(1)
         self._queued = 0
@@ -201,7 +203,9 @@ class Registry:
                 await asyncio.wait_for(self._closing.wait(), CHECK_S)
         for w in self._watched.values():
             w.stop.set()
-        tasks = [w.task for w in self._watched.values() if w.task is not None]
+        for run in self._runs:
+            run.cancel()  # an index run of a client: what it embedded is written and flushed
+        tasks = [w.task for w in self._watched.values() if w.task is not None] + list(self._runs)
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
 
@@ -251,7 +255,12 @@ class Registry:
         if self._stopped or not self._thread.is_alive():
             coro.close()
             raise RuntimeError("the service is stopping")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout=10)
+        except TimeoutError:
+            fut.cancel()  # not done later behind the caller's back
+            raise
 
     def describe(self) -> dict[str, Any]:
         """Roots, leases, last runs and the queue (for ``status``), read from any thread."""
@@ -266,10 +275,13 @@ class Registry:
         collection = str(req["collection"])
         roots = frozenset(str(r) for r in req["roots"])
         for other in self._followers:  # one `memsearch watch` per database, collection and root set
-            gone = other.pid is not None and pid_start(other.pid) is None  # its thread has yet to notice
+            # Gone, or this very client connecting again: its thread has yet to notice.
+            gone = other.pid == pid or (other.pid is not None and pid_start(other.pid) is None)
             if other.collection == collection and other.roots == roots and not gone:
                 return {"already_running": True, "pid": other.pid, "roots": sorted(roots)}, None
-        request = {**req, "holder": f"watch:{pid}", "pid": pid}
+        self._connections += 1
+        # One lease per connection: the old connection's release must not take the new one's lease.
+        request = {**req, "holder": f"watch:{pid}:{self._connections}", "pid": pid}
         before = {root: self._watched.get(_key(request, root)) for root in roots}
         reply = await self._lease(request)
         if not reply.get("ok"):
@@ -381,7 +393,10 @@ class Registry:
         """Start *coro* as a task on the watchers' loop (from another thread)."""
 
         async def start() -> asyncio.Task[Any]:
-            return asyncio.create_task(coro)
+            task = asyncio.create_task(coro)
+            self._runs.add(task)
+            task.add_done_callback(self._runs.discard)
+            return task
 
         task: asyncio.Task[Any] = self._call(start())
         return task
