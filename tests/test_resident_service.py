@@ -38,13 +38,12 @@ def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def lease(model_dir: Path, root: Path, holder: str, pid: int | None, collection: str = "notes") -> dict[str, Any]:
-    m = str(model_dir.resolve())
-    return {
+    return {  # the model named as a hook or the CLI names it (serve.client.model_of)
         "op": "watch.lease",
         "collection": collection,
         "roots": [str(root)],
-        "model_dir": m,
-        "model_name": m,
+        "model_dir": str(model_dir.resolve()),
+        "model_name": os.path.abspath(model_dir),
         "max_chunk_size": 1500,
         "overlap_lines": 2,
         "ignore_files": [],

@@ -476,7 +476,15 @@ class Registry:
                 logger.warning("cannot take the watcher lock of %s: %s", w.root, exc)
                 self._publish(w, {"event": "failed", "error": f"cannot take the watcher lock of {w.root}: {exc}"})
                 return None
-            w.state = f"waiting for pid {lock.holder().pid} (a memsearch watch of this root)"
+            holder = lock.holder().pid
+            state = (
+                f"waiting: this service already watches {w.root} for another collection, model or settings"
+                if holder == os.getpid()
+                else f"waiting for pid {holder} (a memsearch watch of this root)"
+            )
+            if state != w.state:  # the clients that follow the root hear why nothing happens yet
+                w.state = state
+                self._publish(w, {"event": "waiting", "message": state})
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(w.stop.wait(), CHECK_S)
         return None
