@@ -97,7 +97,7 @@ async def run_index(
     """
     files = list({os.fspath(f): f for f in files}.values())  # a path given twice is one file
     if manifest is not None:
-        await _acquire(manifest)
+        await manifest.acquire_in_thread()
         if manifest.waited:
             # Another writer ran meanwhile: files it saw deleted are gone for
             # this run too (their rows go as vanished ones), not failures.
@@ -121,18 +121,6 @@ async def run_index(
     finally:
         if manifest is not None:
             manifest.release()
-
-
-async def _acquire(manifest: Manifest) -> None:
-    """Take the writer lock in a thread (it may wait for another writer). A run
-    cancelled meanwhile (a long-lived process's client gone) must not keep the
-    lock that thread takes later: it is let go as soon as it is taken."""
-    taking = asyncio.ensure_future(asyncio.to_thread(manifest.acquire))
-    try:
-        await asyncio.shield(taking)
-    except asyncio.CancelledError:
-        taking.add_done_callback(lambda f: None if f.cancelled() or f.exception() else manifest.release())
-        raise
 
 
 class _Run:

@@ -20,10 +20,9 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from memsearch_fast.serve.watchers import Follower, Registry
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +30,31 @@ logger = logging.getLogger(__name__)
 RENEW_S = 30.0
 #: How often a quiet follower looks whether its client is still there.
 POLL_S = 0.25
+
+
+@dataclass(eq=False)
+class Follower:
+    """A ``memsearch watch`` client streaming the events of its roots
+    (:mod:`memsearch_fast.serve.follow`): it holds a lease on each root while its
+    connection lives, and its events arrive on :attr:`events` from the loop's thread."""
+
+    request: dict[str, Any]
+    holder: str
+    pid: int | None
+    collection: str
+    roots: frozenset[str]
+    keys: frozenset[tuple[Any, ...]]
+    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+
+
+class Registry(Protocol):
+    """What a follower needs of :class:`memsearch_fast.serve.watchers.Registry`."""
+
+    lease_s: float
+
+    def follow(self, req: dict[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]: ...
+    def renew(self, follower: Follower, roots: Collection[str]) -> None: ...
+    def unfollow(self, follower: Follower) -> None: ...
 
 
 def start(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:

@@ -29,13 +29,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast.serve.follow import Follower
 from memsearch_fast.serve.models import Models
 
 if TYPE_CHECKING:
@@ -112,21 +112,6 @@ class Watched:
                 for x in self.leases.values()
             ],
         }
-
-
-@dataclass(eq=False)
-class Follower:
-    """A ``memsearch watch`` client streaming the events of its roots
-    (:mod:`memsearch_fast.serve.follow`): it holds a lease on each root while its
-    connection lives, and its events arrive on :attr:`events` from the loop's thread."""
-
-    request: dict[str, Any]
-    holder: str
-    pid: int | None
-    collection: str
-    roots: frozenset[str]
-    keys: frozenset[tuple[Any, ...]]
-    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
 
 
 def _key(req: Mapping[str, Any], root: str) -> tuple[Any, ...]:

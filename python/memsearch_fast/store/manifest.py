@@ -253,6 +253,19 @@ class Manifest:
         except OSError:
             return True  # held (TimeoutError), or cannot tell: assume a run
 
+    async def acquire_in_thread(self) -> None:
+        """:meth:`acquire` in a thread, for an event loop (it may wait for another
+        writer). A run cancelled meanwhile (a long-lived process's client gone)
+        must not keep the lock that thread takes later: it is let go once taken."""
+        import asyncio
+
+        taking = asyncio.ensure_future(asyncio.to_thread(self.acquire))
+        try:
+            await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self.release())
+            raise
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
