@@ -20,6 +20,7 @@ import pytest
 
 from memsearch_fast.lite import state as lite_state
 from memsearch_fast.serve import client
+from tests.helpers.harness import ids_by_source
 from tests.helpers.watcher import Watcher
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
@@ -374,19 +375,6 @@ def index_runs(db: Path) -> int:
     return int(st["index_runs"])
 
 
-def chunk_ids(db: Path) -> dict[str, set[str]]:
-    from memsearch_fast.store import MilvusStore
-
-    store = MilvusStore(str(db), collection="notes")
-    try:
-        out: dict[str, set[str]] = {}
-        for chunk_id, source in store.iter_ids_by_source():
-            out.setdefault(source, set()).add(chunk_id)
-        return out
-    finally:
-        store.close()
-
-
 def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, model_dir, tmp_path, monkeypatch):
     """Where the service has the model loaded, `memsearch index` hands it the run
     (no second model); the output, the report and the rows are an in-process run's."""
@@ -420,7 +408,7 @@ def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, mo
     fresh = tmp_path / "fresh.db"
     try:
         assert index_cli(fresh, model_dir, notes).returncode == 0
-        assert chunk_ids(db) == chunk_ids(fresh)
+        assert ids_by_source(db, "notes") == ids_by_source(fresh, "notes")
     finally:
         from memsearch_fast.lite import broker
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memsearch_fast.store import MilvusStore
+from tests.helpers.harness import ids_by_source as stored
 from tests.helpers.watcher import Watcher
 
 
@@ -23,18 +23,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def stored(db: Path) -> dict[str, set[str]]:
-    """Chunk ids per source, read through the shared server beside the watcher."""
-    store = MilvusStore(str(db))
-    try:
-        out: dict[str, set[str]] = {}
-        for chunk_id, source in store.iter_ids_by_source():
-            out.setdefault(source, set()).add(chunk_id)
-        return out
-    finally:
-        store.close()
 
 
 def clean_index(

@@ -178,6 +178,20 @@ def dump(db: Path, collection: str = COLLECTION) -> dict[str, Row]:
     return out
 
 
+def ids_by_source(db: Path, collection: str | None = None) -> dict[str, set[str]]:
+    """Chunk ids per source (the configured collection unless named), read through the shared server."""
+    from memsearch_fast.store import MilvusStore
+
+    store = MilvusStore(str(db), **({"collection": collection} if collection else {}))
+    try:
+        out: dict[str, set[str]] = {}
+        for chunk_id, source in store.iter_ids_by_source():
+            out.setdefault(source, set()).add(chunk_id)
+        return out
+    finally:
+        store.close()
+
+
 def chunk_rows(rows: dict[str, Row]) -> int:
     """The chunks of a :func:`dump` (its span rows left out)."""
     return sum(1 for k in rows if not k.startswith("span:"))
