@@ -9,12 +9,14 @@ database. Everything else runs in process, as before.
 """
 
 import os
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from memsearch_fast.cli.app import err, fail
 from memsearch_fast.cli.options import FileOptions
+from memsearch_fast.config.tuning import env_off
 
 #: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
 #: even where the database's service could watch for it.
@@ -25,10 +27,6 @@ ENV_INDEX_SERVICE = "MEMSEARCH_INDEX_SERVICE"
 RECONNECTS = 5
 
 
-def _switched_off(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("0", "off", "false", "no")
-
-
 def index_request(
     cfg: Any, paths: list[str], files: FileOptions, description: str | None, *, force: bool
 ) -> tuple[str, Any] | None:
@@ -36,20 +34,18 @@ def index_request(
     the model this run would load (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
 
-    if _switched_off(ENV_INDEX_SERVICE):
+    if env_off(ENV_INDEX_SERVICE):
         return None
-    prepared = client.lease_request(
-        cfg, paths, holder="index", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
-    )
+    prepared = client.run_settings(cfg, ignore_files=files.ignore_file, exclude=files.exclude)
     if prepared is None or client.server_record(prepared[0]) is None:
         return None
-    db_path, request = prepared
+    db_path, settings = prepared
     st = client.status(db_path)
     loaded = {os.path.realpath(str(m.get("dir"))) for m in (st or {}).get("models") or []}
-    if os.path.realpath(request["model_dir"]) not in loaded:
+    if os.path.realpath(settings["model_dir"]) not in loaded:
         return None  # loading it there would cost what loading it here does
-    paths = request.pop("roots")
-    return db_path, {**request, "op": "index.run", "paths": paths, "description": description or "", "force": force}
+    roots = [str(Path(p).expanduser().resolve()) for p in paths]
+    return db_path, {**settings, "op": "index.run", "paths": roots, "description": description or "", "force": force}
 
 
 def index_run(db_path: str, request: dict[str, Any], progress: Any) -> Any:
@@ -101,7 +97,7 @@ def watch_request(cfg: Any, roots: list[str], files: FileOptions, description: s
     exactly as this process would (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
 
-    if _switched_off(ENV_SERVICE):
+    if env_off(ENV_SERVICE):
         return None
     prepared = client.lease_request(
         cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from memsearch_fast.config.tuning import FALSE_WORDS, TRUE_WORDS
 from memsearch_fast.errors import MemsearchError
 
 ENV_PREFIX = "env:"
@@ -122,9 +123,9 @@ def _bool(value: Any) -> bool:
     """A boolean; on the command line true/false, yes/no, on/off or 1/0."""
     if isinstance(value, str):
         word = value.strip().lower()
-        if word in ("1", "true", "yes", "on"):
+        if word in TRUE_WORDS:
             return True
-        if word in ("0", "false", "no", "off"):
+        if word in FALSE_WORDS:
             return False
     if not isinstance(value, bool):
         raise ConfigError("expected true or false")

@@ -4,3 +4,15 @@
 DEFAULT_TOP_K = 5
 #: Results of ``MemSearch.search`` and ``MilvusStore.search`` (the reference API's default).
 API_TOP_K = 10
+
+#: Words that switch a boolean on or off, in a config value or an environment switch.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def env_off(name: str) -> bool:
+    """Whether the environment switch *name* is set to one of :data:`FALSE_WORDS`
+    (unset or anything else leaves it on)."""
+    import os
+
+    return os.environ.get(name, "").strip().lower() in FALSE_WORDS

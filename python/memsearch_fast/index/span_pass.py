@@ -21,7 +21,6 @@ every chunk without its rows gets them, and rows of chunks that are gone go.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memsearch_fast._core import content_hash
+from memsearch_fast.config.tuning import env_off
 from memsearch_fast.index.spans import spans
 from memsearch_fast.store.spans import span_row
 
@@ -47,7 +47,7 @@ _FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"
 
 def enabled() -> bool:
     """``MEMSEARCH_SPANS=0`` writes no spans (search then ranks by chunk vectors alone)."""
-    return os.environ.get("MEMSEARCH_SPANS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return not env_off("MEMSEARCH_SPANS")
 
 
 @dataclass

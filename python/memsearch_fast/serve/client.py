@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import socket
 import struct
 from collections.abc import Sequence
@@ -53,6 +54,18 @@ def read_line(sock: socket.socket) -> bytes:
         if len(buf) > LINE_LIMIT * 64:
             raise OSError("reply too long")
     return bytes(buf)
+
+
+def pending(sock: socket.socket) -> bytes | None:
+    """What the peer sent, without waiting: None when nothing is there yet, b""
+    when it closed its end (or the connection failed)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return None
+    try:
+        return sock.recv(4096)
+    except OSError:
+        return b""
 
 
 def code_id() -> str:
@@ -210,6 +223,30 @@ def model_of(cfg: Settings) -> tuple[str, str] | None:
     return model_dir, os.path.abspath(path) if path.exists() else canonical_name(os.fspath(model))
 
 
+def run_settings(
+    cfg: Settings,
+    *,
+    ignore_files: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    collection: str | None = None,
+) -> tuple[str, dict[str, Any]] | None:
+    """The database and the settings the service indexes with as this process
+    would (collection, model, chunking, file filters), or None where it cannot."""
+    db_path = served_database(cfg)
+    model = model_of(cfg) if db_path else None
+    if db_path is None or model is None:
+        return None
+    return db_path, {
+        "collection": collection or cfg.milvus.collection,
+        "model_dir": model[0],
+        "model_name": model[1],
+        "max_chunk_size": cfg.chunking.max_chunk_size,
+        "overlap_lines": cfg.chunking.overlap_lines,
+        "ignore_files": list(dict.fromkeys([*cfg.indexing.ignore_files, *ignore_files])),
+        "exclude": list(dict.fromkeys([*cfg.indexing.exclude, *exclude])),
+    }
+
+
 def lease_request(
     cfg: Settings,
     roots: Sequence[str],
@@ -222,20 +259,14 @@ def lease_request(
 ) -> tuple[str, dict[str, Any]] | None:
     """The database and the request that registers (or renews) *roots* for *holder*
     (in *collection*, else the configured one), or None."""
-    db_path = served_database(cfg)
-    model = model_of(cfg) if db_path else None
-    if db_path is None or model is None:
+    prepared = run_settings(cfg, ignore_files=ignore_files, exclude=exclude, collection=collection)
+    if prepared is None:
         return None
+    db_path, settings = prepared
     return db_path, {
         "op": "watch.lease",
-        "collection": collection or cfg.milvus.collection,
+        **settings,
         "roots": [str(Path(r).expanduser().resolve()) for r in roots],
-        "model_dir": model[0],
-        "model_name": model[1],
-        "max_chunk_size": cfg.chunking.max_chunk_size,
-        "overlap_lines": cfg.chunking.overlap_lines,
-        "ignore_files": list(dict.fromkeys([*cfg.indexing.ignore_files, *ignore_files])),
-        "exclude": list(dict.fromkeys([*cfg.indexing.exclude, *exclude])),
         "debounce_ms": cfg.watch.debounce_ms,
         "holder": holder,
         "pid": pid,

@@ -16,13 +16,14 @@ import contextlib
 import json
 import logging
 import queue
-import select
 import socket
 import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from memsearch_fast.serve.client import pending
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +69,7 @@ def _send(conn: socket.socket, data: dict[str, Any]) -> None:
 
 def _gone(conn: socket.socket) -> bool:
     """Whether the client closed its end (it sends nothing after its request)."""
-    readable, _, _ = select.select([conn], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return not conn.recv(4096)
-    except OSError:
-        return True
+    return pending(conn) == b""
 
 
 def _serve(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:

@@ -17,11 +17,12 @@ import contextlib
 import json
 import logging
 import queue
-import select
 import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from memsearch_fast.serve.client import pending
 
 if TYPE_CHECKING:
     from memsearch_fast.serve.watchers import Registry
@@ -118,9 +119,4 @@ def _serve(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: 
 
 def _asked_to_stop(conn: socket.socket) -> bool:
     """A ``cancel`` line, or the client gone."""
-    readable, _, _ = select.select([conn], [], [], 0)
-    if not readable:
-        return False
-    with contextlib.suppress(OSError):
-        conn.recv(4096)
-    return True
+    return pending(conn) is not None

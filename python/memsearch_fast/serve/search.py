@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import give_back_memory
-from memsearch_fast.config.tuning import DEFAULT_TOP_K
+from memsearch_fast.config.tuning import DEFAULT_TOP_K, env_off
 from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
 from memsearch_fast.serve.client import peer as _peer
 from memsearch_fast.serve.models import Models, fingerprint
@@ -68,7 +68,7 @@ def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[st
     db_path = served_database(cfg)
     if db_path is None or cfg.reranker.model:
         return None
-    if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
+    if env_off(ENV_SWITCH):
         return None
     # Resolved here, as this process would (its directory, its environment);
     # never downloaded here: a missing model is this process's job.
