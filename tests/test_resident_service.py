@@ -480,3 +480,51 @@ def test_an_index_run_cancelled_while_it_waits_for_the_writer_lets_the_lock_go(
     assert json.loads(again.stdout)["changed"] == 1
     own = index_cli(db, model_dir, notes, MEMSEARCH_INDEX_SERVICE="0")  # and the lock is free for others
     assert own.returncode == 0 and json.loads(own.stdout)["changed"] == 0
+
+
+def test_index_runs_take_turns_per_collection_not_per_service(tmp_path: Path) -> None:
+    """A long run of one project's collection (a ``memsearch index`` handed over)
+    does not hold up another collection's runs (another project's watcher); two
+    runs of one collection still go one after the other."""
+    import asyncio
+
+    from memsearch_fast.serve.models import Models
+    from memsearch_fast.serve.watchers import Registry
+
+    registry = Registry(str(tmp_path / "m.db"), Models(unload_after=60), touch=lambda: None).start()
+    log: list[str] = []
+    try:
+
+        async def run(name: str, collection: str, hold: asyncio.Event | None) -> None:
+            async with registry.turn(collection):
+                log.append(f"{name} in")
+                if hold is not None:
+                    await hold.wait()
+                log.append(f"{name} out")
+
+        release = registry._call(_event())
+        long = registry.submit(run("long", "project_a", release))
+        registry._call(asyncio.sleep(0.2))
+        other = registry.submit(run("other", "project_b", None))
+        same = registry.submit(run("same", "project_a", None))
+        registry._call(asyncio.wait_for(_done(other), 5))
+        assert log == ["long in", "other in", "other out"]  # project_b's run did not wait; "same" waits
+        assert registry.describe()["queue"] == 1
+        registry._loop.call_soon_threadsafe(release.set)
+        registry._call(asyncio.wait_for(_done(same), 5))
+        assert log[3:] == ["long out", "same in", "same out"]
+        assert long.done()
+    finally:
+        registry.stop()
+
+
+async def _event() -> Any:
+    import asyncio
+
+    return asyncio.Event()
+
+
+async def _done(task: Any) -> None:
+    import asyncio
+
+    await asyncio.wait([task])

@@ -151,7 +151,7 @@ class Registry:
         self._runs: set[asyncio.Task[Any]] = set()
         self._connections = 0  # names each follower's lease apart
         self._loop = asyncio.new_event_loop()
-        self._slot = asyncio.Semaphore(1)
+        self._slots: dict[str, asyncio.Lock] = {}
         self._queued = 0
         self._closing: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._main, name="watchers", daemon=True)
@@ -361,10 +361,13 @@ class Registry:
 
     @contextlib.asynccontextmanager
     async def turn(self, collection: str) -> AsyncIterator[None]:
-        """One index run at a time (the others wait in the queue); a run keeps its collection loaded."""
+        """One index run at a time per collection (the others wait in the queue),
+        so a long ``memsearch index`` does not hold up other projects' watchers,
+        as two processes would not; a run keeps its collection loaded."""
+        slot = self._slots.setdefault(collection, asyncio.Lock())
         self._queued += 1
         try:
-            await self._slot.acquire()
+            await slot.acquire()
         finally:
             self._queued -= 1
         try:
@@ -372,7 +375,7 @@ class Registry:
             yield
         finally:
             self._used(collection)
-            self._slot.release()
+            slot.release()
 
     def submit(self, coro: Any) -> asyncio.Task[Any]:
         """Start *coro* as a task on the watchers' loop (from another thread)."""
