@@ -46,13 +46,17 @@ def test_a_chunk_becomes_spans_of_its_lines() -> None:
         + "A long sentence about the parser. " * 12
         + "\n"
     )
-    out = spans(content, "10:00", 5, budget=64)
+    out = spans(content, "Parser notes", 5, budget=64)
     assert [s.index for s in out] == list(range(1, len(out) + 1))
     assert out[0].start_line == 7 and out[0].end_line == 8
-    assert out[0].text == "10:00\n- first bullet about the build its continuation line"
+    assert out[0].text == "Parser notes\n- first bullet about the build its continuation line"
     assert all("session:" not in s.text and "###" not in s.text for s in out)
     assert len(out) > 3  # the long paragraph is cut at its sentences
     assert spans("### 10:00\n- one bullet only\n", "10:00", 1) == []  # one span: the chunk's own vector
+
+    # A heading without a word (a journal entry's time, a date) is no context for the model.
+    for heading in ("### 10:00", "## 2026-11-26", "10:00 (2)"):
+        assert [s.text for s in spans(content, heading, 5, budget=64)] == [s.text.split("\n", 1)[1] for s in out]
 
 
 def index(ms: MemSearch):
@@ -277,9 +281,10 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
         from memsearch_fast.store.spans import WORD_BONUS
 
         # Plus the bonus for the question's word in the lines that gave the score: the whole
-        # chunk holds it (its own vector best), a filler line does not (a span best).
+        # chunk (its own vector best) or the span that was best.
         share = fact["explain"]["words"]
-        assert share == (1.0 if int(cosines.argmax()) == 0 else 0.0)
+        best = int(cosines.argmax())
+        assert share == (1.0 if "glacier-otter-7" in [row["content"], *texts][best] else 0.0)
         assert fact["explain"]["dense_score"] == pytest.approx(float(cosines.max()) + WORD_BONUS * share, abs=1e-3)
         assert fact["explain"]["sparse_rank"] == 1
         assert ("span" in fact["explain"]) == (int(cosines.argmax()) > 0)

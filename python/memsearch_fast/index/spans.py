@@ -4,7 +4,7 @@ A chunk's vector is one mean over all its lines, and the model reads only
 its first 256 tokens, so a fact that is one bullet of an entry of twelve is
 diluted, or not seen at all. Each sentence of a chunk (a bullet's, with its
 continuation lines, or a paragraph's) is therefore a span, prefixed with the
-chunk's heading and embedded on its own; neighbours may be grouped up to
+chunk's heading where it has a word, and embedded on its own; neighbours may be grouped up to
 :data:`BUDGET_BYTES`. Search ranks a chunk by its best vector (the chunk's
 own or one of its spans') and still returns the chunk: small to find, big
 to read.
@@ -31,6 +31,10 @@ MIN_SENTENCE_BYTES = 40
 FIRST = 1
 
 _LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
+#: A heading that gives a span context has a letter in it: a journal entry's
+#: ``### 14:32`` or a dated heading says nothing to the model, and was a fifth of
+#: the tokens of a journal's spans.
+_WORD = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
 
 
@@ -99,7 +103,7 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
             size = n
     if len(groups) < 2:
         return []
-    prefix = f"{heading.strip()}\n" if heading.strip() else ""
+    prefix = f"{heading.strip()}\n" if _WORD.search(heading) else ""
     return [
         Span(FIRST + i, g[0][0], g[-1][1], prefix + "\n".join(text for _, _, text in g)) for i, g in enumerate(groups)
     ]
