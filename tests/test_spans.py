@@ -310,6 +310,29 @@ def test_the_questions_words_in_the_line_that_matched_tell_look_alikes_apart() -
     assert with_words(ranked, matched, rows, "the of and") == (ranked, {})  # no word that says something
 
 
+def test_where_a_chunks_own_vector_matched_its_best_line_counts_not_the_whole_chunk() -> None:
+    """A chunk whose own vector was best has no one line that matched: the words
+    asked count in its line (with the heading) that holds most of them, so a chunk
+    that names the project on one line and the component on another does not beat
+    the fact that names both."""
+    from memsearch_fast.store.spans import with_words
+
+    question = "when was it decided to move the lotus thumbnail cache queue to another backend"
+    rows = {
+        "fact": {"content": "- Decided to move the lotus thumbnail cache queue to Temporal.", "heading": "### 10:00"},
+        "scattered": {
+            "content": "- Decided: aspen keeps Kafka for the feature flag.\n- The lotus freeze ends.\n"
+            "- Another backend for the juniper thumbnail cache queue.",
+            "heading": "### 11:00",
+        },
+        "headed": {"content": "- Moved to Temporal.", "heading": "## lotus thumbnail cache queue"},
+    }
+    boosted, share = with_words([("scattered", 0.83), ("fact", 0.80), ("headed", 0.50)], {}, rows, question)
+    asked = 8  # decided, move, lotus, thumbnail, cache, queue, another, backend
+    assert share == {"fact": 6 / asked, "scattered": 5 / asked, "headed": 4 / asked}
+    assert boosted[0][0] == "fact"
+
+
 def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:
     """``search --explain`` (text and ``-j``) says which lines gave a hit its dense score;
     ``index -j`` tells the span pass's progress."""

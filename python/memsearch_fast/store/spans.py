@@ -125,8 +125,8 @@ def with_words(
     question: str,
 ) -> tuple[list[tuple[str, float]], dict[str, float]]:
     """The dense list with each chunk's score raised by :data:`WORD_BONUS` times the
-    share of the question's words found in the lines that gave it its score, best
-    first, and each chunk's share.
+    share of the question's words found in the lines that gave it its score (its
+    best span, or its best line), best first, and each chunk's share.
 
     The model scores a fact and its look-alikes (the same sentence about another
     project, with other numbers) nearly alike; BM25 sees the words, but over the
@@ -136,11 +136,20 @@ def with_words(
     asked = words(question)
     if not asked:
         return ranked, {}
-    share = {
-        cid: len(asked & words(span_text(rows[cid], matched.get(cid)))) / len(asked) for cid, _ in ranked if cid in rows
-    }
+    share = {cid: _share(asked, rows[cid], matched.get(cid)) for cid, _ in ranked if cid in rows}
     out = [(cid, score + WORD_BONUS * share.get(cid, 0.0)) for cid, score in ranked]
     return sorted(out, key=lambda kv: -kv[1]), share
+
+
+def _share(asked: set[str], row: dict[str, Any], hit: dict[str, Any] | None) -> float:
+    """The share of *asked* in the span that matched, or, where the chunk's own
+    vector was best, in its line (with its heading) that holds most of them: over
+    a whole chunk, the words of a look-alike's line and its neighbours' add up."""
+    if hit is not None:
+        return len(asked & words(span_text(row, hit))) / len(asked)
+    heading = words(str(row.get("heading") or ""))
+    lines = str(row.get("content") or "").split("\n")
+    return max(len(asked & (heading | words(line))) for line in lines) / len(asked)
 
 
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
