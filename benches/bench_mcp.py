@@ -53,6 +53,7 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: a process does not compile its modules again
     env.update(HOME=str(home), MEMSEARCH_OFFLINE="1", HF_HUB_OFFLINE="1", MEMSEARCH_LITE_IDLE_TIMEOUT="300")
     home.mkdir(parents=True, exist_ok=True)
     return env

@@ -676,6 +676,29 @@ def test_fusion_scales_each_list_and_weighs_them():
     assert fusion.fuse([("only", -0.3)], [], 1)[0].score == 1.0
 
 
+def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():
+    """A chunk the dense side ranks first, but whose BM25 score is low, is not
+    pushed below fifth by chunks BM25 prefers; it takes fifth place at fifth
+    place's score, and the order is the same whatever top_k."""
+    from memsearch_fast.store import fusion
+
+    assert fusion.DENSE_FIRST_WITHIN == 5
+    others = [f"c{i}" for i in range(8)]
+    dense = [("first", 0.90), *[(c, 0.85 - i / 100) for i, c in enumerate(others)]]
+    sparse = [*[(c, 10.0 - i / 10) for i, c in enumerate(others)], ("first", 1.0)]
+    by_score = sorted(others, key=lambda c: -dict((f.id, f.score) for f in fusion.fuse(dense, sparse, 10))[c])
+    got = fusion.fuse(dense, sparse, 10)
+    assert [f.id for f in got] == [*by_score[:4], "first", *by_score[4:]]
+    assert got[4].score == got[5].score and got[4].dense_rank == 1  # monotonic scores, its own ranks
+    assert [f.id for f in fusion.fuse(dense, sparse, 5)] == [f.id for f in got[:5]]
+    assert [f.id for f in fusion.fuse(dense, sparse, 3)] == [f.id for f in got[:3]]
+    # Already within the first five: left where its score puts it.
+    near = [("first", 0.90), *[(c, 0.89 - i / 100) for i, c in enumerate(others)]]
+    kept = fusion.fuse(near, sparse[:3], 10)
+    assert 0 < [f.id for f in kept].index("first") < 5
+    assert [f.score for f in kept] == sorted((f.score for f in kept), reverse=True)
+
+
 def test_bm25_is_trusted_by_how_far_its_best_stands_out():
     """A list that falls off fast (a key, a name) keeps BM25's share; a flat one
     (words that are everywhere) gives it up, and the dense side ranks."""

@@ -51,6 +51,9 @@ from typing import Any
 DEPTH = 30
 #: The dense list's share of a fused score; BM25 has the rest.
 DENSE_WEIGHT = 0.5
+#: The dense list's first chunk (its best line nearest the question, with the
+#: question's words in it) is fused no lower than this place: see :func:`fuse`.
+DENSE_FIRST_WITHIN = 5
 #: BM25 keeps its whole share when its best score is at least this many times
 #: (best − middle of its list) over best: see :func:`trust`.
 PEAK = 2.0
@@ -104,6 +107,13 @@ def fuse(
     BM25's weight is its share times *bm25_trust* (:func:`trust`); scores are
     divided by the weights' sum, so a chunk first in both lists still scores
     1.0. Equal scores keep the dense order, then the BM25 order.
+
+    The dense list's first chunk ranks no lower than :data:`DENSE_FIRST_WITHIN`
+    (at the score of the place it takes): BM25 over whole chunks prefers the
+    meetings and entries that name a component most often, and pushed the one
+    whose line the model found nearest ("what did we do once the outage
+    started": the outage line, and the turn after it) below the first five.
+    The order does not depend on ``top_k``.
     """
     if dense and sparse:
         total = DENSE_WEIGHT + (1.0 - DENSE_WEIGHT) * bm25_trust
@@ -123,7 +133,19 @@ def fuse(
             hit.sparse_rank, hit.sparse_score = rank, raw
     # Insertion order is dense rank, then BM25 rank: a stable sort keeps it for ties.
     ranked = sorted(out.values(), key=lambda h: -h.score)
+    if dense and sparse:
+        _keep_within(ranked, dense[0][0], DENSE_FIRST_WITHIN)
     return ranked[:top_k]
+
+
+def _keep_within(ranked: list[Fused], cid: str, place: int) -> None:
+    """Move *cid* up to *place* (1-based) in *ranked* when it is lower, at that place's score."""
+    at = next((i for i, h in enumerate(ranked) if h.id == cid), None)
+    if at is None or at < place:
+        return
+    hit = ranked.pop(at)
+    hit.score = ranked[place - 1].score
+    ranked.insert(place - 1, hit)
 
 
 def hit(f: Fused, row: dict[str, Any], fields: Sequence[str], explain: bool) -> dict[str, Any]:
