@@ -90,7 +90,9 @@ def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
                     "sparse": sparse,
                     "filled": seen["filled"],
                     "content": {c: r["content"] for c, r in rows.items()},
-                    "best": {c: spans.span_text(rows[c], matched.get(c)) for c in rows},
+                    "best": {
+                        c: spans.span_text(r, matched[c]) if c in matched else r["content"] for c, r in rows.items()
+                    },
                 }
             )
     finally:

@@ -310,9 +310,9 @@ def test_the_questions_words_in_the_line_that_matched_tell_look_alikes_apart() -
     assert with_words(ranked, matched, rows, "the of and") == (ranked, {})  # no word that says something
 
 
-def test_where_a_chunks_own_vector_matched_its_best_line_counts_not_the_whole_chunk() -> None:
+def test_where_a_chunks_own_vector_matched_its_best_item_counts_not_the_whole_chunk() -> None:
     """A chunk whose own vector was best has no one line that matched: the words
-    asked count in its line (with the heading) that holds most of them, so a chunk
+    asked count in its item (with the heading) that holds most of them, so a chunk
     that names the project on one line and the component on another does not beat
     the fact that names both."""
     from memsearch_fast.store.spans import with_words
@@ -331,6 +331,26 @@ def test_where_a_chunks_own_vector_matched_its_best_line_counts_not_the_whole_ch
     asked = 8  # decided, move, lotus, thumbnail, cache, queue, another, backend
     assert share == {"fact": 6 / asked, "scattered": 5 / asked, "headed": 4 / asked}
     assert boosted[0][0] == "fact"
+    # An item is a bullet with its continuation lines, or a paragraph; anchors are no item.
+    rows = {
+        "wrapped": {
+            "content": "<!-- session:s1 turn:t1 transcript:/t.jsonl -->\n- Decided to move the lotus\n"
+            "  thumbnail cache queue to Temporal.\n- Lunch.",
+            "heading": "### 10:00",
+        },
+        "prose": {"content": "We decided to move the lotus\nthumbnail cache queue.\n\nLunch.", "heading": ""},
+    }
+    assert with_words([("wrapped", 0.8), ("prose", 0.7)], {}, rows, question)[1] == {
+        "wrapped": 6 / asked,
+        "prose": 6 / asked,
+    }
+    # A span that matched counts with its chunk's heading where the heading has a word, as the
+    # model read it; a journal entry's time is no word.
+    spanned = {"content": "- Moved to another backend.\n- Lunch.", "start_line": 10}
+    hit = {"start_line": 10, "end_line": 10}
+    for heading, found in (("## lotus queue", 4), ("### 10:00", 2)):
+        rows = {"s": {**spanned, "heading": heading}}
+        assert with_words([("s", 0.5)], {"s": hit}, rows, question)[1] == {"s": found / asked}
 
 
 def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:

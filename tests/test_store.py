@@ -690,6 +690,12 @@ def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():
     got = fusion.fuse(dense, sparse, 10)
     assert [f.id for f in got] == [*by_score[:4], "first", *by_score[4:]]
     assert got[4].score == got[5].score and got[4].dense_rank == 1  # monotonic scores, its own ranks
+    assert got[4].kept_at == 5 and fusion.hit(got[4], {}, [], True)["explain"]["kept_at"] == 5
+    assert all(f.kept_at is None for f in got if f.id != "first")
+    assert "kept_at" not in fusion.hit(got[0], {}, [], True)["explain"]
+    from memsearch_fast.recall.search import explain_line
+
+    assert explain_line(fusion.hit(got[4], {}, [], True)["explain"]).endswith("(dense #1 kept at #5)")
     assert [f.id for f in fusion.fuse(dense, sparse, 5)] == [f.id for f in got[:5]]
     assert [f.id for f in fusion.fuse(dense, sparse, 3)] == [f.id for f in got[:3]]
     # Already within the first five: left where its score puts it.

@@ -30,6 +30,7 @@ from memsearch_fast import __version__
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
+from memsearch_fast.config.tuning import env_on
 from memsearch_fast.errors import MemsearchError
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ Output = dict[str, Any]
 
 
 def disabled() -> bool:
-    return os.environ.get("MEMSEARCH_DISABLE", "") == "1" or bool(os.environ.get("MEMSEARCH_IN_STOP_WORKER"))
+    return env_on("MEMSEARCH_DISABLE") or bool(os.environ.get("MEMSEARCH_IN_STOP_WORKER"))
 
 
 def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
 
 
 def _watching() -> bool:
-    return os.environ.get("MEMSEARCH_NO_WATCH", "") != "1"
+    return not env_on("MEMSEARCH_NO_WATCH")
 
 
 def _renew(payload: Mapping[str, Any], project: Project) -> None:

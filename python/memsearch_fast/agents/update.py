@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from memsearch_fast.config.tuning import env_on
+
 CACHE = "~/.memsearch/cache/update-check.json"
 #: How long an answer of the index (or its failure) is kept before asking again.
 MAX_AGE_S = 24 * 3600
@@ -114,7 +116,7 @@ def index_version(url: str, now: float | None = None) -> str:
     entry = _read_cache()
     checked = entry.get("checked_at")
     fresh = entry.get("url") == url and isinstance(checked, (int, float)) and 0 <= now - checked < MAX_AGE_S
-    if not fresh and os.environ.get("MEMSEARCH_OFFLINE", "") != "1":
+    if not fresh and not env_on("MEMSEARCH_OFFLINE"):
         _write_cache({"url": url, "checked_at": now, "pending": True})  # one refresh per 24 h, even if it fails
         _start_refresh(url)
         return ""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memsearch_fast.config.schema import DEFAULT_MODELS
+from memsearch_fast.config.tuning import env_on
 from memsearch_fast.errors import ModelConversionError, ModelNotFoundError
 
 DEFAULT_MODEL = DEFAULT_MODELS["onnx"]  # set in memsearch_fast.config
@@ -95,7 +96,7 @@ def is_model_dir(path: Path) -> bool:
 def is_offline(offline: bool | None = None) -> bool:
     if offline is not None:
         return offline
-    return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"} for v in OFFLINE_ENVS)
+    return any(env_on(v) for v in OFFLINE_ENVS)
 
 
 def _is_repo_id(raw: str) -> bool:

@@ -84,6 +84,8 @@ def explain_line(e: dict[str, Any]) -> str:
     if e.get("words"):  # the dense score includes the bonus for the question's words in those lines
         dense += f" words {float(e['words']):.0%}"
     line = f"Why: {dense} · {part('bm25', 'sparse')} · fused {float(e.get('fused') or 0):.4f}"
+    if e.get("kept_at"):  # the dense list's first, moved up to that place (store/fusion.py)
+        line += f" (dense #1 kept at #{e['kept_at']})"
     if e.get("rerank_score") is not None:
         line += f" · rerank {float(e['rerank_score']):.4f} (logit; fused #{e.get('fused_rank')})"
     return line

@@ -2,7 +2,7 @@
 
 A CLI ``index`` of a local database whose service already holds the ONNX
 model sends its run here (``index.run``) instead of loading a second copy: the
-run goes through the watchers' queue (one run at a time, the same writer
+run goes through the watchers' queue (one run of a collection at a time, the same writer
 lock, manifest and lazy-sync record as any run), and the connection carries
 the run's progress calls, a ``waiting`` line when another writer holds the
 collection, and the final report. The client cancels with a ``cancel`` line

@@ -7,7 +7,7 @@ collection and settings, however many leases name it: the same
 an ordinary index run of that root through a ``MemSearch`` on the database
 path (so the writer lock, the manifest and lazy sync's record are exactly a
 CLI run's), embedding with the model the service lends (:mod:`.models`).
-Runs go one at a time; the others wait in the queue. Each watcher holds the
+Runs of one collection go one at a time; the others wait in the queue. Each watcher holds the
 root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
 watch`` of the same root (the database given as the same resolved path)
 finds it taken, and a watcher here waits while such a process watches.
@@ -364,7 +364,7 @@ class Registry:
         """One index run at a time per collection (the others wait in the queue),
         so a long ``memsearch index`` does not hold up other projects' watchers,
         as two processes would not; a run keeps its collection loaded."""
-        slot = self._slots.setdefault(collection, asyncio.Lock())
+        slot = self._slots.get(collection) or self._slots.setdefault(collection, asyncio.Lock())
         self._queued += 1
         try:
             await slot.acquire()

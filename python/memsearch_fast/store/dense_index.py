@@ -6,14 +6,13 @@ no IVF index). A process that stays up — the per-database server answering
 ``memsearch search``, the MCP server, a library user — can hold the vectors
 as one float32 matrix and rank them in a few milliseconds. BM25 still comes
 from Milvus, and the two lists are fused by :mod:`.fusion` as
-:meth:`MilvusStore.search` fuses them. The display fields of every row are kept too: Lite finds a row by
-id with another full scan (about 10 ms at that size). At 61,000 chunks (a
-50 MB corpus) the process grows by about 250 MB: 94 MB of vectors, the
-text, and heap kept from the load. Only local databases whose collection
-holds :data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one.
+:meth:`MilvusStore.search` fuses them. The display fields of every row are
+kept too: Lite finds a row by id with another full scan (about 10 ms at that
+size). At 61,000 chunks (a 50 MB corpus) the process grows by about 250 MB:
+94 MB of vectors, the text, and heap kept from the load. Only local databases
+with :data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one.
 
-The copy answers only while it can be shown current; Milvus answers
-whenever it cannot:
+The copy answers only while it can be shown current, Milvus whenever not:
 
 - It is loaded in a background thread; searches go to Milvus meanwhile.
 - Every index or watch run of memsearch-fast holds the collection's writer
@@ -49,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from memsearch_fast.config.tuning import env_off
 from memsearch_fast.store.schema import QUERY_FIELDS
 from memsearch_fast.store.search import MAX_TOP_K
 from memsearch_fast.store.span_copy import Spans, normalised, read_spans
@@ -74,7 +74,7 @@ _KEPT = [f for f in QUERY_FIELDS if f not in ("chunk_hash", "source")]
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1") != "0"
+    return not env_off(ENV_SWITCH)
 
 
 def _env_rows(name: str, default: int) -> int:

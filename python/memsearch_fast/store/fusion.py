@@ -67,6 +67,7 @@ class Fused:
     dense_score: float | None
     sparse_rank: int | None
     sparse_score: float | None
+    kept_at: int | None = None  # moved up to this place (:data:`DENSE_FIRST_WITHIN`)
 
 
 def depth(top_k: int, limit: int) -> int:
@@ -144,21 +145,25 @@ def _keep_within(ranked: list[Fused], cid: str, place: int) -> None:
     if at is None or at < place:
         return
     hit = ranked.pop(at)
-    hit.score = ranked[place - 1].score
+    hit.score, hit.kept_at = ranked[place - 1].score, place
     ranked.insert(place - 1, hit)
 
 
 def hit(f: Fused, row: dict[str, Any], fields: Sequence[str], explain: bool) -> dict[str, Any]:
     """A search result: the row's display ``fields``, the fused ``score`` and,
-    with *explain*, ``explain`` (each list's rank and raw score, the fused score)."""
+    with *explain*, ``explain`` (each list's rank and raw score, the fused score,
+    and ``kept_at`` where the dense list's first was moved up to that place)."""
     out = {k: row.get(k) for k in fields}
     out["score"] = min(1.0, max(0.0, f.score))
     if explain:
-        out["explain"] = {
+        why: dict[str, Any] = {
             "dense_rank": f.dense_rank,
             "dense_score": None if f.dense_score is None else round(f.dense_score, 6),
             "sparse_rank": f.sparse_rank,
             "sparse_score": None if f.sparse_score is None else round(f.sparse_score, 6),
             "fused": round(f.score, 6),
         }
+        if f.kept_at is not None:
+            why["kept_at"] = f.kept_at
+        out["explain"] = why
     return out

@@ -101,18 +101,20 @@ _STOP = frozenset(
 )
 
 
+_LETTER = re.compile(r"[^\W\d_]")
+_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
+
+
 def words(text: str) -> set[str]:
     """The words of *text* that say something: lowercased, stop words left out,
     each CJK character a word."""
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
 
 
-def span_text(row: dict[str, Any], hit: dict[str, Any] | None) -> str:
+def span_text(row: dict[str, Any], hit: dict[str, Any]) -> str:
     """The lines of *row* (a chunk with ``content`` and ``start_line``) that *hit*
-    (its best span) covers; the whole chunk when its own vector was the best."""
+    (its best span) covers."""
     content = str(row.get("content") or "")
-    if hit is None:
-        return content
     first = int(row.get("start_line") or 0)
     lines = content.split("\n")
     return "\n".join(lines[max(0, int(hit["start_line"]) - first) : int(hit["end_line"]) - first + 1])
@@ -143,13 +145,33 @@ def with_words(
 
 def _share(asked: set[str], row: dict[str, Any], hit: dict[str, Any] | None) -> float:
     """The share of *asked* in the span that matched, or, where the chunk's own
-    vector was best, in its line (with its heading) that holds most of them: over
-    a whole chunk, the words of a look-alike's line and its neighbours' add up."""
+    vector was best, in its item (a list item with its continuation lines, or a
+    paragraph) that holds most of them: over a whole chunk, the words of a
+    look-alike's item and its neighbours' add up. A heading with a word counts
+    with either, as it leads each span the model read."""
+    heading = str(row.get("heading") or "")
+    titled = words(heading) if _LETTER.search(heading) else set()
     if hit is not None:
-        return len(asked & words(span_text(row, hit))) / len(asked)
-    heading = words(str(row.get("heading") or ""))
-    lines = str(row.get("content") or "").split("\n")
-    return max(len(asked & (heading | words(line))) for line in lines) / len(asked)
+        return len(asked & (titled | words(span_text(row, hit)))) / len(asked)
+    return max(len(asked & (titled | words(item))) for item in _items(str(row.get("content") or ""))) / len(asked)
+
+
+def _items(content: str) -> list[str]:
+    """The list items (each with its continuation lines) and paragraphs of
+    *content*; headings and comment lines (session anchors) left out."""
+    items: list[str] = []
+    open_item = False  # the item above takes the next line unless a new item starts
+    for raw in content.split("\n"):
+        line = raw.strip()
+        if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
+            open_item = False
+            continue
+        if open_item and not _LIST_ITEM.match(raw):
+            items[-1] += " " + line
+        else:
+            items.append(line)
+        open_item = True
+    return items or [""]
 
 
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
