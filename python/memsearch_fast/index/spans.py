@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memsearch_fast.store.spans import LIST_ITEM, has_word
+
 #: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
 #: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).
 BUDGET_BYTES = 0
@@ -30,11 +32,6 @@ MIN_SENTENCE_BYTES = 40
 #: The first span index of a chunk's spans; index 0 is the chunk's own vector.
 FIRST = 1
 
-_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
-#: A heading that gives a span context has a letter in it: a journal entry's
-#: ``### 14:32`` or a dated heading says nothing to the model, and was a fifth of
-#: the tokens of a journal's spans.
-_WORD = re.compile(r"[^\W\d_]")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
 
 
@@ -57,7 +54,7 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
         number = first_line + offset
         if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
             continue
-        if units and raw[:1] in (" ", "\t") and not _LIST_ITEM.match(raw):
+        if units and raw[:1] in (" ", "\t") and not LIST_ITEM.match(raw):
             start, _, text = units[-1]  # a continuation line belongs to the item above
             units[-1] = (start, number, f"{text} {line}")
             continue
@@ -103,7 +100,7 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
             size = n
     if len(groups) < 2:
         return []
-    prefix = f"{heading.strip()}\n" if _WORD.search(heading) else ""
+    prefix = f"{heading.strip()}\n" if has_word(heading) else ""
     return [
         Span(FIRST + i, g[0][0], g[-1][1], prefix + "\n".join(text for _, _, text in g)) for i, g in enumerate(groups)
     ]

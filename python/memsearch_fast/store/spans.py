@@ -101,8 +101,15 @@ _STOP = frozenset(
 )
 
 
+#: A markdown list item's first line (its continuation lines are indented).
+LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
 _LETTER = re.compile(r"[^\W\d_]")
-_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
+
+
+def has_word(heading: str) -> bool:
+    """Whether *heading* says something (a letter in it): a journal entry's
+    ``### 14:32`` or a dated heading does not, and leads no span."""
+    return bool(_LETTER.search(heading))
 
 
 def words(text: str) -> set[str]:
@@ -150,7 +157,7 @@ def _share(asked: set[str], row: dict[str, Any], hit: dict[str, Any] | None) -> 
     look-alike's item and its neighbours' add up. A heading with a word counts
     with either, as it leads each span the model read."""
     heading = str(row.get("heading") or "")
-    titled = words(heading) if _LETTER.search(heading) else set()
+    titled = words(heading) if has_word(heading) else set()
     if hit is not None:
         return len(asked & (titled | words(span_text(row, hit)))) / len(asked)
     return max(len(asked & (titled | words(item))) for item in _items(str(row.get("content") or ""))) / len(asked)
@@ -166,7 +173,7 @@ def _items(content: str) -> list[str]:
         if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
             open_item = False
             continue
-        if open_item and not _LIST_ITEM.match(raw):
+        if open_item and not LIST_ITEM.match(raw):
             items[-1] += " " + line
         else:
             items.append(line)
