@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memsearch_fast.store.spans import LIST_ITEM, has_word
+from memsearch_fast.store.spans import LIST_ITEM, has_word, no_text
 
 #: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
 #: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).
@@ -52,7 +52,7 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
     for offset, raw in enumerate(lines):
         line = raw.strip()
         number = first_line + offset
-        if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
+        if no_text(line):
             continue
         if units and raw[:1] in (" ", "\t") and not LIST_ITEM.match(raw):
             start, _, text = units[-1]  # a continuation line belongs to the item above

@@ -106,6 +106,12 @@ LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,9}[.)])\s")
 _LETTER = re.compile(r"[^\W\d_]")
 
 
+def no_text(line: str) -> bool:
+    """A stripped line that holds no text to match: blank, a heading, or a comment
+    (the plugins' session anchors)."""
+    return not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->"))
+
+
 def has_word(heading: str) -> bool:
     """Whether *heading* says something (a letter in it): a journal entry's
     ``### 14:32`` or a dated heading does not, and leads no span."""
@@ -135,7 +141,7 @@ def with_words(
 ) -> tuple[list[tuple[str, float]], dict[str, float]]:
     """The dense list with each chunk's score raised by :data:`WORD_BONUS` times the
     share of the question's words found in the lines that gave it its score (its
-    best span, or its best line), best first, and each chunk's share.
+    best span, or its best item), best first, and each chunk's share.
 
     The model scores a fact and its look-alikes (the same sentence about another
     project, with other numbers) nearly alike; BM25 sees the words, but over the
@@ -170,7 +176,7 @@ def _items(content: str) -> list[str]:
     open_item = False  # the item above takes the next line unless a new item starts
     for raw in content.split("\n"):
         line = raw.strip()
-        if not line or line.startswith("#") or (line.startswith("<!--") and line.endswith("-->")):
+        if no_text(line):
             open_item = False
             continue
         if open_item and not LIST_ITEM.match(raw):
