@@ -174,7 +174,11 @@ def main() -> None:
     parser.add_argument(
         "--copy", action="store_true", help="search through the in-memory copy, as the database's service does"
     )
+    parser.add_argument(
+        "--spans-only", action="store_true", help="only the arm with spans (to compare two versions of it)"
+    )
     args = parser.parse_args()
+    arms = (True,) if args.spans_only else (False, True)
     from benches import agent_corpus, dialogue_corpus
     from benches.fusion_offline import facts_of
     from benches.retrieval import build
@@ -192,14 +196,14 @@ def main() -> None:
     print(json.dumps({k: round(v) for k, v in tokens_per_mb(corpus).items()}))
     rows = []
     for r in range(args.rounds):
-        for on in (False, True):
+        for on in arms:
             res = one_run(corpus, work / f"r{r}-{'spans' if on else 'chunks'}.db", questions, on, args.copy)
             rows.append((on, res))
             print(json.dumps({"spans": on, "round": r, **{k: round(v, 2) for k, v in res.items()}}), flush=True)
     print(f"load {os.getloadavg()[0]:.2f} at the end")
     print("| | " + " | ".join(rows[0][1]) + " |")
     print("|---|" + "---|" * len(rows[0][1]))
-    for on in (False, True):
+    for on in arms:
         med = {k: statistics.median(res[k] for o, res in rows if o == on) for k in rows[0][1]}
         print(f"| {'spans' if on else 'chunks only'} | " + " | ".join(f"{v:.2f}" for v in med.values()) + " |")
 

@@ -234,6 +234,18 @@ def test_small_and_large_collections_and_the_switch_leave_it_to_milvus(corpus, d
         assert asyncio.run(ms.search(QUERIES[0]))
         ms._dense.wait(60)
         assert not ms._dense.loaded  # ~100 rows: far below the default threshold
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        chunks, span_rows = ms.store.count(), ms.store.spans.count()
+        assert span_rows and ms.store.spans.half
+    # Float16 span rows count at their cost to Lite's scan: four float32 rows each.
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, str(chunks + 3 * span_rows))
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert loaded(ms).loaded
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, str(chunks + 4 * span_rows + 1))
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert asyncio.run(ms.search(QUERIES[0]))
+        ms._dense.wait(60)
+        assert not ms._dense.loaded
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
     monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:

@@ -94,14 +94,14 @@ def max_rows() -> int:
 
 def _worth_a_copy(store: Any) -> bool:
     """Between :func:`min_rows` and :func:`max_rows` chunks, span rows counted
-    toward the minimum (Milvus scans them all for every search too)."""
+    toward the minimum at their cost to Milvus's scan (it reads them all too)."""
     chunks = int(store.count())
     if chunks > max_rows():
         return False
     if chunks >= min_rows():
         return True
     spans = getattr(store, "spans", None)
-    return spans is not None and spans.exists and chunks + int(spans.count()) >= min_rows()
+    return spans is not None and spans.exists and chunks + spans.scan_rows() >= min_rows()
 
 
 def _token(path: Path) -> tuple[int, int, int] | None:
