@@ -676,6 +676,27 @@ def test_fusion_scales_each_list_and_weighs_them():
     assert fusion.fuse([("only", -0.3)], [], 1)[0].score == 1.0
 
 
+def test_the_questions_words_in_the_matched_line_count_in_the_fused_score():
+    """BM25 over whole chunks prefers the entry that names the project and the
+    component on several lines; the fact's line holds more of the question's
+    words, and that share counts beside the two lists."""
+    from memsearch_fast.store import fusion
+
+    w = fusion.WORDS_WEIGHT
+    dense, sparse = [("entry", 0.80), ("fact", 0.78)], [("entry", 12.0), ("fact", 11.0)]
+    assert [f.id for f in fusion.fuse(dense, sparse, 2)] == ["entry", "fact"]
+    got = fusion.fuse(dense, sparse, 2, words={"entry": 0.5, "fact": 4 / 6})
+    assert [f.id for f in got] == ["fact", "entry"]
+    lists = fusion.DENSE_WEIGHT * 0.78 / 0.80 + (1 - fusion.DENSE_WEIGHT) * 11.0 / 12.0
+    assert got[0].score == pytest.approx((lists + w * 4 / 6) / (1 + w))
+    # First in both lists, its line holding every word: 1.0. No word asked: the lists alone.
+    assert fusion.fuse(dense, sparse, 1, words={"entry": 1.0})[0].score == pytest.approx(1.0)
+    alone = fusion.fuse(dense, sparse, 2)
+    assert [(f.id, f.score) for f in fusion.fuse(dense, sparse, 2, words={})] == [(f.id, f.score) for f in alone]
+    # One list alone shares its weight with the words as both lists do.
+    assert fusion.fuse(dense, [], 1, words={"entry": 0.5})[0].score == pytest.approx((1.0 + w * 0.5) / (1 + w))
+
+
 def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():
     """A chunk the dense side ranks first, but whose BM25 score is low, is not
     pushed below fifth by chunks BM25 prefers; it takes fifth place at fifth
@@ -749,8 +770,10 @@ def test_explain_gives_each_retrievers_rank_and_the_fused_score(store):
     hits = store.search(list(vecs[18]), "quick fox", top_k=5, explain=True)
     plain = store.search(list(vecs[18]), "quick fox", top_k=5)
     assert [h["chunk_hash"] for h in hits] == [h["chunk_hash"] for h in plain]
-    top = hits[0]["explain"]
-    assert hits[0]["chunk_hash"] == f"{18:064x}" and top["dense_rank"] == 1 and top["sparse_rank"] is not None
+    near = next(h["explain"] for h in hits if h["chunk_hash"] == f"{18:064x}")  # the vector searched for
+    assert near["dense_rank"] == 1 and near["sparse_rank"] is not None and near["words"] == 0.5  # quick, not fox
+    # "the quick brown fox": first in BM25, every word asked in its line, a random vector.
+    assert hits[0]["content"] == "the quick brown fox" and hits[0]["explain"]["words"] == 1.0
     for h in hits:
         e = h["explain"]
         assert e["fused"] == pytest.approx(h["score"], abs=1e-6)

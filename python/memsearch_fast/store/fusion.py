@@ -39,6 +39,15 @@ same lists for every variant) the mean hit@5 went 0.792 → 0.854 and MRR@10
 0.690 → 0.781, no set lower; docs/retrieval.md has the table. A dense
 weight of 0.6 or 0.7 gained another point or two in the mean but lost the
 unique keyword with the worst dense score (tests/test_store.py).
+
+That share also counts in the fused score, with :data:`WORDS_WEIGHT`: inside
+the dense score it is scaled and halved with it, and BM25 over whole chunks
+still ranked a look-alike entry above the fact whose line holds more of the
+question's words ("who took over rolling out the feature flag for meadow": an
+entry naming meadow and the feature flag on several lines, against the one
+line that says who took it over). On seven sets, weights 0.2 to 2.0 moved
+no set down and 0.4 and above reached the same plateau (agent journals
+hit@1 0.725 → 0.875); docs/retrieval.md has the table.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ DENSE_WEIGHT = 0.5
 #: The dense list's first chunk (its best line nearest the question, with the
 #: question's words in it) is fused no lower than this place: see :func:`fuse`.
 DENSE_FIRST_WITHIN = 5
+#: The weight of the share of the question's words found in the lines that gave a
+#: chunk its dense score (:func:`.spans.with_words`), beside the two lists'.
+WORDS_WEIGHT = 0.5
 #: BM25 keeps its whole share when its best score is at least this many times
 #: (best − middle of its list) over best: see :func:`trust`.
 PEAK = 2.0
@@ -101,13 +113,20 @@ def _scaled(scores: Sequence[float]) -> list[float]:
 
 
 def fuse(
-    dense: Sequence[tuple[str, float]], sparse: Sequence[tuple[str, float]], top_k: int, *, bm25_trust: float = 1.0
+    dense: Sequence[tuple[str, float]],
+    sparse: Sequence[tuple[str, float]],
+    top_k: int,
+    *,
+    bm25_trust: float = 1.0,
+    words: dict[str, float] | None = None,
 ) -> list[Fused]:
     """The best ``top_k`` of the two ranked lists of (id, score), best first.
 
-    BM25's weight is its share times *bm25_trust* (:func:`trust`); scores are
-    divided by the weights' sum, so a chunk first in both lists still scores
-    1.0. Equal scores keep the dense order, then the BM25 order.
+    BM25's weight is its share times *bm25_trust* (:func:`trust`); each chunk's
+    share of the question's *words* (0..1, :func:`.spans.with_words`) counts
+    with :data:`WORDS_WEIGHT`. Scores are divided by the weights' sum, so a
+    chunk first in both lists, its line holding every word, still scores 1.0.
+    Equal scores keep the dense order, then the BM25 order.
 
     The dense list's first chunk ranks no lower than :data:`DENSE_FIRST_WITHIN`
     (at the score of the place it takes): BM25 over whole chunks prefers the
@@ -118,9 +137,11 @@ def fuse(
     """
     if dense and sparse:
         total = DENSE_WEIGHT + (1.0 - DENSE_WEIGHT) * bm25_trust
-        weights = (DENSE_WEIGHT / total, (1.0 - DENSE_WEIGHT) * bm25_trust / total)
+        weights = [DENSE_WEIGHT / total, (1.0 - DENSE_WEIGHT) * bm25_trust / total]
     else:
-        weights = (1.0, 1.0)
+        weights = [1.0, 1.0]
+    lexical = WORDS_WEIGHT / (1.0 + WORDS_WEIGHT) if words else 0.0  # the lists share the rest
+    weights = [w * (1.0 - lexical) for w in weights]
     out: dict[str, Fused] = {}
     for rank, ((cid, raw), value) in enumerate(zip(dense, _scaled([s for _, s in dense]), strict=True), start=1):
         if cid not in out:
@@ -132,6 +153,9 @@ def fuse(
         elif hit.sparse_rank is None:
             hit.score += weights[1] * value
             hit.sparse_rank, hit.sparse_score = rank, raw
+    if words:
+        for f in out.values():
+            f.score += lexical * words.get(f.id, 0.0)
     # Insertion order is dense rank, then BM25 rank: a stable sort keeps it for ties.
     ranked = sorted(out.values(), key=lambda h: -h.score)
     if dense and sparse:

@@ -149,6 +149,7 @@ class StoreSearch(StoreSchema):
             filled if filled is not None else self.fill_sparse(sparse, ranked, query_text),
             top_k,
             bm25_trust=fusion.trust([score for _, score in sparse], deep),
+            words=share,
         )
         return [
             spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id), share.get(f.id))
