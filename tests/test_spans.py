@@ -432,6 +432,13 @@ def test_spans_are_stored_as_float16_and_a_float32_collection_made_before_still_
         ms.store._call("create", old_layout)
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=db) as ms:
         assert not ms.store.spans.half
+        # Its vectors read back as they were written (a misread vector is far from unit length),
+        # and a chunk's best span among its own rows is the one the search found.
+        held = [r for page in ms.store.spans.iter_vectors() for r in page]
+        assert len(held) == len([r for r in rows if not r["span_id"].endswith(":0")])
+        assert all(abs(float(np.linalg.norm(r["embedding"])) - 1.0) < 1e-2 for r in held)
+        best = ms.store.spans.best_of(asyncio.run(ms.provider.embed_query(question)), [new["chunk_hash"]])
+        assert best[new["chunk_hash"]]["start_line"] == new["explain"]["span"]["start_line"]
         old = dense_only(ms, question)[0]
         assert old["chunk_hash"] == new["chunk_hash"]
         assert old["explain"]["span"]["start_line"] == new["explain"]["span"]["start_line"]

@@ -692,7 +692,8 @@ def test_the_questions_words_in_the_matched_line_count_in_the_fused_score():
     # First in both lists, its line holding every word: 1.0. No word asked: the lists alone.
     assert fusion.fuse(dense, sparse, 1, words={"entry": 1.0})[0].score == pytest.approx(1.0)
     alone = fusion.fuse(dense, sparse, 2)
-    assert [(f.id, f.score) for f in fusion.fuse(dense, sparse, 2, words={})] == [(f.id, f.score) for f in alone]
+    for none in ({}, {"entry": 0.0, "fact": 0.0}):  # no line holds a word asked: no chunk moves, no score falls
+        assert [(f.id, f.score) for f in fusion.fuse(dense, sparse, 2, words=none)] == [(f.id, f.score) for f in alone]
     # One list alone shares its weight with the words as both lists do.
     assert fusion.fuse(dense, [], 1, words={"entry": 0.5})[0].score == pytest.approx((1.0 + w * 0.5) / (1 + w))
 

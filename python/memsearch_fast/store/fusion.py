@@ -124,8 +124,9 @@ def fuse(
 
     BM25's weight is its share times *bm25_trust* (:func:`trust`); each chunk's
     share of the question's *words* (0..1, :func:`.spans.with_words`) counts
-    with :data:`WORDS_WEIGHT`. Scores are divided by the weights' sum, so a
-    chunk first in both lists, its line holding every word, still scores 1.0.
+    with :data:`WORDS_WEIGHT` where any line holds one. Scores are divided by
+    the weights' sum, so a chunk first in both lists, its line holding every
+    word, still scores 1.0.
     Equal scores keep the dense order, then the BM25 order.
 
     The dense list's first chunk ranks no lower than :data:`DENSE_FIRST_WITHIN`
@@ -140,6 +141,8 @@ def fuse(
         weights = [DENSE_WEIGHT / total, (1.0 - DENSE_WEIGHT) * bm25_trust / total]
     else:
         weights = [1.0, 1.0]
+    # None of the lines holds a word asked: the term would move no chunk, only lower every score.
+    words = words if words and any(v > 0 for v in words.values()) else None
     lexical = WORDS_WEIGHT / (1.0 + WORDS_WEIGHT) if words else 0.0  # the lists share the rest
     weights = [w * (1.0 - lexical) for w in weights]
     out: dict[str, Fused] = {}

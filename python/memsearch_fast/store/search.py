@@ -61,7 +61,8 @@ class StoreSearch(StoreSchema):
     ) -> list[dict[str, Any]]:
         """Hybrid search: dense (COSINE) and BM25 lists fused by :mod:`.fusion`.
 
-        ``score`` is the fused score, 0..1 (1.0: first in both lists). With
+        ``score`` is the fused score, 0..1 (1.0: first in both lists, with every
+        word asked in the lines that matched). With
         *explain*, each hit also carries ``explain``: its rank and score in
         the dense and the BM25 list (rank None: not in that list, which is
         :func:`.fusion.depth` deep) and the fused score. An empty query text

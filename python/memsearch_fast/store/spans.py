@@ -16,9 +16,10 @@ them with the collection; the index run writes them just after their chunks
 gone, and the next full run removes it.
 
 Span vectors are stored as float16 (``FLOAT16_VECTOR``): Milvus Lite fits two
-float32 span rows in a 4 KiB page and three float16 ones, so the collection
-takes two thirds of the disk and the in-memory copy loads a third faster
-(docs/retrieval.md, "Span vectors stored as float16"). A collection made
+float32 span rows of journals in a 4 KiB page and three float16 ones, so the
+database is about a quarter smaller (114 MB against 157 MB at 5 MB of
+journals) and the in-memory copy loads a third faster (docs/retrieval.md,
+"Span vectors stored as float16"). A collection made
 before keeps its float32 vectors and is read and written as it is.
 """
 
@@ -51,8 +52,8 @@ def span_row(
     chunk_hash: str, source: str, index: int, start: int, end: int, text_hash: str, vector: Any
 ) -> dict[str, Any]:
     """One row: span *index* of a chunk (0: the chunk's own vector, ``text_hash`` "").
-    *vector* may be a list of floats or a float32 array (pymilvus takes both;
-    converting costs seconds a 5 MB run)."""
+    *vector* may be a list of floats or an array: :meth:`SpanStore.insert` and
+    :meth:`SpanStore.upsert` convert it to the collection's vector type."""
     return {
         "span_id": span_id(chunk_hash, index),
         "chunk_hash": chunk_hash,
@@ -226,6 +227,7 @@ class SpanStore:
             if not self.store.exists:
                 return False
             self._exists = bool(self._call("has_collection", lambda c: c.has_collection(self.collection)))
+            self._half = None  # read again with it: another process may have made it anew
             if self._exists:  # loaded as the main collection is: a damaged part is reported, not served
                 self.store._load(collection=self.collection)
         return self._exists
@@ -316,6 +318,10 @@ class SpanStore:
         return self._write("insert", rows)
 
     def _write(self, op: str, rows: list[dict[str, Any]]) -> int:
+        # The vector type is read again for every write: a float16 field takes a float32
+        # vector without a word (as raw bytes), and another process may have made the
+        # collection anew since (reset, then index). A search with the wrong type fails.
+        self._half = None
         for i in range(0, len(rows), BATCH):
             part = rows[i : i + BATCH]
             vectors = self.stored([r["embedding"] for r in part])
