@@ -336,7 +336,9 @@ def test_a_session_that_never_ends_loses_its_root_with_its_agent(env: Env) -> No
     agent = env.bin / "codex"  # the agent process: its name is what the hook looks for above it
     agent.write_text(
         f'#!/bin/sh\n{hook} session-start < "{start}"\n'
-        f'while [ ! -e "{go}" ]; do sleep 0.1; done\n{hook} user-prompt < "{prompt}"\nsleep 600\n',
+        # Bounded waits: a pytest killed from outside skips the finally below.
+        f'i=0; while [ ! -e "{go}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n'
+        f'{hook} user-prompt < "{prompt}"\nsleep 600\n',
         encoding="utf-8",
     )
     agent.chmod(0o755)
