@@ -19,8 +19,8 @@ Span vectors are stored as float16 (``FLOAT16_VECTOR``): Milvus Lite fits two
 float32 span rows of journals in a 4 KiB page and three float16 ones, so the
 database is about a quarter smaller (114 MB against 157 MB at 5 MB of
 journals) and the in-memory copy loads a third faster (docs/retrieval.md,
-"Span vectors stored as float16"). A collection made
-before keeps its float32 vectors and is read and written as it is.
+"Span vectors stored as float16"). A collection made before keeps its
+float32 vectors and is read and written as it is.
 """
 
 from __future__ import annotations
