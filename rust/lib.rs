@@ -424,7 +424,12 @@ fn vector_rows<'a>(
 /// The `k` groups whose best row scores highest for `query`: (group, row,
 /// score), best first. Rows are int8 `codes` (rows × `dim`) with a float32
 /// scale each; group `g` holds rows `offsets[g]..offsets[g + 1]` (u32).
+/// With `signs` (each row's sign bits, `(dim + 7) / 8` bytes, little bit order)
+/// and a `shortlist`, only the `shortlist` groups nearest by sign bits are
+/// scored with the codes.
 #[pyfunction]
+#[pyo3(signature = (codes, dim, scales, offsets, query, k, signs = None, shortlist = 0))]
+#[allow(clippy::too_many_arguments)]
 fn best_groups(
     py: Python<'_>,
     codes: &[u8],
@@ -433,9 +438,18 @@ fn best_groups(
     offsets: &[u8],
     query: Vec<f32>,
     k: usize,
+    signs: Option<&[u8]>,
+    shortlist: usize,
 ) -> PyResult<Vec<(u32, u32, f32)>> {
     let (rows, q) = vector_rows(codes, dim, scales, offsets, &query)?;
-    Ok(py.allow_threads(|| vectors::top_groups(&rows, &q, k)))
+    match signs {
+        Some(bits) if shortlist > 0 => {
+            let signs = vectors::Signs::new(bits, &rows).map_err(PyValueError::new_err)?;
+            Ok(py
+                .allow_threads(|| vectors::top_groups_shortlisted(&rows, &signs, &q, k, shortlist)))
+        }
+        _ => Ok(py.allow_threads(|| vectors::top_groups(&rows, &q, k))),
+    }
 }
 
 /// The best row of each of `groups` (those that have rows), as `best_groups` scores them.

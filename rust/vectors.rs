@@ -172,6 +172,116 @@ pub fn top_groups(rows: &Rows, query: &Query, k: usize) -> Vec<(u32, u32, f32)> 
     best
 }
 
+/// Sign bits of rows, `(dim + 7) / 8` bytes a row (bit `j` of byte `b` is
+/// component `8b + j`, as numpy's `packbits(..., bitorder="little")` packs them):
+/// an eighth of the int8 codes, so a first pass over every row reads little.
+pub struct Signs<'a> {
+    bits: &'a [u8],
+    width: usize,
+}
+
+impl<'a> Signs<'a> {
+    pub fn new(bits: &'a [u8], rows: &Rows) -> Result<Self, String> {
+        let width = rows.dim.div_ceil(8);
+        if bits.len() != width * (rows.codes.len() / rows.dim) {
+            return Err(format!(
+                "{} bytes of sign bits for {} rows of {} dimensions",
+                bits.len(),
+                rows.codes.len() / rows.dim,
+                rows.dim
+            ));
+        }
+        Ok(Signs { bits, width })
+    }
+
+    /// The fewest bits in which a row of `a..b` differs from `query` (`a < b`).
+    #[inline(always)]
+    fn nearest(&self, a: usize, b: usize, query: &[u8]) -> u32 {
+        let mut best = u32::MAX;
+        for r in a..b {
+            let row = &self.bits[r * self.width..(r + 1) * self.width];
+            let mut d = 0u32;
+            let mut x = row.chunks_exact(8);
+            let mut y = query.chunks_exact(8);
+            for (xx, yy) in (&mut x).zip(&mut y) {
+                d += (u64::from_le_bytes(xx.try_into().unwrap())
+                    ^ u64::from_le_bytes(yy.try_into().unwrap()))
+                .count_ones();
+            }
+            for (xx, yy) in x.remainder().iter().zip(y.remainder()) {
+                d += (xx ^ yy).count_ones();
+            }
+            best = best.min(d);
+        }
+        best
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt")]
+    unsafe fn nearest_popcnt(&self, a: usize, b: usize, query: &[u8]) -> u32 {
+        self.nearest(a, b, query)
+    }
+
+    /// Group `g`'s fewest differing bits; None for a group without rows.
+    fn group(&self, rows: &Rows, g: usize, query: &[u8]) -> Option<u32> {
+        let (a, b) = (rows.offset(g), rows.offset(g + 1));
+        if a == b {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("popcnt") {
+                // SAFETY: the CPU was just seen to have POPCNT.
+                return Some(unsafe { self.nearest_popcnt(a, b, query) });
+            }
+        }
+        Some(self.nearest(a, b, query))
+    }
+}
+
+/// [`top_groups`] over a shortlist: the `shortlist` groups whose rows' sign bits
+/// are nearest the query's (Hamming distance, ties: the lower group), then
+/// scored exactly with the int8 codes. The first pass reads an eighth of the
+/// bytes; a group whose best row is not among the shortlist's is missed, so the
+/// shortlist is sized for the recall measured (docs/retrieval.md).
+pub fn top_groups_shortlisted(
+    rows: &Rows,
+    signs: &Signs,
+    query: &Query,
+    k: usize,
+    shortlist: usize,
+) -> Vec<(u32, u32, f32)> {
+    if shortlist >= rows.groups() {
+        return top_groups(rows, query, k);
+    }
+    let mut bits = vec![0u8; signs.width];
+    for (i, &c) in query.codes.iter().enumerate() {
+        if c > 0 {
+            bits[i / 8] |= 1 << (i % 8);
+        }
+    }
+    let mut near: Vec<(u32, u32)> = (0..rows.groups())
+        .into_par_iter()
+        .filter_map(|g| signs.group(rows, g, &bits).map(|d| (d, g as u32)))
+        .collect();
+    if shortlist == 0 || near.is_empty() {
+        return Vec::new();
+    }
+    if shortlist < near.len() {
+        near.select_nth_unstable(shortlist - 1);
+        near.truncate(shortlist);
+    }
+    let picked: Vec<u32> = near.into_iter().map(|(_, g)| g).collect();
+    let mut best: Vec<(u32, u32, f32)> = picked
+        .par_iter()
+        .filter_map(|&g| rows.best(g as usize, query).map(|(r, s)| (g, r, s)))
+        .collect();
+    let order = |x: &(u32, u32, f32), y: &(u32, u32, f32)| y.2.total_cmp(&x.2).then(x.0.cmp(&y.0));
+    best.sort_unstable_by(order);
+    best.truncate(k);
+    best
+}
+
 /// The best row of each of `groups` (those with rows), in the order given.
 pub fn best_in(rows: &Rows, query: &Query, groups: &[u32]) -> Vec<(u32, u32, f32)> {
     groups
@@ -218,6 +328,58 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![3]
         );
+    }
+
+    /// Sign bits as numpy's `packbits(codes > 0, axis=1, bitorder="little")` packs them.
+    fn sign_bits(codes: &[i8], dim: usize) -> Vec<u8> {
+        codes
+            .chunks_exact(dim)
+            .flat_map(|row| {
+                let mut out = vec![0u8; dim.div_ceil(8)];
+                for (i, &c) in row.iter().enumerate() {
+                    if c > 0 {
+                        out[i / 8] |= 1 << (i % 8);
+                    }
+                }
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shortlist_by_sign_bits_keeps_the_groups_nearest_in_sign() {
+        // dim 10 (two bytes of bits, the second partial); four groups of one or two rows.
+        let dim = 10;
+        let q: Vec<f32> = (0..dim)
+            .map(|i| if i % 3 == 0 { -0.3 } else { 0.3 })
+            .collect();
+        let same: Vec<i8> = q.iter().map(|&v| (v * 300.0) as i8).collect();
+        let mut flipped = same.clone();
+        for c in flipped.iter_mut().take(6) {
+            *c = -*c; // six signs differ: far by sign bits, and by cosine
+        }
+        let mut near = same.clone();
+        near[9] = -near[9]; // one sign differs
+        let rows_i8: Vec<i8> =
+            [flipped.clone(), same.clone(), near.clone(), flipped, near].concat();
+        let codes: Vec<u8> = rows_i8.iter().map(|&c| c as u8).collect();
+        let scales = bytes_f32(&[1.0 / 127.0; 5]);
+        let offsets = bytes_u32(&[0, 1, 3, 4, 5]); // g0: flipped; g1: same, near; g2: flipped; g3: near
+        let rows = Rows::new(&codes, dim, &scales, &offsets).unwrap();
+        let bits = sign_bits(&rows_i8, dim);
+        let signs = Signs::new(&bits, &rows).unwrap();
+        let query = Query::new(&q);
+        let exact = top_groups(&rows, &query, 4);
+        // A shortlist as long as the groups is the exact ranking.
+        assert_eq!(top_groups_shortlisted(&rows, &signs, &query, 4, 4), exact);
+        // Two: the groups holding the rows nearest in sign (g1, g3), in exact order and score.
+        let two = top_groups_shortlisted(&rows, &signs, &query, 4, 2);
+        assert_eq!(two, exact[..2].to_vec());
+        assert_eq!(two.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(two[0].1, 1); // g1's best row is its exact copy of the query
+        assert!(top_groups_shortlisted(&rows, &signs, &query, 1, 2).len() == 1);
+        // Bits that are not a row's worth each are refused.
+        assert!(Signs::new(&bits[1..], &rows).is_err());
     }
 
     #[test]

@@ -106,7 +106,14 @@ def content_hash(text: str) -> str: ...
 def clean_content_for_embedding(text: str) -> str: ...
 def heading_levels(lines: list[str]) -> list[int]: ...
 def best_groups(
-    codes: bytes, dim: int, scales: bytes, offsets: bytes, query: list[float], k: int
+    codes: bytes,
+    dim: int,
+    scales: bytes,
+    offsets: bytes,
+    query: list[float],
+    k: int,
+    signs: bytes | None = None,
+    shortlist: int = 0,
 ) -> list[tuple[int, int, float]]: ...
 def best_in_groups(
     codes: bytes, dim: int, scales: bytes, offsets: bytes, query: list[float], groups: list[int]
