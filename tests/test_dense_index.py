@@ -93,7 +93,10 @@ def held_spans(dense: dense_index.DenseIndex) -> set[tuple[str, int, int]]:
     copy = dense._copy
     assert copy is not None and copy.spans is not None
     sp = copy.spans
-    return {(copy.ids[int(g)], int(a), int(b)) for g, a, b in zip(sp.chunk, sp.starts, sp.ends, strict=True)}
+    own = sp.chunk[sp.index == 0]
+    assert sorted(own.tolist()) == list(range(len(copy.ids)))  # each chunk's own vector, once
+    spans = zip(sp.chunk, sp.starts, sp.ends, sp.index, strict=True)
+    return {(copy.ids[int(g)], int(a), int(b)) for g, a, b, i in spans if i}
 
 
 def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
@@ -257,3 +260,158 @@ def test_small_and_large_collections_and_the_switch_leave_it_to_milvus(corpus, d
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         assert asyncio.run(ms.search(QUERIES[0]))
         assert ms._dense._loader is None
+
+
+def no_full_read(dense: dense_index.DenseIndex, read: list[str]) -> None:
+    """From here on the loader may read only the files it names (recorded in *read*)."""
+    opened = dense._open_store
+
+    def store():
+        s = opened()
+        s.iter_rows = lambda *a, **k: pytest.fail("a full load where the saved copy would do")
+        rows_for, spans_for = s.iter_rows_for_sources, s.spans.iter_vectors
+
+        def rows(sources, fields):
+            read.extend(sources)
+            return rows_for(sources, fields)
+
+        def spans(sources=None):
+            assert sources is not None, "every span read where the saved copy would do"
+            return spans_for(sources)
+
+        s.iter_rows_for_sources, s.spans.iter_vectors = rows, spans
+        return s
+
+    dense._open_store = store
+
+
+def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_changed(corpus, db, model_dir, small_ok):
+    from memsearch_fast.store import saved_copy
+
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        saved = dense._saved
+        assert saved.name.startswith(db.name + ".copy-") and saved.parent == db.parent
+        assert saved.stat().st_mode & 0o777 == 0o600  # it holds the notes' text
+        first_save = saved.stat().st_mtime_ns
+
+    files = sorted(corpus.rglob("*.md"))
+    files[0].unlink()
+    files[1].write_text(files[1].read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+
+    text = "quokka relay port 47113"
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        read: list[str] = []
+        no_full_read(ms._dense_index(ms._search_store()), read)
+        dense = loaded(ms)
+        store = ms._search_store()
+        assert read == [str(files[1])]  # the edited file only; the deleted one is dropped from the copy
+        assert sorted(dense._copy.ids) == sorted(r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p)
+        assert held_spans(dense) == span_rows(store)
+        vec = vector(ms, text)
+        hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert hits is not None and "quokka relay" in hits[0]["content"]
+        assert_same_ranking(hits, store.search(vec, text, top_k=5))
+        assert saved.stat().st_mtime_ns == first_save  # refreshed copies are saved now and then, and at close
+    assert saved.stat().st_mtime_ns != first_save
+
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:  # nothing changed since: nothing read
+        read = []
+        no_full_read(ms._dense_index(ms._search_store()), read)
+        dense = loaded(ms)
+        assert read == [] and len(dense._copy.ids) == ms._search_store().count()
+
+    with open_ms(corpus, db, model_dir) as ms:  # reset drops the saved copy with the collection
+        assert ms.drop()
+    assert not saved.exists()
+    assert saved_copy.load(saved, 384) is None
+
+
+def test_a_saved_copy_that_is_damaged_a_link_or_of_another_shape_is_not_used(corpus, db, model_dir, small_ok, tmp_path):
+    import numpy as np
+
+    from memsearch_fast.store import saved_copy
+
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        saved = loaded(ms)._saved
+    good = saved.read_bytes()
+    assert saved_copy.load(saved, 384) is not None
+    assert saved_copy.load(saved, 768) is None  # another model's vectors
+
+    other = tmp_path / "other.npz"  # saved copies of other shapes
+    with np.load(saved) as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez_compressed(other, **arrays)  # compressed members could inflate past the file: refused
+    assert saved_copy.load(other, 384) is None
+    np.savez(other, **arrays)
+    assert saved_copy.load(other, 384) is not None
+    index = arrays["span_index"].copy()
+    index[0] = 7  # the first chunk's first row is not its own vector (a copy saved before own rows)
+    np.savez(other, **{**arrays, "span_index": index})
+    assert saved_copy.load(other, 384) is None
+    arrays["span_offsets"] = arrays["span_offsets"][:-1]
+    np.savez(other, **arrays)
+    assert saved_copy.load(other, 384) is None
+
+    target = tmp_path / "elsewhere.npz"
+    target.write_bytes(good)
+    for planted in (b"not a zip file", None):
+        saved.unlink()
+        if planted is None:
+            saved.symlink_to(target)  # a link is never read nor written through
+        else:
+            saved.write_bytes(planted)
+        with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+            dense = loaded(ms)  # a full load
+            store = ms._search_store()
+            vec = vector(ms, QUERIES[1])
+            assert_same_ranking(
+                dense.search(store, vec, QUERIES[1], top_k=5, source_prefix=None),
+                store.search(vec, QUERIES[1], top_k=5),
+            )
+        assert not saved.is_symlink() and saved_copy.load(saved, 384) is not None  # saved anew
+    assert target.read_bytes() == good
+
+
+def test_the_sign_bit_shortlist_scores_exactly_the_chunks_nearest_in_sign(corpus, db, model_dir, small_ok):
+    import numpy as np
+
+    from memsearch_fast._core import best_groups, best_in_groups
+
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        sp = loaded(ms)._copy.spans
+        dim = 384
+        codes = np.frombuffer(sp.codes, np.int8).reshape(-1, dim)
+        offsets = np.frombuffer(sp.offsets, "<u4").astype(np.int64)
+        groups = len(offsets) - 1
+        assert np.array_equal(
+            np.unpackbits(np.frombuffer(sp.signs, np.uint8).reshape(-1, dim // 8), axis=1, bitorder="little").astype(
+                bool
+            ),
+            codes > 0,
+        )
+        for text in QUERIES:
+            q = [float(x) for x in vector(ms, text)]
+            exact = best_groups(sp.codes, dim, sp.scales, sp.offsets, q, 10)
+            assert best_groups(sp.codes, dim, sp.scales, sp.offsets, q, 10, sp.signs, groups) == exact
+            # A shortlist of a quarter: the chunks whose rows differ from the question in fewest signs.
+            qbits = np.asarray(q) > 0
+            differ = (codes > 0) != qbits
+            nearest = np.minimum.reduceat(differ.sum(axis=1), offsets[:-1])
+            n = groups // 4
+            cut = np.sort(nearest)[n - 1]
+            got = best_groups(sp.codes, dim, sp.scales, sp.offsets, q, 10, sp.signs, n)
+            assert len(got) == 10
+            assert all(nearest[g] <= cut for g, _, _ in got)  # only shortlisted chunks
+            assert got == best_in_groups(sp.codes, dim, sp.scales, sp.offsets, q, [g for g, _, _ in got])
+            assert [s for _, _, s in got] == sorted((s for _, _, s in got), reverse=True)
+            sure = {g for g, _, _ in exact if nearest[g] < cut}  # shortlisted whatever the ties
+            assert sure <= {g for g, _, _ in got}  # so they are among its ten best as among all

@@ -21,8 +21,6 @@ from memsearch_fast.embeddings.query_cache import QueryCache
 from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
 
-#: Query embeddings kept per MemSearch (see ``_query_vector``).
-
 if TYPE_CHECKING:
     from memsearch_fast.index.sync import SyncReport
     from memsearch_fast.store.schema import EmbeddingModel
@@ -404,6 +402,7 @@ class MemSearch:
         index of it (the writer lock; *on_wait* hears why), which would go on
         writing into what is dropped."""
         from memsearch_fast.index import record
+        from memsearch_fast.store import saved_copy
 
         writer = self._manifest()
         if on_wait is not None:
@@ -416,6 +415,7 @@ class MemSearch:
                 return False
             store.drop()
             record.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
+            saved_copy.forget(saved_copy.path_for(writer.path))  # and the copy a search service saved
             return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:

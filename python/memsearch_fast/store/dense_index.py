@@ -42,16 +42,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memsearch_fast.config.tuning import env_off
-from memsearch_fast.store.schema import QUERY_FIELDS
+from memsearch_fast.store.copy_rows import FIELDS, Copy, Rows
 from memsearch_fast.store.search import MAX_TOP_K
-from memsearch_fast.store.span_copy import Spans, normalised, read_spans
+from memsearch_fast.store.span_copy import read_spans
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +67,8 @@ ENV_SWITCH = "MEMSEARCH_DENSE_INDEX"
 RECHECK_S = 30.0
 #: Seconds before a load that a writing run spoilt is tried again.
 RETRY_S = 2.0
-
-_FIELDS = list(dict.fromkeys([*QUERY_FIELDS, "embedding"]))
-_KEPT = [f for f in QUERY_FIELDS if f not in ("chunk_hash", "source")]
+#: Seconds between saves of a copy that runs keep refreshing (:mod:`.saved_copy`).
+SAVE_EVERY_S = 600.0
 
 
 def enabled() -> bool:
@@ -124,67 +122,6 @@ def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
         return None
 
 
-@dataclass(slots=True)
-class _Copy:
-    ids: list[str]
-    sources: list[str]
-    fields: dict[str, list[Any]]  # the other display fields, by row (a pk lookup in Lite is a 10 ms scan)
-    matrix: np.ndarray  # rows normalised: a dot product is the cosine Milvus reports
-    token: tuple[int, int, int] | None
-    entries: dict[str, str] | None
-    checked: float
-    spans: Spans | None = None  # None: the collection has no span collection (Milvus searches it)
-
-    def positions(self) -> dict[str, int]:
-        return {cid: i for i, cid in enumerate(self.ids)}
-
-    def row(self, i: int) -> dict[str, Any]:
-        """The display fields of row ``i``, in the order :meth:`MilvusStore.search` gives them."""
-        own = {"chunk_hash": self.ids[i], "source": self.sources[i]}
-        return {f: own[f] if f in own else self.fields[f][i] for f in QUERY_FIELDS}
-
-
-class _Rows:
-    """Columns gathered page by page."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.ids: list[str] = []
-        self.sources: list[str] = []
-        self.fields: dict[str, list[Any]] = {f: [] for f in _KEPT}
-        self.parts: list[np.ndarray] = []
-
-    def add(self, page: list[dict[str, Any]]) -> None:
-        self.ids.extend(r["chunk_hash"] for r in page)
-        self.sources.extend(r["source"] for r in page)
-        for f, col in self.fields.items():
-            col.extend(r.get(f) for r in page)
-        self.parts.append(normalised([r["embedding"] for r in page], self.dim))
-
-    @classmethod
-    def kept(cls, rows: _Copy | _Rows, matrix: np.ndarray, keep: list[int], dim: int) -> _Rows:
-        """The rows at positions ``keep`` of ``rows`` (whose vectors are ``matrix``)."""
-        out = cls(dim)
-        out.ids = [rows.ids[i] for i in keep]
-        out.sources = [rows.sources[i] for i in keep]
-        out.fields = {f: [col[i] for i in keep] for f, col in rows.fields.items()}
-        out.parts = [matrix[np.asarray(keep, dtype=np.int64)]]
-        return out
-
-    def dedupe(self) -> _Rows:
-        """These rows, keeping the first of an id read twice (a row written while the pages were read)."""
-        if len(set(self.ids)) == len(self.ids):
-            return self
-        first: dict[str, int] = {}
-        for i, cid in enumerate(self.ids):
-            first.setdefault(cid, i)
-        return _Rows.kept(self, np.concatenate(self.parts), sorted(first.values()), self.dim)
-
-    def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> _Copy:
-        matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
-        return _Copy(self.ids, self.sources, self.fields, matrix, token, entries, time.monotonic())
-
-
 class DenseIndex:
     """The vectors of one collection in memory; see the module docstring.
 
@@ -213,13 +150,18 @@ class DenseIndex:
         self._manifest = Path(manifest)
         self._writer = Manifest(self._manifest)  # only probed: its writer lock is never taken here
         self._dim = dimension
-        self._copy: _Copy | None = None
+        self._copy: Copy | None = None
         self._pos: dict[str, int] = {}
         self._by_source: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._retry_after = 0.0
         self._closed = False
+        from memsearch_fast.store.saved_copy import path_for
+
+        self._saved = path_for(self._manifest)  # the copy kept on disk for the next process
+        self._saved_at: float | None = None  # None: not read yet
+        self._unsaved = False  # the copy held differs from the one saved
 
     # -- state ------------------------------------------------------------------------
 
@@ -238,12 +180,15 @@ class DenseIndex:
         """Drop the copy; a load under way stops at its next page."""
         with self._lock:
             self._closed = True
+            copy = self._copy
             self._install(None)
             loader = self._loader
         if loader is not None and loader is not threading.current_thread():
             loader.join(5.0)
+        if copy is not None and self._unsaved:  # refreshed since its last save
+            self._save(copy)
 
-    def _install(self, copy: _Copy | None) -> None:
+    def _install(self, copy: Copy | None) -> None:
         """Make ``copy`` the one searches use (called with ``_lock`` held)."""
         self._copy = copy
         self._pos = copy.positions() if copy else {}
@@ -293,12 +238,22 @@ class DenseIndex:
             return
         try:
             copy = self._copy
+            if copy is None and self._saved_at is None and self._quiet() is not None:
+                from memsearch_fast.store import saved_copy
+
+                self._saved_at = time.monotonic()
+                copy = saved_copy.load(self._saved, self._dim)  # the last process's, refreshed as a held one
+                full = copy is None
             new = self._refresh(store, copy) if not full and copy is not None else self._load_all(store)
             with self._lock:
                 if new is not None and not self._closed:
                     self._install(new)
                 elif new is None and not full:
                     self._install(None)  # the refresh could not be shown right: Milvus answers
+            if new is not None and (copy is None or new.entries != copy.entries):
+                self._unsaved = True
+                if copy is None or time.monotonic() - (self._saved_at or 0.0) >= SAVE_EVERY_S:
+                    self._save(new)  # after a full load always; after refreshes now and then, and at close
             from memsearch_fast._os import give_back_memory
 
             give_back_memory()  # the pages the rows came in, and a replaced copy
@@ -311,7 +266,13 @@ class DenseIndex:
             with contextlib.suppress(Exception):
                 store.close()
 
-    def _described(self, token: tuple[int, int, int] | None, rows: _Rows) -> dict[str, str] | None:
+    def _save(self, copy: Copy) -> None:
+        from memsearch_fast.store import saved_copy
+
+        saved_copy.save(self._saved, copy)
+        self._saved_at, self._unsaved = time.monotonic(), False
+
+    def _described(self, token: tuple[int, int, int] | None, rows: Rows) -> dict[str, str] | None:
         """The manifest's entries when it still is ``token``, no run is writing,
         and its row count is that of ``rows``; None when the rows cannot be trusted."""
         if token is None or self._quiet() != token:
@@ -321,14 +282,14 @@ class DenseIndex:
             return None
         return manifest[1]
 
-    def _load_all(self, store: Any) -> _Copy | None:
+    def _load_all(self, store: Any) -> Copy | None:
         """Every row, kept only when no run wrote meanwhile and the manifest describes them."""
         token = self._quiet()
         if token is None or not store.exists or not _worth_a_copy(store):
             self._later(RECHECK_S if token is not None else RETRY_S)
             return None
-        rows = _Rows(self._dim)
-        for page in store.iter_rows(_FIELDS):
+        rows = Rows(self._dim)
+        for page in store.iter_rows(FIELDS):
             if self._closed:
                 return None
             rows.add(page)
@@ -341,10 +302,9 @@ class DenseIndex:
             self._later(RETRY_S)  # a run wrote while the rows were read, or a writer keeps no manifest
             return None
         copy = rows.copy(token, entries)
-        copy.spans = spans.build(len(rows.ids)) if spans is not None else None
-        return copy
+        return copy.hold(spans.build(copy.matrix) if spans is not None else None)
 
-    def _refresh(self, store: Any, copy: _Copy) -> _Copy | None:
+    def _refresh(self, store: Any, copy: Copy) -> Copy | None:
         """Re-read only the sources whose recorded chunks changed since ``copy``."""
         token = self._quiet()
         manifest = _read_manifest(self._manifest) if token is not None else None
@@ -353,8 +313,8 @@ class DenseIndex:
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         keep = [i for i, s in enumerate(copy.sources) if s not in changed]
-        new = _Rows.kept(copy, copy.matrix, keep, self._dim)
-        for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), _FIELDS):
+        new = Rows.kept(copy, copy.matrix, keep, self._dim)
+        for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), FIELDS):
             if self._closed:
                 return None
             new.add(page)
@@ -375,8 +335,7 @@ class DenseIndex:
         if described is None or len(new.ids) > max_rows():
             return self._load_all(store)
         out = new.copy(token, described)
-        out.spans = spans.build(len(new.ids)) if spans is not None else None
-        return out
+        return out.hold(spans.build(out.matrix) if spans is not None else None)
 
     # -- searching --------------------------------------------------------------------
 
@@ -432,9 +391,9 @@ class DenseIndex:
         as_list = list(map(float, vector))
         held = copy.spans if not source_prefix else None  # a prefix: Milvus filters the spans
         dense, span_hits, sparse = together(  # the engine's BM25 list while the others are ranked here
-            lambda: self._dense(copy, by_source, vector, deep, source_prefix),
+            lambda: [] if held is not None else self._dense(copy, by_source, vector, deep, source_prefix),
             lambda: (
-                held.search(copy.ids, copy.sources, as_list, deep)
+                held.search(copy.ids, copy.sources, as_list, deep)  # chunk vectors and spans in one pass
                 if held is not None
                 else store.spans.search(as_list, deep, source_prefix)
             ),
@@ -478,7 +437,7 @@ class DenseIndex:
         return q / norm if norm else q
 
     def _dense(
-        self, copy: _Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
+        self, copy: Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
     ) -> list[tuple[str, float]]:
         """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it."""
         q = self._unit(vector)

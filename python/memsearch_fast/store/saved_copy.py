@@ -1,0 +1,165 @@
+"""The in-memory copy (:mod:`.dense_index`) saved beside a local database.
+
+The database's service exits when idle and starts again with the next
+search; reading every chunk and span vector back from Milvus Lite then takes
+minutes at 50 MB of journals (209 s), while searches scan the span rows
+(1.8 s each). The saved copy is read in a few seconds. It is only a starting
+point: the loader refreshes it against the manifest as it refreshes a copy
+after an index run (the files whose recorded chunks changed are read again,
+the rest kept) and installs it only when that shows it current, so a file
+left by an older state, another tool or a hostile repository can cost a
+full load but never a wrong answer it would not also give. It holds arrays
+and JSON, read with ``allow_pickle=False``: nothing in it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from memsearch_fast.store.copy_rows import Copy
+from memsearch_fast.store.span_copy import Spans, sign_bits
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+_SPAN_ARRAYS = ("codes", "scales", "offsets", "starts", "ends", "index")
+
+
+def path_for(manifest: Path) -> Path:
+    """``<db>.copy-<key>.npz`` beside ``<db>.manifest-<key>.json``."""
+    name = manifest.name.replace(".manifest-", ".copy-", 1)
+    return manifest.with_name(name.removesuffix(".json") + ".npz")
+
+
+def save(path: Path, copy: Copy) -> None:
+    """Write *copy* to *path* atomically (a private temp file, then a rename, never
+    through a link); a failure leaves the old file or none and is only logged."""
+    meta = {
+        "format": FORMAT,
+        "dim": int(copy.matrix.shape[1]),
+        "ids": copy.ids,
+        "sources": copy.sources,
+        "fields": copy.fields,
+        "entries": copy.entries or {},
+    }
+    arrays: dict[str, np.ndarray] = {
+        "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode("utf-8"), np.uint8),
+        "matrix": np.ascontiguousarray(copy.matrix),
+    }
+    if copy.spans is not None:
+        s = copy.spans
+        arrays.update(
+            span_codes=np.frombuffer(s.codes, np.int8),
+            span_scales=np.frombuffer(s.scales, "<f4"),
+            span_offsets=np.frombuffer(s.offsets, "<u4"),
+            span_starts=s.starts,
+            span_ends=s.ends,
+            span_index=s.index,
+        )
+    tmp = ""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, path)  # a link planted at *path* is replaced, never written through
+    except Exception as exc:  # noqa: BLE001 - the copy held in memory is not affected
+        logger.info("dense index: copy not saved to %s (%s)", path, exc)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def load(path: Path, dim: int) -> Copy | None:
+    """The copy saved at *path*, or None when there is none or it does not hold
+    rows of *dim* dimensions as :func:`save` writes them."""
+    from memsearch_fast._os import UnsafePathError, open_private
+
+    try:
+        fd = open_private(path, os.O_RDONLY, single_link=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnsafePathError) as exc:
+        logger.info("dense index: saved copy %s not used (%s)", path, exc)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            with zipfile.ZipFile(f) as zf:  # stored members only: nothing inflates past the file's size
+                if any(i.compress_type != zipfile.ZIP_STORED for i in zf.infolist()):
+                    raise ValueError("compressed members")
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                return _parse({k: z[k] for k in z.files}, dim)
+    except Exception as exc:  # noqa: BLE001 - whatever the file holds, the copy is loaded from Milvus
+        logger.info("dense index: saved copy %s not used (%s)", path, exc)
+        return None
+
+
+def _parse(arrays: dict[str, np.ndarray], dim: int) -> Copy | None:
+    meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("dim") != dim:
+        return None
+    ids, sources, fields, entries = meta["ids"], meta["sources"], meta["fields"], meta["entries"]
+    matrix = arrays["matrix"]
+    n = len(ids)
+    if (
+        matrix.dtype not in (np.float16, np.float32)
+        or matrix.shape != (n, dim)
+        or len(sources) != n
+        or not isinstance(fields, dict)
+        or any(not isinstance(col, list) or len(col) != n for col in fields.values())
+        or not isinstance(entries, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items())
+    ):
+        return None
+    spans = None
+    if "span_codes" in arrays:
+        spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim)
+        if spans is None:
+            return None
+    import time
+
+    out = Copy(list(map(str, ids)), list(map(str, sources)), fields, matrix, None, entries, time.monotonic())
+    return out.hold(spans)
+
+
+def _spans(a: dict[str, np.ndarray], chunks: int, dim: int) -> Spans | None:
+    """The span columns, or None when their shapes disagree (the kernel checks its own too)."""
+    offsets = a["offsets"].astype("<u4", copy=False)
+    counts = offsets[1:].astype(np.int64) - offsets[:-1].astype(np.int64)
+    rows = a["scales"].shape[0]
+    if (
+        a["codes"].dtype != np.int8
+        or a["codes"].size != rows * dim
+        or offsets.shape != (chunks + 1,)
+        or int(offsets[0]) != 0
+        or int(offsets[-1]) != rows
+        or any(a[k].shape != (rows,) for k in ("starts", "ends", "index"))
+        or bool(np.any(counts < 1))
+        or bool(np.any(a["index"][offsets[:-1].astype(np.int64)] != 0))  # each chunk's own row first
+    ):
+        return None
+    codes = a["codes"].reshape(rows, dim)
+    return Spans(
+        codes=codes.tobytes(),
+        scales=a["scales"].astype("<f4", copy=False).tobytes(),
+        offsets=offsets.tobytes(),
+        signs=sign_bits(codes),
+        chunk=np.repeat(np.arange(chunks, dtype=np.int64), counts),
+        starts=a["starts"].astype(np.int32, copy=False),
+        ends=a["ends"].astype(np.int32, copy=False),
+        index=a["index"].astype(np.int32, copy=False),
+    )
+
+
+def forget(path: Path) -> None:
+    """Remove the saved copy (the collection was dropped)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
