@@ -322,6 +322,8 @@ def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_chan
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:  # nothing changed since: nothing read
         read = []
         no_full_read(ms._dense_index(ms._search_store()), read)
+        asyncio.run(ms.search(QUERIES[0]))
+        assert ms._dense.loaded  # the first search waited for the saved copy (seconds) and used it
         dense = loaded(ms)
         assert read == [] and len(dense._copy.ids) == ms._search_store().count()
 

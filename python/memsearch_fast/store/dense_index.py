@@ -69,6 +69,8 @@ RECHECK_S = 30.0
 RETRY_S = 2.0
 #: Seconds between saves of a copy that runs keep refreshing (:mod:`.saved_copy`).
 SAVE_EVERY_S = 600.0
+#: Seconds a first search waits for the copy the last process saved (then Milvus answers).
+SAVED_WAIT_S = 15.0
 
 
 def enabled() -> bool:
@@ -212,6 +214,20 @@ class DenseIndex:
                 return
             self._loader = threading.Thread(target=self._load, args=(full,), name="dense-index", daemon=True)
             self._loader.start()
+
+    def _begin(self, store: Any, now: float) -> bool:
+        """Start a load unless one runs or was tried too recently; True when the copy
+        the last process saved was there and is held now: that takes seconds (6 s at
+        50 MB of journals), while the engine's first search of a large span
+        collection loads it first (34 s there), so the first search waits for it."""
+        if now < self._retry_after or self.loading:
+            return False
+        if not _worth_a_copy(store):  # the search's own connection: no thread
+            self._later(RECHECK_S)
+            return False
+        saved = self._saved_at is None and self._saved.is_file() and not self._saved.is_symlink()
+        self._start(full=True)
+        return saved and self.wait(SAVED_WAIT_S)
 
     def _stale(self) -> None:
         """Rows changed behind the copy: drop it (Milvus answers) and load it again."""
@@ -368,12 +384,12 @@ class DenseIndex:
             copy, pos, by_source = self._copy, self._pos, self._by_source
         now = time.monotonic()
         if copy is None:
-            if now >= self._retry_after and not (self._loader and self._loader.is_alive()):
-                if _worth_a_copy(store):  # the search's own connection: no thread
-                    self._start(full=True)
-                else:
-                    self._later(RECHECK_S)
-            return None
+            if not self._begin(store, now):
+                return None
+            with self._lock:
+                copy, pos, by_source = self._copy, self._pos, self._by_source
+            if copy is None:
+                return None
         token = self._quiet()
         if token != copy.token:
             if token is not None:

@@ -165,14 +165,15 @@ def read_spans(
     positions *kept* kept); None when the collection has no spans. Reading ends
     early once *stop* says so."""
     spans_store = getattr(store, "spans", None)
-    if spans_store is None or not spans_store.exists:
+    unchanged = sources == [] and old is not None  # no file changed: Lite need not load the spans
+    if spans_store is None or not (spans_store.present() if unchanged else spans_store.exists):
         return None
     out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)})
     if old is not None and old_ids is not None and kept is not None:
         out.keep(old, old_ids, kept)
     elif old_ids is not None:
         sources = None  # the old copy had no spans: read them all
-    for page in spans_store.iter_vectors(sources):
+    for page in spans_store.iter_vectors(sources) if not unchanged else ():
         if stop():
             break
         out.add(page)
