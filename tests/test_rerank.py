@@ -206,11 +206,12 @@ def test_imported_cross_encoder_matches_numpy(
     flat = np.array([numpy_logits(weights, e.ids, [0] * len(e.ids))[0] for e in enc])
     assert np.abs(flat - want).max() > 1e-2
     # The int8 file (the default) scores the same pairs close to fp32 (dynamic
-    # quantisation of a random model: a looser bound, the same trend).
+    # quantisation of a random model, 7-bit weights: a looser bound, the same trend).
+    # Full-range weights overflowed on a CPU without VNNI (correlation -0.61).
     int8 = rerank.load(str(imported), threads=1)
     assert int8.model_path.name == "model_quantized.onnx"
     quantized = int8.logits(QUERY, texts)
-    assert np.corrcoef(quantized, want)[0, 1] > 0.95 and np.abs(quantized - want).max() < 0.25 * np.ptp(want)
+    assert np.corrcoef(quantized, want)[0, 1] > 0.95 and np.abs(quantized - want).max() < 0.4 * np.ptp(want)
 
 
 def test_two_logit_head_scores_the_positive_class(tmp_path: Path, model_dir: Path) -> None:

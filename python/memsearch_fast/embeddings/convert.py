@@ -82,6 +82,9 @@ def quantize_int8(fp32: Path, dest: Path) -> None:
             str(fp32),
             str(dest),
             per_channel=True,
+            # 7-bit weights: CPUs without VNNI (AVX2 only) multiply u8 x s8 pairs into
+            # saturating int16 sums, which full-range weights overflow.
+            reduce_range=True,
             op_types_to_quantize=["MatMul"],
             weight_type=QuantType.QInt8,
         )
