@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from memsearch_fast.errors import MemsearchError
 
@@ -159,7 +160,11 @@ def append_private(folder: str | os.PathLike[str], name: str, data: bytes, *, ma
                 fd = -1
                 _cut_to_newer_half(dfd, name, max_bytes)
                 fd = open_private(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=dfd)
-            write_all(fd, data)
+            if callable(data):
+                with open(fd, "wb", closefd=False) as f:
+                    data(f)
+            else:
+                write_all(fd, data)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -181,7 +186,7 @@ def _cut_to_newer_half(dfd: int, name: str, max_bytes: int) -> None:
 
 def write_atomic(
     path: str | os.PathLike[str],
-    data: bytes,
+    data: bytes | Callable[[BinaryIO], None],
     *,
     mode: int = 0o600,
     fsync: bool = True,
@@ -197,7 +202,8 @@ def write_atomic(
     that alone uses that name (under a lock, or with its pid in it): a
     leftover of a killed writer, or a link planted there, is removed first
     (``unlink`` never follows it). With *dir_fd*, *path* and *temp* are names
-    in that directory (then *temp* is required).
+    in that directory (then *temp* is required). *data* may be a function that
+    writes to the open temp file, for contents too large to hold twice.
     """
     if temp is None:
         if dir_fd is not None:
@@ -215,7 +221,11 @@ def write_atomic(
         try:
             if mode != 0o600:
                 os.fchmod(fd, mode)
-            write_all(fd, data)
+            if callable(data):
+                with open(fd, "wb", closefd=False) as f:
+                    data(f)
+            else:
+                write_all(fd, data)
             if fsync:
                 os.fsync(fd)
         finally:

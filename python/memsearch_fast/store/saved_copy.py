@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -64,17 +64,12 @@ def save(path: Path, copy: Copy) -> None:
             span_ends=s.ends,
             span_index=s.index,
         )
-    tmp = ""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)  # a link planted at *path* is replaced, never written through
+    from memsearch_fast._os import write_atomic
+
+    try:  # a link planted at *path* is replaced, never written through
+        write_atomic(path, lambda f: np.savez(f, **arrays), fsync=False)  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - the copy held in memory is not affected
         logger.info("dense index: copy not saved to %s (%s)", path, exc)
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def load(path: Path, dim: int) -> Copy | None:
@@ -124,8 +119,6 @@ def _parse(arrays: dict[str, np.ndarray], dim: int) -> Copy | None:
         spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim)
         if spans is None:
             return None
-    import time
-
     out = Copy(list(map(str, ids)), list(map(str, sources)), fields, matrix, None, entries, time.monotonic())
     return out.hold(spans)
 
