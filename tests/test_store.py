@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsearch_fast.lite import process as lite_process
 from memsearch_fast.lite import settings as lite_settings
@@ -696,6 +698,68 @@ def test_the_questions_words_in_the_matched_line_count_in_the_fused_score():
         assert [(f.id, f.score) for f in fusion.fuse(dense, sparse, 2, words=none)] == [(f.id, f.score) for f in alone]
     # One list alone shares its weight with the words as both lists do.
     assert fusion.fuse(dense, [], 1, words={"entry": 0.5})[0].score == pytest.approx((1.0 + w * 0.5) / (1 + w))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dense_scores=st.lists(st.floats(-0.2, 1.0), min_size=1, max_size=14),
+    sparse_scores=st.lists(st.floats(0.1, 20.0), min_size=1, max_size=10),
+    shared=st.integers(0, 10),
+    fill=st.lists(st.floats(0.0, 1.0), min_size=14, max_size=14),
+    words=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=24, max_size=24),
+    top_k=st.integers(1, 12),
+    trust=st.floats(0.0, 1.0),
+)
+def test_the_bm25_fill_is_skipped_only_where_it_cannot_change_the_answer(
+    dense_scores, sparse_scores, shared, fill, words, top_k, trust
+):
+    """``fill_matters`` says False only when the dense hits missing from the BM25
+    list, at any BM25 score up to the list's last, leave the first top_k as they
+    are: results, order, scores and ranks."""
+    from memsearch_fast.store import fusion
+
+    dense = sorted(((f"d{i}", s) for i, s in enumerate(dense_scores)), key=lambda kv: -kv[1])
+    shared = min(shared, len(dense), len(sparse_scores))
+    ids = [cid for cid, _ in dense[:shared]] + [f"s{i}" for i in range(len(sparse_scores) - shared)]
+    sparse = sorted(zip(ids, sparse_scores, strict=True), key=lambda kv: -kv[1])
+    share = {cid: w for (cid, _), w in zip([*dense, *sparse], words, strict=False)}
+    deep = len(sparse)  # a full list: the missing hits may have a score
+    have = {cid for cid, _ in sparse}
+    floor = sparse[-1][1]
+    filled = sorted(
+        [*sparse, *((cid, floor * f) for (cid, _), f in zip(dense, fill, strict=False) if cid not in have)],
+        key=lambda kv: -kv[1],
+    )
+
+    def answer(lst):
+        return [
+            (f.id, f.score, f.dense_rank, f.sparse_rank, f.sparse_score, f.kept_at)
+            for f in fusion.fuse(dense, lst, top_k, bm25_trust=trust, words=share)
+        ]
+
+    if not fusion.fill_matters(dense, sparse, top_k, deep=deep, bm25_trust=trust, words=share):
+        assert answer(sparse) == answer(filled)
+    # A short list holds every chunk with a BM25 score: nothing to fill.
+    assert not fusion.fill_matters(dense, sparse, top_k, deep=deep + 1, bm25_trust=trust, words=share)
+
+
+def test_the_bm25_fill_is_asked_where_it_can_change_the_answer():
+    from memsearch_fast.store import fusion
+
+    dense = [("a", 0.9), ("b", 0.88), ("c", 0.2)]
+    sparse = [("c", 10.0), ("x", 9.0), ("b", 8.0)]  # "a", dense first, is missing from it
+    assert fusion.fill_matters(dense, sparse, 2, deep=3)  # its kept place depends on its own score
+    dense = [("c", 0.9), ("x", 0.89), ("b", 0.88)]
+    sparse = [("c", 10.0), ("x", 9.9), ("y", 9.8)]  # "b" would reach the top 3 with any BM25 score
+    assert fusion.fill_matters(dense, sparse, 3, deep=3)
+    filled = [*sparse, ("b", 9.7)]
+    assert [f.id for f in fusion.fuse(dense, filled, 3)] != [f.id for f in fusion.fuse(dense, sparse, 3)]
+    # Far below the first top_k even at the list's last score: not asked.
+    both = [f"w{i}" for i in range(6)]
+    dense = [*((c, 0.9 - i / 100) for i, c in enumerate(both)), *((f"z{i}", 0.1) for i in range(3))]
+    sparse = [(c, 10.0 - i / 10) for i, c in enumerate(both)]
+    assert not fusion.fill_matters(dense, sparse, 2, deep=6)
+    assert fusion.fill_matters(dense, sparse, 7, deep=6)  # the seventh place is theirs to take
 
 
 def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():

@@ -423,17 +423,12 @@ class DenseIndex:
         pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
         have = {cid for cid, _ in ranked}
         lacking = [h["chunk_hash"] for h in sparse if h["chunk_hash"] not in have]
-        best, filled = together(  # both engine calls at once
-            lambda: (
-                {}
-                if not lacking
-                else copy.spans.best_of(copy.ids, copy.sources, pos, as_list, lacking)
+        if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
+            best = (
+                copy.spans.best_of(copy.ids, copy.sources, pos, as_list, lacking)
                 if copy.spans is not None
                 else store.spans.best_of(as_list, lacking)
-            ),
-            lambda: store.fill_sparse(pairs, ranked, query_text),
-        )
-        if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
+            )
             q = self._unit(vector)
             own = [(cid, float(copy.matrix[pos[cid]] @ q)) for cid in lacking]
             scores, found = spans.merge_dense(own, list(best.values()), len(lacking))
@@ -443,7 +438,7 @@ class DenseIndex:
         for cid, _ in ranked:
             rows.setdefault(cid, copy.row(pos[cid]))
         return store.fuse_lists(  # type: ignore[no-any-return]
-            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain
         )
 
     @staticmethod

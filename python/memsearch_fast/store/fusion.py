@@ -166,6 +166,44 @@ def fuse(
     return ranked[:top_k]
 
 
+def fill_matters(
+    dense: Sequence[tuple[str, float]],
+    sparse: Sequence[tuple[str, float]],
+    top_k: int,
+    *,
+    deep: int,
+    bm25_trust: float = 1.0,
+    words: dict[str, float] | None = None,
+) -> bool:
+    """Whether the BM25 scores of the dense hits missing from the BM25 list
+    (:meth:`.search.StoreSearch.fill_sparse`, one more engine call) could change
+    what :func:`fuse` gives for ``top_k``.
+
+    A missing hit scores at most the list's last score (the list is the best
+    *deep*; a shorter one holds every chunk with a score), and only its own
+    fused score depends on it. So when even at that bound none of them reaches
+    the first ``top_k`` (or the place the dense first chunk is kept within),
+    the answer is the same without asking.
+    """
+    have = {cid for cid, _ in sparse}
+    lacking = {cid for cid, _ in dense if cid not in have}
+    if not lacking or not sparse:
+        return False
+    if len(sparse) < deep:
+        return False
+    if dense[0][0] in lacking:  # its kept place and score depend on its own
+        return True
+    floor = min(score for _, score in sparse)
+    bound = fuse(
+        dense,
+        [*sparse, *((cid, floor) for cid, _ in dense if cid in lacking)],
+        len(dense) + len(sparse),
+        bm25_trust=bm25_trust,
+        words=words,
+    )
+    return any(f.id in lacking for f in bound[: max(top_k, DENSE_FIRST_WITHIN)])
+
+
 def _keep_within(ranked: list[Fused], cid: str, place: int) -> None:
     """Move *cid* up to *place* (1-based) in *ranked* when it is lower, at that place's score."""
     at = next((i for i, h in enumerate(ranked) if h.id == cid), None)

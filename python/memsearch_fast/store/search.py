@@ -141,17 +141,19 @@ class StoreSearch(StoreSchema):
         """The hits of the dense list *ranked* (chunks at their best vector, *matched*
         the spans that gave them) and the BM25 list *sparse*, fused; *rows* holds
         every ranked chunk's display fields; *filled*: :meth:`fill_sparse`'s answer
-        when the caller asked already."""
+        when the caller asked already (else it is asked only when it could change
+        the answer: :func:`.fusion.fill_matters`)."""
         from memsearch_fast.store import fusion, spans
 
         ranked, share = spans.with_words(ranked, matched, rows, query_text)
-        fused = fusion.fuse(
-            ranked,
-            filled if filled is not None else self.fill_sparse(sparse, ranked, query_text),
-            top_k,
-            bm25_trust=fusion.trust([score for _, score in sparse], deep),
-            words=share,
-        )
+        trust = fusion.trust([score for _, score in sparse], deep)
+        if filled is None:
+            filled = (
+                self.fill_sparse(sparse, ranked, query_text)
+                if fusion.fill_matters(ranked, sparse, top_k, deep=deep, bm25_trust=trust, words=share)
+                else sparse
+            )
+        fused = fusion.fuse(ranked, filled, top_k, bm25_trust=trust, words=share)
         return [
             spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id), share.get(f.id))
             for f in fused
