@@ -164,6 +164,40 @@ def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir,
     assert not os.path.exists(lite_sockets.search_socket(lite_sockets.socket_path(str(db), pid)))
 
 
+def test_with_a_saved_copy_a_search_starts_the_server_and_asks_it(env, db, model_dir, corpus):
+    """No server runs, but the service's in-memory copy is saved beside the
+    database: the CLI starts the server and its service answers from the saved
+    copy, where the CLI would have waited for the engine to load the spans."""
+    from memsearch_fast.lite import broker
+
+    env = dict(env, MEMSEARCH_DENSE_INDEX_MIN_ROWS="0")
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    question = ["search", "which port does the gateway listen on", "-j", "--explain"]
+    first = cli(env, db, model_dir, *question, importtime=True)
+    assert first.returncode == 0 and not imported(first.stderr, "pymilvus"), first.stderr[-2000:]
+    deadline = time.monotonic() + 120  # the service loads its copy after the first search, then saves it
+    while time.monotonic() < deadline and not list(db.parent.glob(db.name + ".copy-*.npz")):
+        time.sleep(0.2)
+    assert list(db.parent.glob(db.name + ".copy-*.npz"))
+    broker.stop_server(str(db))
+    assert lite_state.read_state(str(db)) is None
+    again = cli(env, db, model_dir, *question, importtime=True)
+    assert again.returncode == 0 and not imported(again.stderr, "pymilvus"), again.stderr[-2000:]
+    assert lite_state.read_state(str(db))["status"] == "ready"
+
+    def ranked(out: str) -> list[tuple[str, int]]:
+        return [(h["source"], h["start_line"]) for h in json.loads(out)]
+
+    assert ranked(again.stdout) == ranked(first.stdout) and "port 20000" in json.loads(again.stdout)[0]["content"]
+    # Without a saved copy the CLI searches by itself, as before.
+    broker.stop_server(str(db))
+    for saved in db.parent.glob(db.name + ".copy-*.npz"):
+        saved.unlink()
+    own = cli(env, db, model_dir, *question, importtime=True)
+    assert own.returncode == 0 and imported(own.stderr, "pymilvus")
+    assert ranked(own.stdout) == ranked(first.stdout)
+
+
 def test_only_the_local_onnx_model_on_a_local_database_qualifies(tmp_path, monkeypatch, model_dir):
     from memsearch_fast import config
 

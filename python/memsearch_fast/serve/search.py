@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,11 +115,29 @@ def ask(
         return None
     db_path, request = prepared
     request["render"] = dict(render or {})
-    if server_record(db_path) is None:
+    if server_record(db_path) is None and not _started_for_saved_copy(db_path):
         return None
     reply = call(db_path, request, timeout)
     text = reply.get("text") if reply is not None else None
     return text if isinstance(text, str) else None
+
+
+def _started_for_saved_copy(db_path: str) -> bool:
+    """Start the database's server when none runs and an in-memory copy is saved
+    beside the database: this process would start one anyway to search, and
+    then wait for the engine to load the span collection (14 s at 50 MB of
+    journals) before scanning it, where the server's service reads the saved
+    copy in seconds (docs/retrieval.md, "The copy saved beside the database")."""
+    db = Path(db_path)
+    if not any(db.parent.glob(glob_escape(db.name) + ".copy-*.npz")):
+        return False
+    from memsearch_fast.serve.client import ensure_server
+
+    try:
+        ensure_server(db_path)
+    except Exception:  # noqa: BLE001 - this process searches and says why
+        return False
+    return server_record(db_path) is not None
 
 
 # -- server ------------------------------------------------------------------------------
