@@ -20,7 +20,9 @@ the database's long-lived service searches a large one; ``copy_load_s`` and
 ``copy_vectors_mb`` (chunk matrix, span codes, sign bits and their columns)
 are added, and ``copy_reload_s`` (a new process's first search and its copy
 held again, from the copy saved beside the database, :mod:`.saved_copy`)
-with ``saved_copy_mb``, the size of that file.
+with ``saved_copy_mb``, the size of that file; ``cli_after_exit_s`` and
+``cli_after_exit_next_s``: the first two ``memsearch search`` processes after
+the database's server exited.
 
 It also prints the tokens embedded per MB of markdown (the chunks, each cut at
 the model's 256 tokens, and the distinct span texts), counted with the
@@ -145,31 +147,26 @@ def one_run(corpus: Path, db: Path, questions: list[str], spans_on: bool, copy: 
         check=True,
     )
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    walls = []
-    for q in questions[:5]:  # the server is still up: a hook's search
+
+    def cli_search(q: str) -> float:
         start = time.perf_counter()
+        args = ["search", q, "--milvus-uri", str(db), "-m", str(MODEL_DIR), "-c", "bench"]
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "memsearch_fast",
-                "search",
-                q,
-                "--milvus-uri",
-                str(db),
-                "-m",
-                str(MODEL_DIR),
-                "-c",
-                "bench",
-            ],
+            [sys.executable, "-m", "memsearch_fast", *args],
             env=env,
             cwd=ROOT,
             capture_output=True,
             check=True,
         )
-        walls.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    walls = [cli_search(q) for q in questions[:5]]  # the server is still up: a hook's search
     out["cli_search_s"] = statistics.median(walls)
     broker.stop_server(str(db))
+    if copy:  # the server exited (idle): the next searches start it again
+        out["cli_after_exit_s"] = cli_search(questions[5])
+        out["cli_after_exit_next_s"] = cli_search(questions[6])
+        broker.stop_server(str(db))
     out["db_mb"] = (
         sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file() and ".copy-" not in p.name) / 1e6
     )  # db included

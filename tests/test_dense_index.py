@@ -8,6 +8,7 @@ changed behind it.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -285,7 +286,9 @@ def no_full_read(dense: dense_index.DenseIndex, read: list[str]) -> None:
     dense._open_store = store
 
 
-def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_changed(corpus, db, model_dir, small_ok):
+def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_changed(
+    corpus, db, model_dir, small_ok, monkeypatch
+):
     from memsearch_fast.store import saved_copy
 
     with open_ms(corpus, db, model_dir) as writer:
@@ -319,9 +322,10 @@ def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_chan
         assert saved.stat().st_mtime_ns == first_save  # refreshed copies are saved now and then, and at close
     assert saved.stat().st_mtime_ns != first_save
 
-    with open_ms(corpus, db, model_dir, dense_index=True) as ms:  # nothing changed since: nothing read
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:  # nothing changed since: nothing read nor rebuilt
         read = []
         no_full_read(ms._dense_index(ms._search_store()), read)
+        monkeypatch.setattr(dense_index.Rows, "kept", lambda *a, **k: pytest.fail("rebuilt where nothing changed"))
         asyncio.run(ms.search(QUERIES[0]))
         assert ms._dense.loaded  # the first search waited for the saved copy (seconds) and used it
         dense = loaded(ms)
@@ -331,6 +335,50 @@ def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_chan
         assert ms.drop()
     assert not saved.exists()
     assert saved_copy.load(saved, 384) is None
+
+
+def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus, db, model_dir, small_ok, monkeypatch):
+    """A new service starts reading the saved copy while its first search opens
+    the collection; :func:`saved_copy.load` takes that read only if the file is
+    still the one read, and one never asked for is let go."""
+    import os
+
+    from memsearch_fast.store import saved_copy
+
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        saved = loaded(ms)._saved
+        collection = ms._store_args["collection"]
+    reads: list[Path] = []
+    real = saved_copy._arrays
+    monkeypatch.setattr(saved_copy, "_arrays", lambda path: reads.append(path) or real(path))
+
+    def ahead() -> None:
+        dense_index.read_ahead(str(db), collection)
+        assert saved in saved_copy._ahead
+        saved_copy._ahead[saved][1].result(60)
+
+    ahead()
+    copy = saved_copy.load(saved, 384)
+    assert copy is not None and reads == [saved] and saved not in saved_copy._ahead  # read once, taken
+    assert copy.ids == saved_copy.load(saved, 384).ids
+    ahead()
+    assert saved_copy.load(saved, 768) is None  # another model's dimension
+    ahead()
+    st = saved.stat()
+    os.utime(saved, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # written again since: read again
+    reads.clear()
+    assert saved_copy.load(saved, 384) is not None and reads == [saved]
+    monkeypatch.setattr(saved_copy, "AHEAD_KEEP_S", 0.05)
+    ahead()
+    deadline = time.monotonic() + 10
+    while saved in saved_copy._ahead and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert saved not in saved_copy._ahead  # never asked for: let go
+    saved.unlink()
+    dense_index.read_ahead(str(db), collection)  # no file: nothing to read
+    assert saved not in saved_copy._ahead
 
 
 def test_a_saved_copy_that_is_damaged_a_link_or_of_another_shape_is_not_used(corpus, db, model_dir, small_ok, tmp_path):

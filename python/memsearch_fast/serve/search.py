@@ -395,7 +395,10 @@ class Service:
             self._instances.move_to_end(key)
             return self._instances[key]
         from memsearch_fast.api import MemSearch
+        from memsearch_fast.store.dense_index import read_ahead
 
+        if self._db_path is not None:
+            read_ahead(self._db_path, collection)  # while the first search opens the collection
         for old in [k for k in self._instances if k[:3] == key[:3]]:
             self._close(self._instances.pop(old))
         while len(self._instances) >= MAX_LOADED:

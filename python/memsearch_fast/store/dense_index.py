@@ -124,6 +124,19 @@ def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
         return None
 
 
+def read_ahead(manifest_uri: str, collection: str) -> None:
+    """Start reading the copy saved for this collection, if any, while the caller
+    opens the collection (:func:`.saved_copy.read_ahead`)."""
+    from memsearch_fast.store.compat import is_local_uri
+
+    if enabled() and is_local_uri(manifest_uri):
+        from memsearch_fast.store.manifest import manifest_path
+        from memsearch_fast.store.saved_copy import path_for
+        from memsearch_fast.store.saved_copy import read_ahead as read
+
+        read(path_for(manifest_path(manifest_uri, collection)))
+
+
 class DenseIndex:
     """The vectors of one collection in memory; see the module docstring.
 
@@ -288,7 +301,7 @@ class DenseIndex:
         saved_copy.save(self._saved, copy)
         self._saved_at, self._unsaved = time.monotonic(), False
 
-    def _described(self, token: tuple[int, int, int] | None, rows: Rows) -> dict[str, str] | None:
+    def _described(self, token: tuple[int, int, int] | None, rows: Copy | Rows) -> dict[str, str] | None:
         """The manifest's entries when it still is ``token``, no run is writing,
         and its row count is that of ``rows``; None when the rows cannot be trusted."""
         if token is None or self._quiet() != token:
@@ -328,6 +341,15 @@ class DenseIndex:
             return None
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
+        spans_store = getattr(store, "spans", None)
+        if not changed and (copy.spans is not None) == bool(spans_store is not None and spans_store.present()):
+            # Nothing to read (a saved copy a new process starts from): the same arrays, not rebuilt.
+            described = self._described(token, copy)
+            if described is None:
+                return self._load_all(store)
+            return Copy(
+                copy.ids, copy.sources, copy.fields, copy.matrix, token, described, time.monotonic(), copy.spans
+            )
         keep = [i for i, s in enumerate(copy.sources) if s not in changed]
         new = Rows.kept(copy, copy.matrix, keep, self._dim)
         for page in store.iter_rows_for_sources(sorted(changed & entries.keys()), FIELDS):
