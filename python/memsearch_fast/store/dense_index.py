@@ -345,7 +345,7 @@ class DenseIndex:
         if not changed and (copy.spans is not None) == bool(spans_store is not None and spans_store.present()):
             # Nothing to read (a saved copy a new process starts from): the same arrays, not rebuilt.
             described = self._described(token, copy)
-            if described is None:
+            if described is None or len(copy.ids) > max_rows():
                 return self._load_all(store)
             return Copy(
                 copy.ids, copy.sources, copy.fields, copy.matrix, token, described, time.monotonic(), copy.spans

@@ -102,7 +102,11 @@ def read_ahead(path: Path) -> None:
         _ahead[path] = (stamp, result)
 
     def read() -> None:
-        result.set_result(_copy(path, None))
+        copy = None
+        try:
+            copy = _copy(path, None)
+        finally:  # a load waiting on it gets an answer whatever happened
+            result.set_result(copy)
         timer = threading.Timer(AHEAD_KEEP_S, _let_go, (path, result))
         timer.daemon = True
         timer.start()
