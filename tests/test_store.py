@@ -760,6 +760,15 @@ def test_the_bm25_fill_is_asked_where_it_can_change_the_answer():
     sparse = [(c, 10.0 - i / 10) for i, c in enumerate(both)]
     assert not fusion.fill_matters(dense, sparse, 2, deep=6)
     assert fusion.fill_matters(dense, sparse, 7, deep=6)  # the seventh place is theirs to take
+    # With the fill, a chunk missing from the BM25 list (its words lift it) passes the dense
+    # first chunk, which is kept at fifth with the score of the chunk it moved above.
+    dense = [("d3", 0.98), ("d4", 0.89), ("d1", 0.72), ("d2", 0.71), ("d5", 0.67), ("d0", 0.6)]
+    sparse = [("d1", 5.9), ("d4", 4.8), ("d5", 4.8), ("d2", 4.2), ("d3", 1.1)]
+    words = {"d0": 0.5}
+    filled = [*sparse, ("d0", 1.1)]
+    without, with_fill = fusion.fuse(dense, sparse, 5, words=words), fusion.fuse(dense, filled, 5, words=words)
+    assert with_fill[4].kept_at == 5 and without[4].score != with_fill[4].score
+    assert fusion.fill_matters(dense, sparse, 5, deep=5, words=words)
 
 
 def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():

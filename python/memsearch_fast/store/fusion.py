@@ -201,7 +201,8 @@ def fill_matters(
         bm25_trust=bm25_trust,
         words=words,
     )
-    return any(f.id in lacking for f in bound[: max(top_k, DENSE_FIRST_WITHIN)])
+    # One place past the kept one: the chunk the dense first chunk moved above lends it its score.
+    return any(f.id in lacking for f in bound[: max(top_k, DENSE_FIRST_WITHIN + 1)])
 
 
 def _keep_within(ranked: list[Fused], cid: str, place: int) -> None:

@@ -76,7 +76,7 @@ def save(path: Path, copy: Copy) -> None:
 
 #: A file read ahead and never asked for is let go after this many seconds.
 AHEAD_KEEP_S = 120.0
-_ahead: dict[Path, tuple[tuple[int, int, int], Future[Copy | None]]] = {}
+_ahead: dict[Path, tuple[tuple[int, int, int], Future[Copy | None], object]] = {}
 _ahead_lock = threading.Lock()
 
 
@@ -95,11 +95,12 @@ def read_ahead(path: Path) -> None:
     stamp = _stamp(path)
     if stamp is None:
         return
+    result: Future[Copy | None] = Future()
+    token = object()  # what the timer holds: never the copy itself
     with _ahead_lock:
         if path in _ahead and _ahead[path][0] == stamp:
             return
-        result: Future[Copy | None] = Future()
-        _ahead[path] = (stamp, result)
+        _ahead[path] = (stamp, result, token)
 
     def read() -> None:
         copy = None
@@ -107,16 +108,20 @@ def read_ahead(path: Path) -> None:
             copy = _copy(path, None)
         finally:  # a load waiting on it gets an answer whatever happened
             result.set_result(copy)
-        timer = threading.Timer(AHEAD_KEEP_S, _let_go, (path, result))
+        timer = threading.Timer(AHEAD_KEEP_S, _let_go, (path, token))
         timer.daemon = True
         timer.start()
 
-    threading.Thread(target=read, name="saved-copy", daemon=True).start()
+    try:
+        threading.Thread(target=read, name="saved-copy", daemon=True).start()
+    except RuntimeError:  # no thread to be had: the load reads it itself
+        _let_go(path, token)
+        result.set_result(None)
 
 
-def _let_go(path: Path, result: Future[Copy | None]) -> None:
+def _let_go(path: Path, token: object) -> None:
     with _ahead_lock:
-        if path in _ahead and _ahead[path][1] is result:
+        if path in _ahead and _ahead[path][2] is token:
             del _ahead[path]
 
 
@@ -125,7 +130,7 @@ def load(path: Path, dim: int) -> Copy | None:
     rows of *dim* dimensions as :func:`save` writes them. A read started by
     :func:`read_ahead` is used when the file has not changed since."""
     with _ahead_lock:
-        stamp, ahead = _ahead.pop(path, (None, None))
+        stamp, ahead, _ = _ahead.pop(path, (None, None, None))
     if ahead is None or stamp != _stamp(path):
         return _copy(path, dim)
     copy = ahead.result()
@@ -182,6 +187,7 @@ def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
     if (
         matrix.dtype not in (np.float16, np.float32)
         or matrix.shape != (n, dim)
+        or len(set(ids)) != n  # a row twice: only a full load would drop it
         or len(sources) != n
         or not isinstance(fields, dict)
         or any(not isinstance(col, list) or len(col) != n for col in fields.values())
