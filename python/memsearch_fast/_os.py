@@ -141,6 +141,16 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, tail
         os.close(fd)
 
 
+def file_stamp(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of *path*, or None when it cannot be seen: a
+    file replaced by a rename, or written in place, gets another stamp."""
+    try:
+        st = os.stat(path, follow_symlinks=follow_symlinks)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -160,11 +170,7 @@ def append_private(folder: str | os.PathLike[str], name: str, data: bytes, *, ma
                 fd = -1
                 _cut_to_newer_half(dfd, name, max_bytes)
                 fd = open_private(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=dfd)
-            if callable(data):
-                with open(fd, "wb", closefd=False) as f:
-                    data(f)
-            else:
-                write_all(fd, data)
+            write_all(fd, data)
         finally:
             if fd >= 0:
                 os.close(fd)

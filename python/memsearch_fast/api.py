@@ -415,7 +415,7 @@ class MemSearch:
                 return False
             store.drop()
             record.forget(self.uri, self.collection)  # a new collection starts with no recorded paths
-            saved_copy.forget(saved_copy.path_for(writer.path))  # and the copy a search service saved
+            saved_copy.forget(writer.path)  # and the copy a search service saved
             return True
 
     def expand(self, chunk_hash: str, *, section: bool = True, lines: int | None = None) -> dict[str, Any] | None:

@@ -26,7 +26,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from glob import escape as glob_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,21 +114,23 @@ def ask(
         return None
     db_path, request = prepared
     request["render"] = dict(render or {})
-    if server_record(db_path) is None and not _started_for_saved_copy(db_path):
+    if server_record(db_path) is None and not _started_for_saved_copy(db_path, cfg.milvus.collection):
         return None
     reply = call(db_path, request, timeout)
     text = reply.get("text") if reply is not None else None
     return text if isinstance(text, str) else None
 
 
-def _started_for_saved_copy(db_path: str) -> bool:
+def _started_for_saved_copy(db_path: str, collection: str) -> bool:
     """Start the database's server when none runs and an in-memory copy is saved
     beside the database: this process would start one anyway to search, and
     then wait for the engine to load the span collection (14 s at 50 MB of
     journals) before scanning it, where the server's service reads the saved
-    copy in seconds (docs/retrieval.md, "The copy saved beside the database")."""
-    db = Path(db_path)
-    if not any(db.parent.glob(glob_escape(db.name) + ".copy-*.npz")):
+    copy in seconds (docs/retrieval.md, "The copy saved beside the database").
+    Only this collection's copy counts: another's would not be read."""
+    from memsearch_fast.store.manifest import manifest_path, saved_copy_path
+
+    if not saved_copy_path(manifest_path(db_path, collection)).is_file():
         return False
     from memsearch_fast.serve.client import ensure_server
 

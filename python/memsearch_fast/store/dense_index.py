@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from memsearch_fast._os import file_stamp
 from memsearch_fast.config.tuning import env_off
 from memsearch_fast.store.copy_rows import FIELDS, Copy, Rows
 from memsearch_fast.store.search import MAX_TOP_K
@@ -104,15 +105,6 @@ def _worth_a_copy(store: Any) -> bool:
     return spans is not None and spans.exists and chunks + spans.scan_rows() >= min_rows()
 
 
-def _token(path: Path) -> tuple[int, int, int] | None:
-    """The manifest file's identity: a new file (new inode or mtime) after every write run."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
     """(rows, {source: packed chunk records}) from the manifest, or None."""
     try:
@@ -130,11 +122,10 @@ def read_ahead(manifest_uri: str, collection: str) -> None:
     from memsearch_fast.store.compat import is_local_uri
 
     if enabled() and is_local_uri(manifest_uri):
-        from memsearch_fast.store.manifest import manifest_path
-        from memsearch_fast.store.saved_copy import path_for
+        from memsearch_fast.store.manifest import manifest_path, saved_copy_path
         from memsearch_fast.store.saved_copy import read_ahead as read
 
-        read(path_for(manifest_path(manifest_uri, collection)))
+        read(saved_copy_path(manifest_path(manifest_uri, collection)))
 
 
 class DenseIndex:
@@ -172,9 +163,9 @@ class DenseIndex:
         self._loader: threading.Thread | None = None
         self._retry_after = 0.0
         self._closed = False
-        from memsearch_fast.store.saved_copy import path_for
+        from memsearch_fast.store.manifest import saved_copy_path
 
-        self._saved = path_for(self._manifest)  # the copy kept on disk for the next process
+        self._saved = saved_copy_path(self._manifest)  # the copy kept on disk for the next process
         self._saved_at: float | None = None  # None: not read yet
         self._unsaved = False  # the copy held differs from the one saved
 
@@ -253,7 +244,7 @@ class DenseIndex:
 
     def _quiet(self) -> tuple[int, int, int] | None:
         """The manifest's identity when it exists and no run is writing, else None."""
-        token = _token(self._manifest)
+        token = file_stamp(self._manifest)  # a new file after every write run
         return token if token is not None and not self._writer.writer_running() else None
 
     # -- loading ----------------------------------------------------------------------

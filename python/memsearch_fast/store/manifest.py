@@ -145,6 +145,13 @@ def manifest_path(uri: str, collection: str) -> Path:
     return Path(os.path.expanduser(DEFAULT_MANIFEST_DIR)) / f"{key}.json"
 
 
+def saved_copy_path(manifest: Path) -> Path:
+    """``<db>.copy-<key>.npz`` beside ``<db>.manifest-<key>.json``: the in-memory
+    copy a search service saved for the next process (:mod:`.saved_copy`)."""
+    name = manifest.name.replace(".manifest-", ".copy-", 1)
+    return manifest.with_name(name.removesuffix(".json") + ".npz")
+
+
 def pack(pairs: Iterable[tuple[str, str]]) -> bytes:
     """(content hash, chunk id) hex pairs → packed records (ids of another form are left out)."""
     return b"".join(bytes.fromhex(h[:16]) + bytes.fromhex(cid) for h, cid in pairs if len(cid) == 16)

@@ -26,19 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
+from memsearch_fast._os import file_stamp
 from memsearch_fast.store.copy_rows import Copy
+from memsearch_fast.store.manifest import saved_copy_path
 from memsearch_fast.store.span_copy import Spans, sign_bits
 
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
 _SPAN_ARRAYS = ("codes", "scales", "offsets", "starts", "ends", "index")
-
-
-def path_for(manifest: Path) -> Path:
-    """``<db>.copy-<key>.npz`` beside ``<db>.manifest-<key>.json``."""
-    name = manifest.name.replace(".manifest-", ".copy-", 1)
-    return manifest.with_name(name.removesuffix(".json") + ".npz")
 
 
 def save(path: Path, copy: Copy) -> None:
@@ -80,19 +76,11 @@ _ahead: dict[Path, tuple[tuple[int, int, int], Future[Copy | None], object]] = {
 _ahead_lock = threading.Lock()
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def read_ahead(path: Path) -> None:
     """Start reading the file at *path* in a thread, for the :func:`load` to come:
     a new process's first search opens its collection meanwhile (the engine
     loads it: 8-10 s at 50 MB of journals, while the copy takes 2 s to read)."""
-    stamp = _stamp(path)
+    stamp = file_stamp(path, follow_symlinks=False)
     if stamp is None:
         return
     result: Future[Copy | None] = Future()
@@ -131,7 +119,7 @@ def load(path: Path, dim: int) -> Copy | None:
     :func:`read_ahead` is used when the file has not changed since."""
     with _ahead_lock:
         stamp, ahead, _ = _ahead.pop(path, (None, None, None))
-    if ahead is None or stamp != _stamp(path):
+    if ahead is None or stamp != file_stamp(path, follow_symlinks=False):
         return _copy(path, dim)
     copy = ahead.result()
     return copy if copy is not None and copy.matrix.shape[1] == dim else None
@@ -233,7 +221,7 @@ def _spans(a: dict[str, np.ndarray], chunks: int, dim: int) -> Spans | None:
     )
 
 
-def forget(path: Path) -> None:
-    """Remove the saved copy (the collection was dropped)."""
+def forget(manifest: Path) -> None:
+    """Remove the copy saved beside *manifest* (the collection was dropped)."""
     with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+        saved_copy_path(manifest).unlink()
