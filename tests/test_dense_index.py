@@ -363,6 +363,12 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
     copy = saved_copy.load(saved, 384)
     assert copy is not None and reads == [saved] and saved not in saved_copy._ahead  # read once, taken
     assert copy.ids == saved_copy.load(saved, 384).ids
+    # A MemSearch that keeps a copy (the search service's, the MCP server's)
+    # starts the read as it is made, and its first search takes it.
+    reads.clear()
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert saved in saved_copy._ahead
+        assert loaded(ms)._copy is not None and reads == [saved] and saved not in saved_copy._ahead
     ahead()
     assert saved_copy.load(saved, 768) is None  # another model's dimension
     ahead()

@@ -93,6 +93,10 @@ class MemSearch:
         #: ``manifest_uri``: the local database whose manifest says when rows change (its server's URI given).
         self._dense_wanted = dense_index
         self._manifest_uri = manifest_uri or milvus_uri
+        if dense_index:  # the saved copy parsed while the first search opens the collection
+            from memsearch_fast.store.dense_index import read_ahead
+
+            read_ahead(self._manifest_uri, collection)
         self._dense: Any = None
         self.on_wait: Callable[[str], None] | None = None  # hears a run wait for another writer
 
@@ -264,10 +268,9 @@ class MemSearch:
         return report
 
     def _creates_database(self, manifest: Any) -> bool:
-        """Whether this run creates its local database: the file is missing while
-        this context holds the writer lock, so no other run can add rows to it
-        before this one's first write (the store may then open beside the
-        first embeddings)."""
+        """Whether this run creates its local database: the file is missing while this
+        context holds the writer lock, so no other run adds rows before its first
+        write (the store may then open beside the first embeddings)."""
         from memsearch_fast.store.compat import is_local_uri
 
         uri = str(self._store_args["uri"])
@@ -276,12 +279,9 @@ class MemSearch:
         return not os.path.lexists(Path(uri).expanduser())
 
     async def sync(self) -> SyncReport:
-        """Bring the index up to date for the paths recorded by earlier index
-        and watch runs of this collection (what ``search --sync`` does first).
-
-        Never raises for a store or file problem: the returned
-        :class:`memsearch_fast.index.sync.SyncReport` carries it (``warning()``).
-        """
+        """Bring the index up to date for the paths earlier index and watch runs of this
+        collection recorded (``search --sync``); never raises for a store or file
+        problem: the :class:`~memsearch_fast.index.sync.SyncReport` carries it."""
         from memsearch_fast.index import sync
 
         return await sync.sync(self)

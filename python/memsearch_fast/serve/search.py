@@ -396,14 +396,12 @@ class Service:
             self._instances.move_to_end(key)
             return self._instances[key]
         from memsearch_fast.api import MemSearch
-        from memsearch_fast.store.dense_index import read_ahead
 
         for old in [k for k in self._instances if k[:3] == key[:3]]:
             self._close(self._instances.pop(old))
         while len(self._instances) >= MAX_LOADED:
             self._close(self._instances.popitem(last=False)[1])
-        if self._db_path is not None:  # after the closes: one may save the copy anew
-            read_ahead(self._db_path, collection)  # read while the first search opens the collection
+        # Made after the closes: one may save the copy anew, which the new one reads ahead.
         self._instances[key] = MemSearch(
             embedding_provider="onnx",
             embedding_model=model_dir,
