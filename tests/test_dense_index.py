@@ -344,6 +344,7 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
     import os
 
     from memsearch_fast.store import saved_copy
+    from memsearch_fast.store.manifest import Manifest
 
     with open_ms(corpus, db, model_dir) as writer:
         asyncio.run(writer.index())
@@ -369,6 +370,12 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         assert saved in saved_copy._ahead
         assert loaded(ms)._copy is not None and reads == [saved] and saved not in saved_copy._ahead
+    # A run writing as the first load starts: the engine is read, the read ahead let go at once.
+    with Manifest.for_store(str(db), collection).writer(), open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        assert saved in saved_copy._ahead
+        asyncio.run(ms.search(QUERIES[0]))  # answered by Milvus; the load starts
+        ms._dense.wait(60)  # no copy kept: the rows changed under it
+        assert not ms._dense.loading and saved not in saved_copy._ahead
     ahead()
     assert saved_copy.load(saved, 768) is None  # another model's dimension
     ahead()

@@ -258,12 +258,15 @@ class DenseIndex:
             return
         try:
             copy = self._copy
-            if copy is None and self._saved_at is None and self._quiet() is not None:
+            if copy is None and self._saved_at is None:
                 from memsearch_fast.store import saved_copy
 
-                self._saved_at = time.monotonic()
-                copy = saved_copy.load(self._saved, self._dim)  # the last process's, refreshed as a held one
-                full = copy is None
+                if self._quiet() is None:  # a run writes: the engine is read, a read ahead let go
+                    saved_copy.drop_ahead(self._saved)
+                else:
+                    self._saved_at = time.monotonic()
+                    copy = saved_copy.load(self._saved, self._dim)  # the last process's, refreshed as a held one
+                    full = copy is None
             new = self._refresh(store, copy) if not full and copy is not None else self._load_all(store)
             with self._lock:
                 if new is not None and not self._closed:

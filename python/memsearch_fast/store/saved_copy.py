@@ -113,6 +113,13 @@ def _let_go(path: Path, token: object) -> None:
             del _ahead[path]
 
 
+def drop_ahead(path: Path) -> None:
+    """Let go of a read of *path* started ahead: the loader reads the engine instead,
+    and both copies would be held until the read is let go (:data:`AHEAD_KEEP_S`)."""
+    with _ahead_lock:
+        _ahead.pop(path, None)
+
+
 def load(path: Path, dim: int) -> Copy | None:
     """The copy saved at *path*, or None when there is none or it does not hold
     rows of *dim* dimensions as :func:`save` writes them. A read started by
