@@ -8,6 +8,9 @@ fresh database in a fresh process:
 * ``index_s``: the cold index wall (``MemSearch.index``, spans included);
 * ``rss_mb``: peak RSS of the index process plus the database's server and
   engine processes (``VmHWM``), the whole cost of a run on this machine;
+  ``index_rss_mb``: the index process's own peak up to the index's end (the
+  ``memsearch index`` process's share), ``server_rss_mb``: the server's and
+  engine's;
 * ``db_mb``: the database's size on disk once the run is flushed;
 * ``search_p50_ms`` / ``search_p95_ms``: the set's questions asked three
   times each in that long-lived process, after the index;
@@ -57,6 +60,7 @@ ms = MemSearch([corpus], embedding_model=model, milvus_uri=db, collection="bench
 start = time.perf_counter()
 asyncio.run(ms.index())
 index_s = time.perf_counter() - start
+index_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process, up to the index's end
 copy = {}
 if os.environ.get("BENCH_COPY") == "1":  # as the database's service searches: the in-memory copy
     ms.close()
@@ -99,6 +103,8 @@ ms.close()
 print(json.dumps({
     "index_s": index_s,
     "rss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + others) / 1024,
+    "index_rss_mb": index_rss_mb,
+    "server_rss_mb": others / 1024,
     "search_p50_ms": statistics.median(took) * 1000,
     "search_p95_ms": took[min(len(took) - 1, round(0.95 * (len(took) - 1)))] * 1000,
     **copy,
