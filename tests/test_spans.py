@@ -460,3 +460,15 @@ def test_spans_are_stored_as_float16_and_a_float32_collection_made_before_still_
         q, v = (np.asarray(x, np.float32) for x in asyncio.run(ms.provider.embed([question, text])))
         cosine = float(q @ v / np.linalg.norm(q) / np.linalg.norm(v))
         assert hit["explain"]["span"]["score"] == pytest.approx(cosine, abs=1e-4)  # float32, as written
+        # Another process makes the collection anew (reset, then index: float16 now). This
+        # long-lived instance read the old type; its searches still answer, not fail.
+        with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=db) as other:
+            assert other.drop()
+            index(other)
+            assert other.store.spans.half
+        again = dense_only(ms, question)[0]
+        assert ms.store.spans.half and again["chunk_hash"] == hit["chunk_hash"]
+        assert again["explain"]["span"]["start_line"] == hit["explain"]["span"]["start_line"]
+        assert again["explain"]["span"]["score"] == pytest.approx(cosine, abs=2e-3)  # float16 now
+        best = ms.store.spans.best_of(asyncio.run(ms.provider.embed_query(question)), [hit["chunk_hash"]])
+        assert best[hit["chunk_hash"]]["start_line"] == hit["explain"]["span"]["start_line"]

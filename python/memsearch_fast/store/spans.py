@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.store.filters import in_filter
@@ -428,15 +428,17 @@ class SpanStore:
         chunk's best span row, with its ``distance`` (Milvus groups by chunk)."""
         if not self.exists or limit <= 0:
             return []
-        return self.store._search_in(
-            self.collection,
-            [self.stored(vector)],
-            "embedding",
-            "COSINE",
-            limit,
-            source_prefix,
-            FIELDS,
-            group_by="chunk_hash",
+        return self._typed(  # type: ignore[no-any-return]
+            lambda: self.store._search_in(
+                self.collection,
+                [self.stored(vector)],
+                "embedding",
+                "COSINE",
+                limit,
+                source_prefix,
+                FIELDS,
+                group_by="chunk_hash",
+            )
         )
 
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
@@ -444,10 +446,33 @@ class SpanStore:
         span rows are absent): the dense score of a chunk only BM25 found."""
         if not chunk_hashes or not self.exists:
             return {}
-        hits = self.store._search_among(
-            self.collection, [self.stored(vector)], "embedding", "COSINE", chunk_hashes, FIELDS, group_by="chunk_hash"
+        hits = self._typed(
+            lambda: self.store._search_among(
+                self.collection,
+                [self.stored(vector)],
+                "embedding",
+                "COSINE",
+                chunk_hashes,
+                FIELDS,
+                group_by="chunk_hash",
+            )
         )
         return {str(hit["chunk_hash"]): hit for hit in hits}
+
+    def _typed(self, search: Callable[[], Any]) -> Any:
+        """*search*, asked again once when it fails and the collection's vector type
+        is not the one read before: another process made the collection anew
+        (``reset``, then ``index``, over one made before float16), and a long-lived
+        process would otherwise fail every search until it restarts."""
+        before = self.half
+        try:
+            return search()
+        except Exception:
+            self._half = None
+            with contextlib.suppress(Exception):  # unreachable now: the search's own error is raised
+                if self.half != before:
+                    return search()
+            raise
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         it = self._call(
