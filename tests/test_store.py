@@ -403,14 +403,21 @@ def test_delete_hostile_sources_deletes_exactly_those(store):
 
 
 def test_large_sets_are_paged(store, monkeypatch):
+    from memsearch_fast.store import client
+
     monkeypatch.setattr(store_mod, "FILTER_BATCH", 3)
-    monkeypatch.setattr(store_mod, "ITER_BATCH", 4)
+    monkeypatch.setattr(client, "ITER_BATCH", 4)
+    monkeypatch.setattr(client, "ITER_BATCH_VECTORS", 3)  # pages of rows with vectors: smaller
     vecs = unit(40, seed=2)
     store.upsert([make_row(i, vecs[i], source=f"f/{i % 10}.md") for i in range(40)])
     assert sum(1 for _ in store.iter_ids_by_source(None)) == 40
+    assert [len(p) for p in store._iterate("", ["chunk_hash"])] == [4] * 10
+    assert [len(p) for p in store._iterate("", ["chunk_hash", "embedding"])] == [3] * 13 + [1]
     wanted = [f"f/{i}.md" for i in range(7)]
     assert sum(1 for _ in store.iter_ids_by_source(wanted)) == 28
     assert len(store.rows_for_sources(wanted, ["chunk_hash"])) == 28
+    with_vectors = store.rows_for_sources(wanted, ["chunk_hash", "embedding"])
+    assert sorted(r["chunk_hash"] for r in with_vectors) == sorted(f"{i:064x}" for i in range(40) if i % 10 < 7)
     assert store.count_sources() == 10
     assert store.delete_ids([f"{i:064x}" for i in range(0, 40, 2)]) == 20
     assert store.count() == 20

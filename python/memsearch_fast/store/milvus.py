@@ -15,7 +15,6 @@ workarounds and error classification in :mod:`.compat`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -38,12 +37,9 @@ from memsearch_fast.store.schema import QUERY_FIELDS, EmbeddingModel
 from memsearch_fast.store.search import StoreSearch
 from memsearch_fast.store.spans import SpanStore
 
-# Values per ``IN [...]`` filter and rows per iterator page: keeps every
-# expression and response bounded whatever the size of the input set.
+# Values per ``IN [...]`` filter (rows per iterator page: client.ITER_BATCH): keeps
+# every expression and response bounded whatever the size of the input set.
 FILTER_BATCH = 512
-
-
-ITER_BATCH = 2000
 
 
 # Rows per upsert call. Milvus Lite 2.5 slows ~10x on 5,000-row calls (see
@@ -135,28 +131,6 @@ class MilvusStore(StoreSearch):
             if "\n" in v or "\r" in v:
                 parts.append(prefix_filter(field, v) or f'{field} != ""')
         return " or ".join(parts)
-
-    def _iterate(self, expr: str, fields: list[str], batch_size: int = ITER_BATCH) -> Iterator[list[dict[str, Any]]]:
-        """Page through every row matching ``expr`` with a query iterator."""
-        it = self._call(
-            "query_iterator",
-            lambda c: c.query_iterator(
-                collection_name=self.collection,
-                batch_size=batch_size,
-                filter=expr,
-                output_fields=fields,
-                consistency_level="Strong",  # the ids a run diffs against include every acknowledged write
-            ),
-        )
-        try:
-            while True:
-                page = self._call("query_iterator", lambda _c: it.next(), retry=False)
-                if not page:
-                    return
-                yield page
-        finally:
-            with contextlib.suppress(Exception):  # an iterator whose connection died
-                it.close()
 
     # -- writes ---------------------------------------------------------------------------
 

@@ -475,22 +475,4 @@ class SpanStore:
             raise
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
-        it = self._call(
-            "query_iterator",
-            lambda c: c.query_iterator(
-                collection_name=self.collection,
-                batch_size=2000,
-                filter=expr,
-                output_fields=fields,
-                consistency_level="Strong",
-            ),
-        )
-        try:
-            while True:
-                page = it.next()
-                if not page:
-                    return
-                yield page
-        finally:
-            with contextlib.suppress(Exception):
-                it.close()
+        return self.store._iterate(expr, fields, collection=self.collection)
