@@ -428,50 +428,36 @@ class SpanStore:
         chunk's best span row, with its ``distance`` (Milvus groups by chunk)."""
         if not self.exists or limit <= 0:
             return []
-        return self._typed(  # type: ignore[no-any-return]
-            lambda: self.store._search_in(
-                self.collection,
-                [self.stored(vector)],
-                "embedding",
-                "COSINE",
-                limit,
-                source_prefix,
-                FIELDS,
-                group_by="chunk_hash",
-            )
-        )
+        return self._nearest(self.store._search_in, vector, limit, source_prefix)  # type: ignore[no-any-return]
 
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
         """The best span row of each of these chunks for *vector* (chunks without
         span rows are absent): the dense score of a chunk only BM25 found."""
         if not chunk_hashes or not self.exists:
             return {}
-        hits = self._typed(
-            lambda: self.store._search_among(
-                self.collection,
-                [self.stored(vector)],
-                "embedding",
-                "COSINE",
-                chunk_hashes,
-                FIELDS,
-                group_by="chunk_hash",
-            )
-        )
+        hits = self._nearest(self.store._search_among, vector, chunk_hashes)
         return {str(hit["chunk_hash"]): hit for hit in hits}
 
-    def _typed(self, search: Callable[[], Any]) -> Any:
-        """*search*, asked again once when it fails and the collection's vector type
-        is not the one read before: another process made the collection anew
-        (``reset``, then ``index``, over one made before float16), and a long-lived
-        process would otherwise fail every search until it restarts."""
+    def _nearest(self, search: Callable[..., Any], vector: list[float], *between: Any) -> Any:
+        """The store's *search* (``_search_in`` or ``_search_among``, *between* its own
+        arguments) over this collection's vectors, each chunk's best span. Asked
+        again once when it fails and the collection's vector type is not the one
+        read before: another process made the collection anew (``reset``, then
+        ``index``, over one made before float16), and a long-lived process would
+        otherwise fail every search until it restarts."""
+
+        def ask() -> Any:
+            data = [self.stored(vector)]
+            return search(self.collection, data, "embedding", "COSINE", *between, FIELDS, group_by="chunk_hash")
+
         before = self.half
         try:
-            return search()
+            return ask()
         except Exception:
             self._half = None
-            with contextlib.suppress(Exception):  # unreachable now: the search's own error is raised
+            with contextlib.suppress(Exception):  # the type unreadable, or the retry failed too: the first error
                 if self.half != before:
-                    return search()
+                    return ask()
             raise
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
