@@ -435,3 +435,33 @@ def test_a_removed_database_is_never_served_in_place_of_the_new_one(db, monkeypa
         assert s3.count() == 3
     finally:
         s3.close()
+
+
+IDLE_CLIENT = """
+import asyncio, json, sys, time
+from memsearch_fast import MemSearch
+notes, db, model, idle = sys.argv[1:5]
+ms = MemSearch([notes], embedding_model=model, milvus_uri=db)
+asyncio.run(ms.index())
+time.sleep(float(idle))  # idle with its connection open, as watch, the search service or an MCP server is
+hits = asyncio.run(ms.search("which port does the gateway use"))
+print(json.dumps({"hits": len(hits)}))
+ms.close()
+"""
+
+
+@pytest.mark.slow
+def test_an_idle_client_is_not_cut_off_by_the_engine(db, tmp_path, model_dir):
+    """pymilvus 3.x pings every 10 s even without a call in flight, and Milvus Lite
+    2.5's engine, which allows one ping in 5 minutes, answered the first call
+    after a minute idle with GOAWAY "too_many_pings": gRPC logged two error
+    lines to stderr (in ``watch``, the search service, an MCP server) and
+    dropped the connection. A local engine's connection sends no pings."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe gateway listens on port 8443.\n")
+    p = run_py(IDLE_CLIENT, str(notes), db, str(model_dir), "80")
+    out, err = p.communicate(timeout=250)
+    assert p.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1]) == {"hits": 1}
+    assert "GOAWAY" not in err and "too_many_pings" not in err, err[-3000:]

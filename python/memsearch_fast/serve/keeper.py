@@ -140,7 +140,9 @@ class Keeper:
         """Release what has been idle long enough; whether anything is still loaded."""
         from pymilvus import MilvusClient
 
-        client = MilvusClient(uri=self.engine_uri)
+        from memsearch_fast.store.compat import local_channel_kwargs
+
+        client = MilvusClient(uri=self.engine_uri, **local_channel_kwargs())
         try:
             return self._sweep(client, time.monotonic() if now is None else now)
         finally:

@@ -22,6 +22,7 @@ from memsearch_fast.errors import StoreError, StoreUnavailableError, UnusableDat
 from memsearch_fast.store.compat import (
     is_local_uri,
     is_unavailable,
+    local_channel_kwargs,
     own_connection_kwargs,
     quiet_pymilvus,
     server_too_old,
@@ -83,7 +84,7 @@ class StoreClient:
         from memsearch_fast import lite
 
         assert self._path is not None
-        self._conn = lite.connect(self._path, self._new_client)
+        self._conn = lite.connect(self._path, lambda uri: self._new_client(uri, lite=True))
         self._client = self._conn.client
         self._shared = self._conn.shared
 
@@ -99,17 +100,21 @@ class StoreClient:
             return ""
 
     @staticmethod
-    def _new_client(uri: str, token: str | None = None) -> Any:
+    def _new_client(uri: str, token: str | None = None, *, lite: bool = False) -> Any:
         """A client with a connection of its own to ``uri``.
 
         A server (remote, or a database's Lite server) gets a 10 s connect
         timeout; a database path is opened in this process with pymilvus's own.
+        A *lite* engine (served or in this process) gets no keepalive pings
+        (:func:`.compat.local_channel_kwargs`).
         """
         from pymilvus import MilvusClient
 
         kwargs: dict[str, Any] = {"uri": uri, **own_connection_kwargs()}
         if not is_local_uri(uri):
             kwargs["timeout"] = 10
+        if lite:
+            kwargs.update(local_channel_kwargs())
         if token:
             kwargs["token"] = token
         return MilvusClient(**kwargs)

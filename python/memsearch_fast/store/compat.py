@@ -83,6 +83,24 @@ def own_connection_kwargs() -> dict[str, Any]:
     return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
 
 
+#: No keepalive pings on a connection to a local Milvus Lite engine (about 24 days between them).
+QUIET_KEEPALIVE_MS = 2**31 - 1
+
+
+def local_channel_kwargs() -> dict[str, Any]:
+    """MilvusClient arguments for a connection to a local Milvus Lite engine.
+
+    pymilvus 3.x pings every 10 s, even without a call in flight; Lite 2.5's
+    engine allows one ping per 5 minutes, so after half a minute idle (``watch``,
+    the search service, an MCP server, a slow embedding batch) it sends
+    GOAWAY "too_many_pings" and gRPC logs two lines to stderr, and a call in
+    flight then fails as unavailable. A socket on this machine needs no
+    keepalive: a gone engine fails the next call at once. (pymilvus 2.5 pings
+    only during calls, every 55 s, and ignores this argument.)
+    """
+    return {"grpc_options": {"grpc.keepalive_time_ms": QUIET_KEEPALIVE_MS, "grpc.keepalive_permit_without_calls": 0}}
+
+
 # Message fragments of connection failures that carry no usable error code.
 _UNAVAILABLE_TEXTS = (
     "fail connecting",
