@@ -472,3 +472,39 @@ def test_spans_are_stored_as_float16_and_a_float32_collection_made_before_still_
         assert again["explain"]["span"]["score"] == pytest.approx(cosine, abs=2e-3)  # float16 now
         best = ms.store.spans.best_of(asyncio.run(ms.provider.embed_query(question)), [hit["chunk_hash"]])
         assert best[hit["chunk_hash"]]["start_line"] == hit["explain"]["span"]["start_line"]
+
+
+def test_a_line_in_every_entry_is_read_back_once_per_lookup(tmp_path: Path, model_dir: Path) -> None:
+    """A line said in every meeting ("Agreed, ship it on Friday.") has a span row per
+    chunk; the lookup of stored span vectors reads one of them with its vector, not
+    all (Milvus Lite answered thousands of rows with vectors so slowly that an index
+    of 5 MB of meetings stalled), and gives each text its stored vector."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    said = "Agreed, ship it on Friday once the aspen dashboard is green."
+    entries = [
+        f"### 10:{i:02d}\n" + "\n".join(f"- {FILLER[(i + j) % len(FILLER)]} (item {i}.{j})" for j in range(5))
+        for i in range(12)
+    ]
+    (root / "meetings.md").write_text("\n\n".join(e + f"\n- {said}" for e in entries) + "\n", encoding="utf-8")
+    with MemSearch([str(root)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
+        index(ms)
+        store = ms.store.spans
+        rows = [r for page in store.iter_rows() for r in page if not str(r["span_id"]).endswith(":0")]
+        hashes = sorted({r["text_hash"] for r in rows})
+        repeated = [h for h in hashes if sum(r["text_hash"] == h for r in rows) >= 10]
+        assert repeated  # the line said in every meeting
+        with_vectors: list[int] = []
+        inner = store._query_in
+
+        def counted(field: str, values: list[str], fields: list[str]):
+            out = list(inner(field, values, fields))
+            if "embedding" in fields:
+                with_vectors.append(len(out))
+            return iter(out)
+
+        store._query_in = counted  # type: ignore[method-assign]
+        vectors = store.vectors_for(hashes)
+        assert sum(with_vectors) == len(hashes) == len(vectors)
+        [row] = store._query_in("span_id", [rows[0]["span_id"]], ["embedding"])
+        assert vectors[rows[0]["text_hash"]] == pytest.approx(store.read(row["embedding"]).tolist(), abs=1e-6)
