@@ -477,8 +477,8 @@ def test_spans_are_stored_as_float16_and_a_float32_collection_made_before_still_
 def test_a_line_in_every_entry_is_read_back_once_per_lookup(tmp_path: Path, model_dir: Path) -> None:
     """A line said in every meeting ("Agreed, ship it on Friday.") has a span row per
     chunk; the lookup of stored span vectors reads one of them with its vector, not
-    all (Milvus Lite answered thousands of rows with vectors so slowly that an index
-    of 5 MB of meetings stalled), and gives each text its stored vector."""
+    all (Milvus Lite answers many rows with vectors slowly), and gives each text its
+    stored vector."""
     root = tmp_path / "notes"
     root.mkdir()
     said = "Agreed, ship it on Friday once the aspen dashboard is green."

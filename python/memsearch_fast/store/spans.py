@@ -408,9 +408,8 @@ class SpanStore:
         """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans).
 
         One row of each text is read with its vector: a line said in every meeting
-        ("Agreed.") has a row per chunk, and Milvus Lite answered a query for a
-        batch of such texts with thousands of rows with vectors, in a time that
-        grows faster than their count (an index of 5 MB of meetings stalled)."""
+        ("Agreed.") has a row per chunk, and Milvus Lite answers many rows with
+        vectors in a time that grows faster than their count."""
         first: dict[str, str] = {}
         for r in self._query_in("text_hash", text_hashes, ["text_hash", "span_id"]):
             first.setdefault(r["text_hash"], r["span_id"])
