@@ -91,12 +91,13 @@ def local_channel_kwargs() -> dict[str, Any]:
     """MilvusClient arguments for a connection to a local Milvus Lite engine.
 
     pymilvus 3.x pings every 10 s, even without a call in flight; Lite 2.5's
-    engine allows one ping per 5 minutes, so after half a minute idle (``watch``,
-    the search service, an MCP server, a slow embedding batch) it sends
-    GOAWAY "too_many_pings" and gRPC logs two lines to stderr, and a call in
-    flight then fails as unavailable. A socket on this machine needs no
-    keepalive: a gone engine fails the next call at once. (pymilvus 2.5 pings
-    only during calls, every 55 s, and ignores this argument.)
+    engine allows one ping per 5 minutes, so the first call after a minute or
+    more idle (``watch``, the search service, an MCP server) was answered with
+    GOAWAY "too_many_pings": gRPC logged two error lines to stderr and dropped
+    the connection (pymilvus sent the call again on a new one). A socket on
+    this machine needs no keepalive: a gone engine fails the next call at
+    once. (pymilvus 2.5 pings only during calls, every 55 s, and ignores this
+    argument.)
     """
     return {"grpc_options": {"grpc.keepalive_time_ms": QUIET_KEEPALIVE_MS, "grpc.keepalive_permit_without_calls": 0}}
 
