@@ -768,42 +768,43 @@ def test_the_bm25_fill_is_asked_where_it_can_change_the_answer():
     assert not fusion.fill_matters(dense, sparse, 2, deep=6)
     assert fusion.fill_matters(dense, sparse, 7, deep=6)  # the seventh place is theirs to take
     # With the fill, a chunk missing from the BM25 list (its words lift it) passes the dense
-    # first chunk, which is kept at fifth with the score of the chunk it moved above.
+    # first chunk, which is kept at second with the score of the chunk it moved above.
     dense = [("d3", 0.98), ("d4", 0.89), ("d1", 0.72), ("d2", 0.71), ("d5", 0.67), ("d0", 0.6)]
     sparse = [("d1", 5.9), ("d4", 4.8), ("d5", 4.8), ("d2", 4.2), ("d3", 1.1)]
-    words = {"d0": 0.5}
+    words = {"d0": 1.0}
     filled = [*sparse, ("d0", 1.1)]
     without, with_fill = fusion.fuse(dense, sparse, 5, words=words), fusion.fuse(dense, filled, 5, words=words)
-    assert with_fill[4].kept_at == 5 and without[4].score != with_fill[4].score
+    assert with_fill[0].id == "d0" and with_fill[1].id == "d3" and with_fill[1].kept_at == 2
+    assert without[1].score != with_fill[1].score
     assert fusion.fill_matters(dense, sparse, 5, deep=5, words=words)
 
 
-def test_the_dense_lists_first_chunk_is_fused_within_the_first_five():
+def test_the_dense_lists_first_chunk_is_fused_within_the_first_two():
     """A chunk the dense side ranks first, but whose BM25 score is low, is not
-    pushed below fifth by chunks BM25 prefers; it takes fifth place at fifth
+    pushed below second by chunks BM25 prefers; it takes second place at second
     place's score, and the order is the same whatever top_k."""
     from memsearch_fast.store import fusion
 
-    assert fusion.DENSE_FIRST_WITHIN == 5
+    assert fusion.DENSE_FIRST_WITHIN == 2
     others = [f"c{i}" for i in range(8)]
     dense = [("first", 0.90), *[(c, 0.85 - i / 100) for i, c in enumerate(others)]]
     sparse = [*[(c, 10.0 - i / 10) for i, c in enumerate(others)], ("first", 1.0)]
     by_score = sorted(others, key=lambda c: -dict((f.id, f.score) for f in fusion.fuse(dense, sparse, 10))[c])
     got = fusion.fuse(dense, sparse, 10)
-    assert [f.id for f in got] == [*by_score[:4], "first", *by_score[4:]]
-    assert got[4].score == got[5].score and got[4].dense_rank == 1  # monotonic scores, its own ranks
-    assert got[4].kept_at == 5 and fusion.hit(got[4], {}, [], True)["explain"]["kept_at"] == 5
+    assert [f.id for f in got] == [*by_score[:1], "first", *by_score[1:]]
+    assert got[1].score == got[2].score and got[1].dense_rank == 1  # monotonic scores, its own ranks
+    assert got[1].kept_at == 2 and fusion.hit(got[1], {}, [], True)["explain"]["kept_at"] == 2
     assert all(f.kept_at is None for f in got if f.id != "first")
     assert "kept_at" not in fusion.hit(got[0], {}, [], True)["explain"]
     from memsearch_fast.recall.search import explain_line
 
-    assert explain_line(fusion.hit(got[4], {}, [], True)["explain"]).endswith("(dense #1 kept at #5)")
+    assert explain_line(fusion.hit(got[1], {}, [], True)["explain"]).endswith("(dense #1 kept at #2)")
     assert [f.id for f in fusion.fuse(dense, sparse, 5)] == [f.id for f in got[:5]]
     assert [f.id for f in fusion.fuse(dense, sparse, 3)] == [f.id for f in got[:3]]
-    # Already within the first five: left where its score puts it.
+    # Already within the first two: left where its score puts it.
     near = [("first", 0.90), *[(c, 0.89 - i / 100) for i, c in enumerate(others)]]
-    kept = fusion.fuse(near, sparse[:3], 10)
-    assert 0 < [f.id for f in kept].index("first") < 5
+    kept = fusion.fuse(near, sparse[:1], 10)
+    assert [f.id for f in kept].index("first") == 1 and kept[1].kept_at is None
     assert [f.score for f in kept] == sorted((f.score for f in kept), reverse=True)
 
 
