@@ -775,7 +775,8 @@ def test_the_bm25_fill_is_asked_where_it_can_change_the_answer():
     filled = [*sparse, ("d0", 1.1)]
     without, with_fill = fusion.fuse(dense, sparse, 5, words=words), fusion.fuse(dense, filled, 5, words=words)
     assert with_fill[0].id == "d0" and with_fill[1].id == "d3" and with_fill[1].kept_at == 2
-    assert without[1].score != with_fill[1].score
+    # Without it, BM25's first (d1) led with a dense score far below d3's: d3 went first.
+    assert [f.id for f in without[:2]] == ["d3", "d1"] and without[0].kept_at == 1
     assert fusion.fill_matters(dense, sparse, 5, deep=5, words=words)
 
 
@@ -819,13 +820,78 @@ def test_bm25_is_trusted_by_how_far_its_best_stands_out():
     assert fusion.trust(flat, 30) == pytest.approx(2 * (10.0 - flat[15]) / 10.0)
     assert fusion.trust(flat, 30) < 0.2
     assert fusion.trust([], 30) == 1.0
-    dense = [("a", 0.9), ("b", 0.5)]
+    dense = [("a", 0.9), ("b", 0.7)]
     sparse = [("b", 10.0), ("c", 9.9)]
     assert fusion.fuse(dense, sparse, 3)[0].id == "b"  # trusted: b's BM25 lead lifts it
     low = fusion.fuse(dense, sparse, 3, bm25_trust=0.1)
     assert low[0].id == "a"
     # First in both lists is 1.0 whatever the trust.
     assert fusion.fuse([("a", 0.9)], [("a", 3.0)], 1, bm25_trust=0.3)[0].score == pytest.approx(1.0)
+
+
+def test_the_dense_lists_first_chunk_goes_first_over_bm25s_lone_pick():
+    """When the fused first is a chunk the dense list scores below
+    DENSE_FIRST_OVER of its best, the dense list's first takes the first place
+    (at its score); only the chunks above it move, one place each."""
+    from memsearch_fast.store import fusion
+
+    assert fusion.DENSE_FIRST_OVER == 0.75
+    # The meetings' case: BM25's first names the component over and over, the
+    # model puts it well below the turn that answers.
+    dense = [("turn", 0.62), ("x", 0.58), ("peaked", 0.40), ("y", 0.39)]
+    sparse = [("peaked", 12.0), ("y", 5.0), ("x", 4.5), ("turn", 1.0)]
+    got = fusion.fuse(dense, sparse, 4)
+    assert [f.id for f in got] == ["turn", "peaked", "x", "y"]
+    assert got[0].kept_at == 1 and got[0].score == got[1].score and got[0].dense_rank == 1
+    with_at_two = fusion.fuse(dense, sparse, 4, bm25_trust=1.0)
+    assert [f.id for f in with_at_two] == [f.id for f in got]
+    saved = fusion.DENSE_FIRST_OVER
+    try:
+        fusion.DENSE_FIRST_OVER = 0.0  # only kept within the first two
+        assert [f.id for f in fusion.fuse(dense, sparse, 4)] == ["peaked", "turn", "x", "y"]
+    finally:
+        fusion.DENSE_FIRST_OVER = saved
+    # A line of it holds every word asked (a key, a name): it stays first.
+    assert fusion.fuse(dense, sparse, 4, words={"peaked": 1.0, "turn": 0.5})[0].id == "peaked"
+    # The fused first is one the dense list also rates (0.50 >= 0.75 x 0.62): it stays first.
+    near = [("turn", 0.62), ("x", 0.58), ("peaked", 0.50), ("y", 0.39)]
+    assert [f.id for f in fusion.fuse(near, sparse, 4)][:2] == ["peaked", "turn"]
+    # A first that is not in the dense list at all counts as scored 0.
+    assert fusion.fuse(dense, [("other", 9.0)], 2)[0].id in {"turn", "other"}
+    lone = fusion.fuse(dense, [("other", 9.0), ("peaked", 0.5)], 3)
+    assert lone[0].id == "turn" and lone[0].kept_at in {None, 1}
+    # The fused first is the dense list's own first: nothing moves.
+    assert fusion.fuse(dense, [("turn", 3.0), ("peaked", 2.9)], 2)[0].kept_at is None
+
+
+def test_search_puts_the_dense_first_over_a_chunk_only_bm25_ranks_high(store, monkeypatch):
+    """Through the store: a short chunk that repeats two of the question's words
+    is BM25's first, the chunk the question's vector points at holds them once in
+    a long line. The store's answer starts with the latter, the former second."""
+    from memsearch_fast.store import fusion
+
+    question = "what did we do once the gateway outage began"
+    e = np.eye(DIM, dtype=np.float32)
+    answer, repeats = e[0], 0.3 * e[0] + np.sqrt(0.91) * e[1]
+    rest = unit(12, seed=41)
+    rest[:, :2] = 0.0
+    rest /= np.linalg.norm(rest, axis=1, keepdims=True)
+    texts = [
+        "gateway outage gateway outage gateway outage",
+        "gateway outage response: rolled back deploy, paged owner, wrote down every step "
+        "taken until error rate fell under one percent again",
+        *[f"unrelated filler paragraph number {i} about gardening" for i in range(12)],
+    ]
+    vectors = [repeats, answer, *rest]
+    rows = [make_row(i, v, content=t, source=f"g/{i}.md") for i, (v, t) in enumerate(zip(vectors, texts, strict=True))]
+    store.upsert(rows)
+    hits = store.search(list(answer), question, top_k=3, explain=True)
+    assert [h["chunk_hash"] for h in hits[:2]] == [f"{1:064x}", f"{0:064x}"]
+    assert hits[0]["explain"]["kept_at"] == 1 and hits[0]["explain"]["dense_rank"] == 1
+    assert hits[1]["explain"]["sparse_rank"] == 1 and hits[1]["explain"]["words"] < 1.0
+    monkeypatch.setattr(fusion, "DENSE_FIRST_OVER", 0.0)
+    hits = store.search(list(answer), question, top_k=3, explain=True)
+    assert [h["chunk_hash"] for h in hits[:2]] == [f"{0:064x}", f"{1:064x}"]
 
 
 def test_a_dense_hit_beyond_the_bm25_list_keeps_its_bm25_score(store, monkeypatch):
