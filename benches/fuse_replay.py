@@ -11,9 +11,15 @@ first with the same ``--set``, ``--seed`` and ``--by-key``) and records what
 of the question's words, and the content of every chunk named (to tell a hit).
 
 ``python -m benches.fuse_replay replay F1.json F2.json --vary DENSE_FIRST_OVER=0,0.75``
-fuses every recorded question again with each value of the constant (the
-module's own code, nothing re-implemented) and prints hit@1 / hit@5 / MRR@10
-per file and the mean MRR@10. Without ``--vary`` it prints today's.
+fuses every recorded question again with each value of one of :data:`VARIED`
+(the module's own code, nothing re-implemented) and prints hit@1 / hit@5 /
+MRR@10 per file and the mean MRR@10. Without ``--vary`` it prints today's.
+
+BM25's trust and the words shares are recorded as they were, so constants
+that shape them (``PEAK``, ``spans.WORD_BONUS``, ``DEPTH``) need a new
+capture. The capture searches through Milvus, as a process without the
+in-memory copy does; the copy scores spans from int8 codes, which can move a
+chunk near a threshold.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benches.retrieval import MODEL_DIR, rank_of, scores
+
+#: The constants ``fusion.fuse`` reads itself (the others shape its recorded inputs).
+VARIED = ("DENSE_WEIGHT", "DENSE_FIRST_WITHIN", "DENSE_FIRST_OVER", "WORDS_WEIGHT")
 
 
 def capture(corpus_set: str, workdir: Path, seed: int, by_key: bool, facts: int) -> list[dict[str, Any]]:
@@ -53,6 +62,10 @@ def capture(corpus_set: str, workdir: Path, seed: int, by_key: bool, facts: int)
             vector = asyncio.run(ms.provider.embed_query(fact.question))
             seen.clear()
             ms.store.search(vector, fact.question, top_k=10)
+            seen.setdefault("dense", [])  # an empty collection or question: nothing fused
+            seen.setdefault("sparse", [])
+            seen.setdefault("trust", 1.0)
+            seen.setdefault("words", {})
             ids = list(dict.fromkeys([c for c, _ in seen["dense"]] + [c for c, _ in seen["sparse"]]))
             content = {r["chunk_hash"]: r["content"] for r in ms.store.rows_for_ids(ids, ["content"])}
             out.append({"kind": fact.kind, "key": fact.key, "content": content, **seen})
@@ -78,22 +91,31 @@ def replay(questions: list[dict[str, Any]]) -> dict[str, float]:
 def table(files: list[Path], vary: str | None) -> str:
     from memsearch_fast.store import fusion
 
-    sets = {f.stem: json.loads(f.read_text()) for f in files}
-    name, values = vary.split("=", 1) if vary else ("", "")
-    if name and not hasattr(fusion, name):
-        raise SystemExit(f"fusion has no constant {name}")
+    sets = {
+        (f.stem if [g.stem for g in files].count(f.stem) == 1 else str(f)): json.loads(f.read_text()) for f in files
+    }
+    name, values = vary.split("=", 1) if vary and "=" in vary else ("", "")
+    if vary and (name not in VARIED or not values):
+        raise SystemExit(f"--vary takes NAME=v1,v2,... with NAME one of {', '.join(VARIED)}")
     saved = getattr(fusion, name) if name else None
+    try:
+        chosen = [type(saved)(v) if isinstance(saved, int) else float(v) for v in values.split(",")] if name else []
+    except ValueError as exc:
+        raise SystemExit(
+            f"--vary {name}: each value must be a{'n integer' if isinstance(saved, int) else ' number'}"
+        ) from exc
     rows = [f"| {name or 'today'} | " + " | ".join(sets) + " | mean MRR@10 |", "|---" * (len(sets) + 2) + "|"]
     try:
-        for value in values.split(",") if name else [""]:
+        for value in chosen or [None]:
             if name:
-                setattr(fusion, name, type(saved)(float(value)) if isinstance(saved, int | float) else value)
+                setattr(fusion, name, value)
             cells, mrr = [], []
             for questions in sets.values():
                 sc = replay(questions)
                 mrr.append(sc["mrr@10"])
                 cells.append(f"{sc['hit@1']:.3f} / {sc['hit@5']:.3f} / {sc['mrr@10']:.3f}")
-            rows.append(f"| {value or 'now'} | " + " | ".join(cells) + f" | {sum(mrr) / len(mrr):.3f} |")
+            label = "now" if value is None else value
+            rows.append(f"| {label} | " + " | ".join(cells) + f" | {sum(mrr) / len(mrr):.3f} |")
     finally:
         if name:
             setattr(fusion, name, saved)
@@ -112,7 +134,7 @@ def main() -> None:
     cap.add_argument("--out", type=Path, required=True)
     rep = sub.add_parser("replay", help="fuse recorded inputs again, a constant varied")
     rep.add_argument("files", type=Path, nargs="+")
-    rep.add_argument("--vary", help="NAME=v1,v2,... (a constant of memsearch_fast.store.fusion)")
+    rep.add_argument("--vary", help=f"NAME=v1,v2,... with NAME one of {', '.join(VARIED)}")
     args = parser.parse_args()
     if args.command == "capture":
         questions = capture(args.corpus_set, args.workdir, args.seed, args.by_key, args.facts)

@@ -67,7 +67,7 @@ DENSE_WEIGHT = 0.5
 #: sets (docs/retrieval.md, "The dense list's first chunk is kept second").
 DENSE_FIRST_WITHIN = 2
 #: It takes the first place when the fused first is a chunk the dense list scores
-#: below this share of its best, no line of which holds every word asked: see :func:`fuse`.
+#: below this share of its best, whose matched lines lack a word asked: see :func:`fuse`.
 DENSE_FIRST_OVER = 0.75
 #: The weight of the share of the question's words found in the lines that gave a
 #: chunk its dense score (:func:`.spans.with_words`), beside the two lists'.
@@ -85,7 +85,7 @@ class Fused:
     dense_score: float | None
     sparse_rank: int | None
     sparse_score: float | None
-    kept_at: int | None = None  # moved up to this place (:data:`DENSE_FIRST_WITHIN`)
+    kept_at: int | None = None  # moved up to this place (1, or :data:`DENSE_FIRST_WITHIN`)
 
 
 def depth(top_k: int, limit: int) -> int:
@@ -142,10 +142,12 @@ def fuse(
     started": the outage line, and the turn after it) below the first five.
     It takes the first place when the fused first is a chunk the dense list
     scores below :data:`DENSE_FIRST_OVER` of its best (its dense score counts
-    the question's words in its line, :func:`.spans.with_words`) and no line of
-    which holds every word asked: BM25's pick alone, a meeting that names the
-    service over and over, over the turn that answers. A key, a name or a
-    phrase in a language the model cannot read, whole in one line, keeps it.
+    the question's words in its line, :func:`.spans.with_words`) and whose
+    *words* share is below 1 (the lines that matched, with its heading, lack a
+    word asked): BM25's pick alone, a meeting that names the service over and
+    over, over the turn that answers. A question's every word (a key with the
+    rest of what was asked, a phrase in a language the model cannot read) in
+    the lines that matched keeps it first.
     That move passes one chunk at most, so hit@5 and hit@10 cannot change; on
     thirteen sets hit@1 and MRR@10 rose or stayed (docs/retrieval.md, "The
     dense list's first chunk over BM25's lone pick").
@@ -219,7 +221,9 @@ def fill_matters(
         bm25_trust=bm25_trust,
         words=words,
     )
-    # One place past the kept one: the chunk the dense first chunk moved above lends it its score.
+    # One place past the kept one: the chunk the dense first chunk moved above lends it its
+    # score. The first place is in the slice too, so the fused first (whether the dense first
+    # goes above it) is the same with or without the fill when this says no.
     return any(f.id in lacking for f in bound[: max(top_k, DENSE_FIRST_WITHIN + 1)])
 
 
