@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benches.retrieval import MODEL_DIR, rank_of, scores
+from benches.retrieval import MODEL_DIR, layout, rank_of, scores
 
 #: The constants ``fusion.fuse`` reads itself (the others shape its recorded inputs).
 VARIED = ("DENSE_WEIGHT", "DENSE_FIRST_WITHIN", "DENSE_FIRST_OVER", "WORDS_WEIGHT")
@@ -42,9 +42,8 @@ def capture(corpus_set: str, workdir: Path, seed: int, by_key: bool, facts: int)
     from memsearch_fast.lite import broker
     from memsearch_fast.store import fusion
 
-    prefix = "" if corpus_set == "default" else f"{corpus_set}-"
+    corpus, prefix = layout(workdir, corpus_set)
     db = workdir / f"{prefix}m.db"
-    corpus = workdir / ("corpus" if corpus_set == "default" else f"corpus-{corpus_set}")
     if not db.exists():
         raise SystemExit(f"{db} does not exist: run benches.retrieval with --workdir {workdir} first")
     ms = MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")

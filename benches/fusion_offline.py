@@ -25,7 +25,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from benches.retrieval import MODEL_DIR, planted_facts, rank_of, scores
+from benches.retrieval import MODEL_DIR, layout, planted_facts, rank_of, scores
 
 #: Each list's depth at top_k 10 (``fusion.depth``).
 DEPTH = 30
@@ -188,9 +188,8 @@ def main() -> None:
     from memsearch_fast import MemSearch
     from memsearch_fast.lite import broker
 
-    prefix = "" if args.corpus_set == "default" else f"{args.corpus_set}-"
+    corpus, prefix = layout(args.workdir, args.corpus_set)
     db = args.workdir / f"{prefix}m.db"
-    corpus = args.workdir / ("corpus" if args.corpus_set == "default" else f"corpus-{args.corpus_set}")
     facts = facts_of(args.corpus_set, args.facts, args.seed, args.by_key)
     ms = MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")
     try:

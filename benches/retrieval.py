@@ -411,6 +411,14 @@ class _BM25OnExtraText:
         )
 
 
+def layout(workdir: Path, corpus_set: str) -> tuple[Path, str]:
+    """Where a set's corpus lies in *workdir*, and the prefix of its databases' names
+    (``m.db`` for the planted facts, ``agent-m.db`` … for another set)."""
+    if corpus_set == "default":
+        return workdir / "corpus", ""
+    return workdir / f"corpus-{corpus_set}", f"{corpus_set}-"
+
+
 def run(
     megabytes: float,
     facts: int,
@@ -430,8 +438,8 @@ def run(
     ``reference.db``; ``agent-m.db`` … for another set), so one corpus serves all of them.
     """
     planted: list[Any]
+    corpus, prefix = layout(workdir, corpus_set)
     if corpus_set == "default":
-        corpus, prefix = workdir / "corpus", ""
         if not corpus.exists():
             build(corpus, megabytes, facts, hard, seed)
         planted = planted_facts(facts, hard, seed, by_key)
@@ -439,7 +447,6 @@ def run(
         from benches import agent_corpus, dialogue_corpus
 
         module = agent_corpus if corpus_set == "agent" else dialogue_corpus
-        corpus, prefix = workdir / f"corpus-{corpus_set}", f"{corpus_set}-"
         if not corpus.exists():
             module.build(corpus, megabytes, facts, seed)
         planted = agent_corpus.make_facts(facts, seed)[0] if module is agent_corpus else module.make_facts(facts, seed)
