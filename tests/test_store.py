@@ -829,7 +829,7 @@ def test_bm25_is_trusted_by_how_far_its_best_stands_out():
     assert fusion.fuse([("a", 0.9)], [("a", 3.0)], 1, bm25_trust=0.3)[0].score == pytest.approx(1.0)
 
 
-def test_the_dense_lists_first_chunk_goes_first_over_bm25s_lone_pick():
+def test_the_dense_lists_first_chunk_goes_first_over_bm25s_lone_pick(monkeypatch):
     """When the fused first is a chunk the dense list scores below
     DENSE_FIRST_OVER of its best, the dense list's first takes the first place
     (at its score); only the chunks above it move, one place each."""
@@ -843,12 +843,9 @@ def test_the_dense_lists_first_chunk_goes_first_over_bm25s_lone_pick():
     got = fusion.fuse(dense, sparse, 4)
     assert [f.id for f in got] == ["turn", "peaked", "x", "y"]
     assert got[0].kept_at == 1 and got[0].score == got[1].score and got[0].dense_rank == 1
-    saved = fusion.DENSE_FIRST_OVER
-    try:
-        fusion.DENSE_FIRST_OVER = 0.0  # only kept within the first two
+    with monkeypatch.context() as m:
+        m.setattr(fusion, "DENSE_FIRST_OVER", 0.0)  # only kept within the first two
         assert [f.id for f in fusion.fuse(dense, sparse, 4)] == ["peaked", "turn", "x", "y"]
-    finally:
-        fusion.DENSE_FIRST_OVER = saved
     # A line of it holds every word asked (a key, a name): it stays first.
     assert fusion.fuse(dense, sparse, 4, words={"peaked": 1.0, "turn": 0.5})[0].id == "peaked"
     # The fused first is one the dense list also rates (0.50 >= 0.75 x 0.62): it stays first.
