@@ -1,0 +1,268 @@
+"""What fewer dimensions per span vector would cost in hit@k, and save on disk.
+
+The database target of docs/retrieval.md ("Fewer span rows would cost what the
+spans gained") is out of reach with 384 float16 dimensions a span row: Milvus
+Lite 2.5.1 keeps each row as one protobuf blob in a SQLite table, so a row's
+bytes move in steps of what fits a 4 KiB page. This bench measures the other
+way to fewer bytes: each span vector projected onto the *k* directions that
+carry most of the span vectors' energy (an uncentred PCA fitted on the
+database's own span vectors, so a projected cosine stays on the scale of the
+chunk vectors' it is merged with), the question projected alike.
+
+``python -m benches.span_dims --set agent --workdir W [--seed N] [--by-key] --dims 256,192,128``
+copies the database ``benches.retrieval`` left in *W* (run it first with the
+same ``--set`` and ``--seed``), and for each *k* writes its span collection
+again at *k* dimensions, asks every question through the store's own search
+(Milvus's path, as a process without the in-memory copy) and reports hit@1 /
+hit@5 / MRR@10 for the fused list and the dense list alone, and the span
+table's bytes a row in the SQLite file. The main collection is left as it is.
+``--fit-db D`` fits the directions on another database's span vectors (another
+corpus) instead of this one's.
+
+``python -m benches.span_dims --row-bytes --dims 384,192,128`` writes 20,000
+span rows of random vectors at each *k* into a fresh Milvus Lite file, in
+today's schema, with one-letter field names, and with those names and no
+``source``, and prints the bytes a row its SQLite table takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benches.retrieval import MODEL_DIR, evaluate, layout
+
+
+def _open(db: Path, corpus: Path) -> Any:
+    from memsearch_fast import MemSearch
+
+    return MemSearch([str(corpus)], embedding_model=str(MODEL_DIR), milvus_uri=str(db), collection="retrieval")
+
+
+def _close(ms: Any, db: Path) -> None:
+    from memsearch_fast.lite import broker
+
+    ms.close()
+    broker.stop_server(str(db))
+
+
+def span_rows(ms: Any) -> list[dict[str, Any]]:
+    """Every span row (index 0, the chunk's own vector, included) with its vector."""
+    from memsearch_fast.store.spans import FIELDS
+
+    spans = ms.store.spans
+    return [
+        {**r, "embedding": spans.read(r["embedding"])}
+        for page in spans._iterate("", [*FIELDS, "embedding"])
+        for r in page
+    ]
+
+
+def basis(vectors: np.ndarray, k: int) -> np.ndarray:
+    """The *k* directions of most energy (uncentred), as columns."""
+    values, directions = np.linalg.eigh(vectors.T @ vectors / len(vectors))
+    return directions[:, np.argsort(values)[::-1][:k]].astype(np.float32)
+
+
+def rewrite(ms: Any, rows: list[dict[str, Any]], p: np.ndarray) -> None:
+    """The span collection made again at ``p.shape[1]`` dimensions, its rows projected;
+    the store's span search then projects each question alike."""
+    from pymilvus import DataType
+
+    from memsearch_fast.store import spans as spans_module
+
+    spans = ms.store.spans
+    spans.drop()
+    dim = p.shape[1]
+
+    def create(c: Any) -> None:
+        schema = c.create_schema(enable_dynamic_field=False)
+        schema.add_field(field_name="span_id", datatype=DataType.VARCHAR, max_length=80, is_primary=True)
+        schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64)
+        schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=1024)
+        schema.add_field(field_name="text_hash", datatype=DataType.VARCHAR, max_length=64)
+        schema.add_field(field_name="start_line", datatype=DataType.INT64)
+        schema.add_field(field_name="end_line", datatype=DataType.INT64)
+        schema.add_field(field_name="embedding", datatype=DataType.FLOAT16_VECTOR, dim=dim)
+        index = c.prepare_index_params()
+        index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+        c.create_collection(collection_name=spans.collection, schema=schema, index_params=index)
+        c.load_collection(spans.collection)
+
+    spans._call("create_collection", create)
+    spans._exists, spans._half = True, True
+    full = p.shape[0]
+    plain = spans_module.SpanStore.stored
+
+    def stored(self: Any, vector: Any) -> Any:
+        v = np.asarray(vector, dtype=np.float32)
+        if v.shape[-1] == full:
+            v = v @ p
+        return plain(self, v)
+
+    spans_module.SpanStore.stored = stored  # type: ignore[method-assign]
+    projected = np.stack([r["embedding"] for r in rows]) @ p
+    spans.insert([{**r, "embedding": v} for r, v in zip(rows, projected, strict=True)])
+    spans.flush()
+
+
+def table_bytes(db: Path) -> tuple[int, int, int]:
+    """(bytes, rows) of the span table in the SQLite file Milvus Lite keeps, and the
+    bytes of every other table and index (what a database without spans holds)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+        (size,) = c.execute("select sum(pgsize) from dbstat where name = 'retrieval_spans'").fetchone()
+        (rest,) = c.execute("select sum(pgsize) from dbstat where name != 'retrieval_spans'").fetchone()
+        (rows,) = c.execute("select count(*) from retrieval_spans").fetchone()
+    return int(size or 0), int(rows), int(rest or 0)
+
+
+def fitted_on(db: Path) -> np.ndarray:
+    """The span vectors of another database, to fit the directions on data the
+    questions were not asked of (as a collection's first writes would)."""
+    with tempfile.TemporaryDirectory(prefix="span-dims-fit-") as tmp:
+        copy = Path(tmp) / "fit.db"
+        shutil.copyfile(db, copy)
+        ms = _open(copy, Path(tmp))
+        try:
+            return np.stack([r["embedding"] for r in span_rows(ms)])
+        finally:
+            _close(ms, copy)
+
+
+def run(
+    corpus_set: str, workdir: Path, seed: int, dims: list[int], by_key: bool = False, fit_db: Path | None = None
+) -> list[dict[str, Any]]:
+    from benches.fusion_offline import facts_of
+    from memsearch_fast.store import spans as spans_module
+
+    corpus, prefix = layout(workdir, corpus_set)
+    source = workdir / f"{prefix}m.db"
+    if not source.exists():
+        raise SystemExit(f"{source} does not exist: run benches.retrieval with --workdir {workdir} first")
+    facts = facts_of(corpus_set, 40, seed, by_key)
+    out = []
+    plain = spans_module.SpanStore.stored
+    with tempfile.TemporaryDirectory(prefix="span-dims-") as tmp:
+        rows: list[dict[str, Any]] = []
+        fit = np.zeros((0, 0), np.float32)
+        for k in [0, *dims]:
+            db = Path(tmp) / f"{k}.db"
+            shutil.copyfile(source, db)
+            ms = _open(db, corpus)
+            try:
+                if k == 0:
+                    rows = span_rows(ms)
+                    fit = fitted_on(fit_db) if fit_db else np.stack([r["embedding"] for r in rows])
+                else:
+                    rewrite(ms, rows, basis(fit, k))
+                report = evaluate(ms, facts, lists=True)
+            finally:
+                spans_module.SpanStore.stored = plain  # type: ignore[method-assign]
+                _close(ms, db)
+            size, count, rest = table_bytes(db)
+            out.append(
+                {
+                    "dims": k or len(rows[0]["embedding"]),
+                    "fused": report["all"],
+                    "dense": report["lists"]["dense"]["all"],
+                    "span_rows": count,
+                    "bytes_a_row": round(size / max(count, 1)),
+                    "span_mb": round(size / 1e6, 1),
+                    "ratio": round((size + rest) / max(rest, 1), 2),
+                }
+            )
+            print(out[-1], flush=True)
+    return out
+
+
+#: Today's span fields, and one-letter names for them (protobuf keeps each name in every row).
+NAMES = {"span_id": "i", "chunk_hash": "c", "source": "s", "text_hash": "t", "start_line": "a", "end_line": "b"}
+
+
+def row_bytes(dim: int, short: bool, source: bool, n: int = 20_000) -> int:
+    """Bytes a row of a span table written with *n* rows of random float16 vectors."""
+    from pymilvus import DataType, MilvusClient
+
+    name = (lambda f: NAMES[f]) if short else (lambda f: f)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="span-rows-") as tmp:
+        db = Path(tmp) / "rows.db"
+        client = MilvusClient(uri=str(db))
+        schema = client.create_schema(enable_dynamic_field=False)
+        schema.add_field(field_name=name("span_id"), datatype=DataType.VARCHAR, max_length=80, is_primary=True)
+        schema.add_field(field_name=name("chunk_hash"), datatype=DataType.VARCHAR, max_length=64)
+        if source:
+            schema.add_field(field_name=name("source"), datatype=DataType.VARCHAR, max_length=1024)
+        schema.add_field(field_name=name("text_hash"), datatype=DataType.VARCHAR, max_length=64)
+        schema.add_field(field_name=name("start_line"), datatype=DataType.INT64)
+        schema.add_field(field_name=name("end_line"), datatype=DataType.INT64)
+        schema.add_field(field_name="v" if short else "embedding", datatype=DataType.FLOAT16_VECTOR, dim=dim)
+        index = client.prepare_index_params()
+        index.add_index(field_name="v" if short else "embedding", index_type="FLAT", metric_type="COSINE")
+        client.create_collection(collection_name="retrieval_spans", schema=schema, index_params=index)
+        for start in range(0, n, 1000):
+            rows = []
+            for i in range(start, start + 1000):
+                chunk = f"{rng.integers(1 << 62):016x}"
+                row = {
+                    name("span_id"): f"{chunk}:{i % 12}",
+                    name("chunk_hash"): chunk,
+                    name("text_hash"): f"{rng.integers(1 << 62):016x}",
+                    name("start_line"): i,
+                    name("end_line"): i + 1,
+                    "v" if short else "embedding": rng.standard_normal(dim).astype(np.float16),
+                }
+                if source:  # a journal's path as the plugins write it
+                    row[name("source")] = f"/home/dev/projects/lotus/memory/2025-{i % 12 + 1:02d}-{i % 28 + 1:02d}.md"
+                rows.append(row)
+            client.insert(collection_name="retrieval_spans", data=rows)
+        client.flush("retrieval_spans")
+        client.close()
+        size, count, _ = table_bytes(db)
+    return round(size / max(count, 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", dest="corpus_set", choices=["default", "agent", "dialogue"], default="agent")
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--by-key", action="store_true")
+    parser.add_argument("--dims", default="256,192,128")
+    parser.add_argument("--fit-db", type=Path, help="fit the directions on this database's span vectors instead")
+    parser.add_argument("--row-bytes", action="store_true", help="bytes a span row takes, per schema, random rows")
+    args = parser.parse_args()
+    if args.row_bytes:
+        print("| dims | today's schema | one-letter names | one-letter names, no source |")
+        print("|---|---|---|---|")
+        for k in [int(d) for d in args.dims.split(",")]:
+            cells = [row_bytes(k, short, source) for short, source in ((False, True), (True, True), (True, False))]
+            print(f"| {k} | " + " | ".join(f"{c:,} B" for c in cells) + " |", flush=True)
+        return
+    if args.workdir is None:
+        parser.error("--workdir is required (or --row-bytes)")
+    results = run(
+        args.corpus_set, args.workdir, args.seed, [int(d) for d in args.dims.split(",")], args.by_key, args.fit_db
+    )
+    print(
+        "| dims | span rows | bytes a row | span table | database ÷ without spans "
+        "| fused hit@1 / hit@5 / MRR@10 | dense alone |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        f, d = r["fused"], r["dense"]
+        print(
+            f"| {r['dims']} | {r['span_rows']:,} | {r['bytes_a_row']:,} | {r['span_mb']} MB | {r['ratio']:.2f}× "
+            f"| {f['hit@1']:.3f} / {f['hit@5']:.3f} / {f['mrr@10']:.3f} "
+            f"| {d['hit@1']:.3f} / {d['hit@5']:.3f} / {d['mrr@10']:.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
