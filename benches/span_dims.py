@@ -17,7 +17,8 @@ again at *k* dimensions, asks every question through the store's own search
 hit@5 / MRR@10 for the fused list and the dense list alone, and the span
 table's bytes a row in the SQLite file. The main collection is left as it is.
 ``--fit-db D`` fits the directions on another database's span vectors (another
-corpus) instead of this one's.
+corpus) instead of this one's; ``--fit-rows N`` on the first *N* span rows of
+this one, by file name (as the first files of a first index run).
 
 ``python -m benches.span_dims --row-bytes --dims 384,192,128`` writes 20,000
 span rows of random vectors at each *k* into a fresh Milvus Lite file, in
@@ -136,7 +137,13 @@ def fitted_on(db: Path) -> np.ndarray:
 
 
 def run(
-    corpus_set: str, workdir: Path, seed: int, dims: list[int], by_key: bool = False, fit_db: Path | None = None
+    corpus_set: str,
+    workdir: Path,
+    seed: int,
+    dims: list[int],
+    by_key: bool = False,
+    fit_db: Path | None = None,
+    fit_rows: int = 0,
 ) -> list[dict[str, Any]]:
     from benches.fusion_offline import facts_of
     from memsearch_fast.store import spans as spans_module
@@ -158,7 +165,8 @@ def run(
             try:
                 if k == 0:
                     rows = span_rows(ms)
-                    fit = fitted_on(fit_db) if fit_db else np.stack([r["embedding"] for r in rows])
+                    first = sorted(rows, key=lambda r: (r["source"], r["start_line"]))[: fit_rows or None]
+                    fit = fitted_on(fit_db) if fit_db else np.stack([r["embedding"] for r in first])
                 else:
                     rewrite(ms, rows, basis(fit, k))
                 report = evaluate(ms, facts, lists=True)
@@ -236,6 +244,7 @@ def main() -> None:
     parser.add_argument("--by-key", action="store_true")
     parser.add_argument("--dims", default="256,192,128")
     parser.add_argument("--fit-db", type=Path, help="fit the directions on this database's span vectors instead")
+    parser.add_argument("--fit-rows", type=int, default=0, help="fit on the first N span rows, by file (0: all)")
     parser.add_argument("--row-bytes", action="store_true", help="bytes a span row takes, per schema, random rows")
     args = parser.parse_args()
     if args.row_bytes:
@@ -248,7 +257,13 @@ def main() -> None:
     if args.workdir is None:
         parser.error("--workdir is required (or --row-bytes)")
     results = run(
-        args.corpus_set, args.workdir, args.seed, [int(d) for d in args.dims.split(",")], args.by_key, args.fit_db
+        args.corpus_set,
+        args.workdir,
+        args.seed,
+        [int(d) for d in args.dims.split(",")],
+        args.by_key,
+        args.fit_db,
+        args.fit_rows,
     )
     print(
         "| dims | span rows | bytes a row | span table | database ÷ without spans "
