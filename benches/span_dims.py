@@ -74,8 +74,6 @@ def basis(vectors: np.ndarray, k: int) -> np.ndarray:
 def rewrite(ms: Any, rows: list[dict[str, Any]], p: np.ndarray) -> None:
     """The span collection made again at ``p.shape[1]`` dimensions, its rows projected;
     the store's span search then projects each question alike."""
-    from pymilvus import DataType
-
     from memsearch_fast.store import spans as spans_module
 
     spans = ms.store.spans
@@ -83,16 +81,7 @@ def rewrite(ms: Any, rows: list[dict[str, Any]], p: np.ndarray) -> None:
     dim = p.shape[1]
 
     def create(c: Any) -> None:
-        schema = c.create_schema(enable_dynamic_field=False)
-        schema.add_field(field_name="span_id", datatype=DataType.VARCHAR, max_length=80, is_primary=True)
-        schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64)
-        schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=1024)
-        schema.add_field(field_name="text_hash", datatype=DataType.VARCHAR, max_length=64)
-        schema.add_field(field_name="start_line", datatype=DataType.INT64)
-        schema.add_field(field_name="end_line", datatype=DataType.INT64)
-        schema.add_field(field_name="embedding", datatype=DataType.FLOAT16_VECTOR, dim=dim)
-        index = c.prepare_index_params()
-        index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+        schema, index = spans_module.span_schema(c, dim, f"span vectors at {dim} dimensions")
         c.create_collection(collection_name=spans.collection, schema=schema, index_params=index)
         c.load_collection(spans.collection)
 

@@ -210,6 +210,23 @@ def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: f
     return out
 
 
+def span_schema(client: Any, dim: int, description: str) -> tuple[Any, Any]:
+    """The schema and index parameters of a span collection of *dim* float16 dimensions."""
+    from pymilvus import DataType
+
+    schema = client.create_schema(enable_dynamic_field=False, description=description)
+    schema.add_field(field_name="span_id", datatype=DataType.VARCHAR, max_length=80, is_primary=True)
+    schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64)
+    schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=MAX_SOURCE_BYTES)
+    schema.add_field(field_name="text_hash", datatype=DataType.VARCHAR, max_length=64)
+    schema.add_field(field_name="start_line", datatype=DataType.INT64)
+    schema.add_field(field_name="end_line", datatype=DataType.INT64)
+    schema.add_field(field_name="embedding", datatype=DataType.FLOAT16_VECTOR, dim=dim)
+    index = client.prepare_index_params()
+    index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+    return schema, index
+
+
 class SpanStore:
     """The companion collection of *store* (same connection, same dimension)."""
 
@@ -244,22 +261,11 @@ class SpanStore:
         """Create the collection when missing; True when this call created it."""
         if self.exists:
             return False
-        from pymilvus import DataType
-
         dim = self.store.dimension
         assert dim is not None
 
         def create(c: Any) -> None:
-            schema = c.create_schema(enable_dynamic_field=False, description="span vectors of " + self.store.collection)
-            schema.add_field(field_name="span_id", datatype=DataType.VARCHAR, max_length=80, is_primary=True)
-            schema.add_field(field_name="chunk_hash", datatype=DataType.VARCHAR, max_length=64)
-            schema.add_field(field_name="source", datatype=DataType.VARCHAR, max_length=MAX_SOURCE_BYTES)
-            schema.add_field(field_name="text_hash", datatype=DataType.VARCHAR, max_length=64)
-            schema.add_field(field_name="start_line", datatype=DataType.INT64)
-            schema.add_field(field_name="end_line", datatype=DataType.INT64)
-            schema.add_field(field_name="embedding", datatype=DataType.FLOAT16_VECTOR, dim=dim)
-            index = c.prepare_index_params()
-            index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+            schema, index = span_schema(c, dim, "span vectors of " + self.store.collection)
             c.create_collection(collection_name=self.collection, schema=schema, index_params=index)
             c.load_collection(self.collection)
 
