@@ -20,6 +20,12 @@ table's bytes a row in the SQLite file. The main collection is left as it is.
 corpus) instead of this one's; ``--fit-rows N`` on the first *N* span rows of
 this one, by file name (as the first files of a first index run).
 
+``python -m benches.span_dims --kernel COPY.npz --dims 384,192,128`` times the
+in-memory copy's kernel (``_core.best_groups``, 30 chunks asked, the sign-bit
+shortlist) on the span codes of a saved copy, projected to each *k* (the
+directions fitted on its first 8,000 rows), 40 of its chunk vectors as
+questions, the dimensions alternated each round.
+
 ``python -m benches.span_dims --row-bytes --dims 384,192,128`` writes 20,000
 span rows of random vectors at each *k* into a fresh Milvus Lite file, in
 today's schema, with one-letter field names, and with those names and no
@@ -225,6 +231,39 @@ def row_bytes(dim: int, short: bool, source: bool, n: int = 20_000) -> int:
     return round(size / max(count, 1))
 
 
+def kernel_ms(npz: Path, dims: list[int], rounds: int = 3) -> dict[int, tuple[float, float]]:
+    """p50 and p95 ms of one ``best_groups`` call on the copy's codes at each *k*."""
+    import statistics
+    import time
+
+    from memsearch_fast._core import best_groups
+    from memsearch_fast.store.span_copy import quantised, shortlist, sign_bits
+
+    with np.load(npz, allow_pickle=False) as z:
+        full = z["matrix"].shape[1]
+        codes = z["span_codes"].reshape(-1, full)
+        scales, offsets = z["span_scales"], z["span_offsets"]
+        questions = z["matrix"][:: max(1, len(z["matrix"]) // 40)][:40]
+    vectors = codes.astype(np.float32) * scales[:, None]
+    variants: dict[int, tuple[bytes, bytes, bytes, np.ndarray]] = {}
+    for k in dims:
+        if k >= full:
+            variants[k] = (codes.tobytes(), scales.tobytes(), sign_bits(codes), questions)
+            continue
+        p = basis(vectors[:8000], k)
+        c, sc = quantised(vectors @ p, k)
+        variants[k] = (c.tobytes(), sc.astype("<f4").tobytes(), sign_bits(c), questions @ p)
+    took: dict[int, list[float]] = {k: [] for k in dims}
+    offset_bytes = offsets.tobytes()
+    for _ in range(rounds):
+        for k, (c_bytes, sc_bytes, signs, qs) in variants.items():
+            for q in qs:
+                start = time.perf_counter()
+                best_groups(c_bytes, min(k, full), sc_bytes, offset_bytes, q.tolist(), 30, signs, shortlist(30))
+                took[k].append((time.perf_counter() - start) * 1000)
+    return {k: (statistics.median(t), sorted(t)[min(len(t) - 1, round(0.95 * (len(t) - 1)))]) for k, t in took.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", dest="corpus_set", choices=["default", "agent", "dialogue"], default="agent")
@@ -234,8 +273,15 @@ def main() -> None:
     parser.add_argument("--dims", default="256,192,128")
     parser.add_argument("--fit-db", type=Path, help="fit the directions on this database's span vectors instead")
     parser.add_argument("--fit-rows", type=int, default=0, help="fit on the first N span rows, by file (0: all)")
+    parser.add_argument("--kernel", type=Path, help="time the copy's kernel on this saved copy (.npz) per k")
     parser.add_argument("--row-bytes", action="store_true", help="bytes a span row takes, per schema, random rows")
     args = parser.parse_args()
+    if args.kernel:
+        print("| dims | kernel p50 | p95 |")
+        print("|---|---|---|")
+        for k, (p50, p95) in kernel_ms(args.kernel, [int(d) for d in args.dims.split(",")]).items():
+            print(f"| {k} | {p50:.2f} ms | {p95:.2f} ms |")
+        return
     if args.row_bytes:
         print("| dims | today's schema | one-letter names | one-letter names, no source |")
         print("|---|---|---|---|")
