@@ -227,6 +227,11 @@ def rank_of(hits: list[dict[str, Any]], key: str) -> int | None:
     return None
 
 
+def p95(ordered: list[float]) -> float:
+    """The 95th percentile of *ordered* (sorted ascending), the nearest rank."""
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
 def scores(rs: list[int | None]) -> dict[str, float]:
     """hit@1, hit@5, hit@10 and MRR@10 of the ranks (None: not found)."""
     n = len(rs) or 1
@@ -284,7 +289,7 @@ def _scored_run(ranks: list[int | None], took: list[float], facts: list[Any]) ->
         **scored(ranks, facts),
         "latency_ms": {
             "p50": round(statistics.median(took) * 1000, 1),
-            "p95": round(took[min(len(took) - 1, round(0.95 * (len(took) - 1)))] * 1000, 1),
+            "p95": round(p95(took) * 1000, 1),
         },
         "missed": [f.question for r, f in zip(ranks, facts, strict=True) if r is None or r > 5],
     }

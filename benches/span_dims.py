@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from benches.retrieval import MODEL_DIR, evaluate, layout
+from benches.retrieval import MODEL_DIR, evaluate, layout, p95
 
 
 def _open(db: Path, corpus: Path) -> Any:
@@ -160,8 +160,11 @@ def run(
             try:
                 if k == 0:
                     rows = span_rows(ms)
-                    first = sorted(rows, key=lambda r: (r["source"], r["start_line"]))[: fit_rows or None]
-                    fit = fitted_on(fit_db) if fit_db else np.stack([r["embedding"] for r in first])
+                    if fit_db:
+                        fit = fitted_on(fit_db)
+                    else:
+                        first = sorted(rows, key=lambda r: (r["source"], r["start_line"]))[: fit_rows or None]
+                        fit = np.stack([r["embedding"] for r in first])
                 else:
                     rewrite(ms, rows, basis(fit, k))
                 report = evaluate(ms, facts, lists=True)
@@ -261,7 +264,7 @@ def kernel_ms(npz: Path, dims: list[int], rounds: int = 3) -> dict[int, tuple[fl
                 start = time.perf_counter()
                 best_groups(c_bytes, min(k, full), sc_bytes, offset_bytes, q.tolist(), 30, signs, shortlist(30))
                 took[k].append((time.perf_counter() - start) * 1000)
-    return {k: (statistics.median(t), sorted(t)[min(len(t) - 1, round(0.95 * (len(t) - 1)))]) for k, t in took.items()}
+    return {k: (statistics.median(t), p95(sorted(t))) for k, t in took.items()}
 
 
 def main() -> None:
@@ -276,26 +279,27 @@ def main() -> None:
     parser.add_argument("--kernel", type=Path, help="time the copy's kernel on this saved copy (.npz) per k")
     parser.add_argument("--row-bytes", action="store_true", help="bytes a span row takes, per schema, random rows")
     args = parser.parse_args()
+    dims = [int(d) for d in args.dims.split(",")]
     if args.kernel:
         print("| dims | kernel p50 | p95 |")
         print("|---|---|---|")
-        for k, (p50, p95) in kernel_ms(args.kernel, [int(d) for d in args.dims.split(",")]).items():
+        for k, (p50, p95) in kernel_ms(args.kernel, dims).items():
             print(f"| {k} | {p50:.2f} ms | {p95:.2f} ms |")
         return
     if args.row_bytes:
         print("| dims | today's schema | one-letter names | one-letter names, no source |")
         print("|---|---|---|---|")
-        for k in [int(d) for d in args.dims.split(",")]:
+        for k in dims:
             cells = [row_bytes(k, short, source) for short, source in ((False, True), (True, True), (True, False))]
             print(f"| {k} | " + " | ".join(f"{c:,} B" for c in cells) + " |", flush=True)
         return
     if args.workdir is None:
-        parser.error("--workdir is required (or --row-bytes)")
+        parser.error("--workdir is required (unless --kernel or --row-bytes)")
     results = run(
         args.corpus_set,
         args.workdir,
         args.seed,
-        [int(d) for d in args.dims.split(",")],
+        dims,
         args.by_key,
         args.fit_db,
         args.fit_rows,
