@@ -16,7 +16,7 @@ fuses every recorded question again with each value of one of :data:`VARIED`
 MRR@10 per file and the mean MRR@10. Without ``--vary`` it prints today's.
 
 BM25's trust and the words shares are recorded as they were, so constants
-that shape them (``PEAK``, ``spans.WORD_BONUS``, ``DEPTH``) need a new
+that shape them (``PEAK``, ``span_words.WORD_BONUS``, ``DEPTH``) need a new
 capture. The capture searches through Milvus, as a process without the
 in-memory copy does; the copy scores spans from int8 codes, which can move a
 chunk near a threshold.

@@ -55,10 +55,10 @@ def facts_of(corpus_set: str, count: int, seed: int, by_key: bool) -> list[Any]:
 def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
     """Per question: the store's two lists as fusion receives them, the BM25 scores
     of the dense hits, and the content of every chunk named."""
-    from memsearch_fast.store import spans
+    from memsearch_fast.store import span_words
 
     seen: dict[str, Any] = {}
-    real_words = spans.with_words
+    real_words = span_words.with_words
     store = ms.store
     real_fill = store.fill_sparse
 
@@ -72,7 +72,7 @@ def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
         seen.update(sparse=list(sparse), filled={c: s for c, s in out if c not in have})
         return out
 
-    spans.with_words = spy_words  # type: ignore[assignment]
+    span_words.with_words = spy_words  # type: ignore[assignment]
     store.fill_sparse = spy_fill
     out = []
     try:
@@ -91,18 +91,19 @@ def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
                     "filled": seen["filled"],
                     "content": {c: r["content"] for c, r in rows.items()},
                     "best": {
-                        c: spans.span_text(r, matched[c]) if c in matched else r["content"] for c, r in rows.items()
+                        c: span_words.span_text(r, matched[c]) if c in matched else r["content"]
+                        for c, r in rows.items()
                     },
                 }
             )
     finally:
-        spans.with_words = real_words  # type: ignore[assignment]
+        span_words.with_words = real_words  # type: ignore[assignment]
         del store.fill_sparse
     return out
 
 
 def _overlap(question: str, text: str) -> float:
-    from memsearch_fast.store.spans import words
+    from memsearch_fast.store.span_words import words
 
     q = words(question)
     return len(q & words(text)) / len(q) if q else 0.0

@@ -143,9 +143,9 @@ class StoreSearch(StoreSchema):
         every ranked chunk's display fields; *filled*: :meth:`fill_sparse`'s answer
         when the caller asked already (else it is asked only when it could change
         the answer: :func:`.fusion.fill_matters`)."""
-        from memsearch_fast.store import fusion, spans
+        from memsearch_fast.store import fusion, span_words, spans
 
-        ranked, share = spans.with_words(ranked, matched, rows, query_text)
+        ranked, share = span_words.with_words(ranked, matched, rows, query_text)
         trust = fusion.trust([score for _, score in sparse], deep)
         if filled is None:
             filled = (
