@@ -6,8 +6,9 @@ Lite 2.5.1 keeps each row as one protobuf blob in a SQLite table, so a row's
 bytes move in steps of what fits a 4 KiB page. This bench measures the other
 way to fewer bytes: each span vector projected onto the *k* directions that
 carry most of the span vectors' energy (an uncentred PCA fitted on the
-database's own span vectors, so a projected cosine stays on the scale of the
-chunk vectors' it is merged with), the question projected alike.
+database's own span vectors), through the store's own codec
+(:mod:`memsearch_fast.store.span_basis`: the question projected alike, a
+span's score its lifted vector's cosine with the question).
 
 ``python -m benches.span_dims --set agent --workdir W [--seed N] [--by-key] --dims 256,192,128``
 copies the database ``benches.retrieval`` left in *W* (run it first with the
@@ -72,39 +73,42 @@ def span_rows(ms: Any) -> list[dict[str, Any]]:
 
 
 def basis(vectors: np.ndarray, k: int) -> np.ndarray:
-    """The *k* directions of most energy (uncentred), as columns."""
-    values, directions = np.linalg.eigh(vectors.T @ vectors / len(vectors))
-    return directions[:, np.argsort(values)[::-1][:k]].astype(np.float32)
+    """The *k* directions of most energy (uncentred) the store fits, as columns."""
+    return fitted(vectors, k).rows.T  # type: ignore[no-any-return]
 
 
-def rewrite(ms: Any, rows: list[dict[str, Any]], p: np.ndarray) -> None:
-    """The span collection made again at ``p.shape[1]`` dimensions, its rows projected;
-    the store's span search then projects each question alike."""
+def fitted(vectors: np.ndarray, k: int) -> Any:
+    """The store's basis of *k* directions fitted on *vectors*, however few."""
+    from memsearch_fast.store import span_basis
+
+    least, span_basis.FIT_ROWS = span_basis.FIT_ROWS, 0
+    try:
+        out = span_basis.fit(vectors, dims=k)
+    finally:
+        span_basis.FIT_ROWS = least
+    assert out is not None
+    return out
+
+
+def rewrite(ms: Any, rows: list[dict[str, Any]], basis: Any) -> None:
+    """The span collection made again in *basis* (:mod:`memsearch_fast.store.span_basis`),
+    as an index run whose first write was fitted on would make it; the store
+    projects each row and each question itself."""
     from memsearch_fast.store import spans as spans_module
 
     spans = ms.store.spans
     spans.drop()
-    dim = p.shape[1]
+    text = "span vectors of " + ms.store.collection
 
     def create(c: Any) -> None:
-        schema, index = spans_module.span_schema(c, dim, f"span vectors at {dim} dimensions")
+        schema, index = spans_module.span_schema(c, basis.dims, basis.describe(text))
         c.create_collection(collection_name=spans.collection, schema=schema, index_params=index)
         c.load_collection(spans.collection)
 
     spans._call("create_collection", create)
-    spans._exists, spans._half = True, True
-    full = p.shape[0]
-    plain = spans_module.SpanStore.stored
-
-    def stored(self: Any, vector: Any) -> Any:
-        v = np.asarray(vector, dtype=np.float32)
-        if v.shape[-1] == full:
-            v = v @ p
-        return plain(self, v)
-
-    spans_module.SpanStore.stored = stored  # type: ignore[method-assign]
-    projected = np.stack([r["embedding"] for r in rows]) @ p
-    spans.insert([{**r, "embedding": v} for r, v in zip(rows, projected, strict=True)])
+    spans._exists, spans._half = True, None
+    assert spans.basis is not None and spans.basis.dims == basis.dims
+    spans.insert(rows)
     spans.flush()
 
 
@@ -141,7 +145,6 @@ def run(
     fit_rows: int = 0,
 ) -> list[dict[str, Any]]:
     from benches.fusion_offline import facts_of
-    from memsearch_fast.store import spans as spans_module
 
     corpus, prefix = layout(workdir, corpus_set)
     source = workdir / f"{prefix}m.db"
@@ -149,7 +152,6 @@ def run(
         raise SystemExit(f"{source} does not exist: run benches.retrieval with --workdir {workdir} first")
     facts = facts_of(corpus_set, 40, seed, by_key)
     out = []
-    plain = spans_module.SpanStore.stored
     with tempfile.TemporaryDirectory(prefix="span-dims-") as tmp:
         rows: list[dict[str, Any]] = []
         fit = np.zeros((0, 0), np.float32)
@@ -166,10 +168,9 @@ def run(
                         first = sorted(rows, key=lambda r: (r["source"], r["start_line"]))[: fit_rows or None]
                         fit = np.stack([r["embedding"] for r in first])
                 else:
-                    rewrite(ms, rows, basis(fit, k))
+                    rewrite(ms, rows, fitted(fit, k))
                 report = evaluate(ms, facts, lists=True)
             finally:
-                spans_module.SpanStore.stored = plain  # type: ignore[method-assign]
                 _close(ms, db)
             size, count, rest = table_bytes(db)
             out.append(

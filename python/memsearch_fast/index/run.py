@@ -292,6 +292,8 @@ class _Run:
             full=full,
             progress=told,
         )
+        if self.upsert.wrote:  # the manifest is withdrawn: a killed refit is repaired by the next run
+            await span_pass.refit(self.store, report)  # type: ignore[arg-type]
         report.chunks += self.upsert.span_chunks
         report.embedded += self.embed.span_texts
         report.reused += self.embed.span_reused

@@ -58,6 +58,16 @@ class SpanReport:
     embedded: int = 0
     reused: int = 0
     removed: int = 0
+    refitted: bool = False  # the vectors were stored again in fewer dimensions
+
+
+async def refit(store: MilvusStore, report: SpanReport) -> None:
+    """After a run that wrote: a collection of every dimension that has grown enough
+    is stored again in fewer (:meth:`~memsearch_fast.store.spans.SpanStore.refit`)."""
+    spans_store = store.spans
+    if await asyncio.to_thread(spans_store.refit):
+        report.refitted = True
+        await asyncio.to_thread(spans_store.flush)
 
 
 async def write_spans(
@@ -75,8 +85,8 @@ async def write_spans(
     written = list(written)
     if not full and not written and await asyncio.to_thread(lambda: spans_store.exists):
         return report  # nothing written, nothing to add
-    created = await asyncio.to_thread(spans_store.create)
-    if full or created:
+    missing = not await asyncio.to_thread(lambda: spans_store.exists)
+    if full or missing:
         todo = await asyncio.to_thread(_reconcile, store, report)
     else:
         todo = list(dict.fromkeys(written))
@@ -87,6 +97,8 @@ async def write_spans(
         await _page(store, provider, rows, report)
         if progress is not None:
             progress(min(len(todo), i + PAGE), len(todo))
+    if missing:  # made by the first page with spans, fitted on them; or now, with none to write
+        await asyncio.to_thread(spans_store.create)
     await asyncio.to_thread(spans_store.flush)
     return report
 
@@ -137,6 +149,8 @@ async def _page(
         for row in rows
         if id(row) in spanned
     ]
+    if span_rows:
+        await asyncio.to_thread(store.spans.create, [r["embedding"] for r in span_rows])
     # Rows a killed pass left of these chunks go first; then every row is new.
     await asyncio.to_thread(store.spans.delete_chunks, [str(row["chunk_hash"]) for row in rows])
     await asyncio.to_thread(store.spans.insert, span_rows)

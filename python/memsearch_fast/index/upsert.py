@@ -164,7 +164,8 @@ class UpsertStage:
         with self._spans_ready:
             if self._span_store is None:
                 store = self.store.spans  # type: ignore[attr-defined]
-                self.created_spans = bool(store.create())
+                sample = [r["embedding"] for rows, _ in extra for r in rows]  # its directions' fit
+                self.created_spans = bool(store.create(sample))
                 self._span_store = store
         spans = self._span_store
         if not self.fresh:  # rows a killed run left of these chunks go first; then every row is new

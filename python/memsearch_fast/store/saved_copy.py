@@ -47,6 +47,7 @@ def save(path: Path, copy: Copy) -> None:
         "sources": copy.sources,
         "fields": copy.fields,
         "entries": copy.entries or {},
+        "span_basis": copy.spans.basis if copy.spans is not None else "",
     }
     arrays: dict[str, np.ndarray] = {
         "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode("utf-8"), np.uint8),
@@ -192,14 +193,14 @@ def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
         return None
     spans = None
     if "span_codes" in arrays:
-        spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim)
+        spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim, str(meta.get("span_basis") or ""))
         if spans is None:
             return None
     out = Copy(list(map(str, ids)), list(map(str, sources)), fields, matrix, None, entries, time.monotonic())
     return out.hold(spans)
 
 
-def _spans(a: dict[str, np.ndarray], chunks: int, dim: int) -> Spans | None:
+def _spans(a: dict[str, np.ndarray], chunks: int, dim: int, basis: str) -> Spans | None:
     """The span columns, or None when their shapes disagree (the kernel checks its own too)."""
     offsets = a["offsets"].astype("<u4", copy=False)
     counts = offsets[1:].astype(np.int64) - offsets[:-1].astype(np.int64)
@@ -225,6 +226,7 @@ def _spans(a: dict[str, np.ndarray], chunks: int, dim: int) -> Spans | None:
         starts=a["starts"].astype(np.int32, copy=False),
         ends=a["ends"].astype(np.int32, copy=False),
         index=a["index"].astype(np.int32, copy=False),
+        basis=basis,
     )
 
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast._core import best_groups, best_in_groups
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.span_basis import Basis
 
 #: Chunks scored with the codes after the sign-bit pass (recall@10 1.000 and
 #: @60 0.998 against scoring all, at 50 MB of agent journals).
@@ -44,6 +47,7 @@ class Spans:
     starts: np.ndarray
     ends: np.ndarray
     index: np.ndarray  # the span's index in its chunk
+    basis: str = ""  # the digest of the basis the span vectors were lifted from ("" none)
 
     def _hit(self, ids: list[str], sources: list[str], g: int, r: int, score: float) -> dict[str, Any]:
         """The row Milvus's span search would give for row *r* of chunk *g*."""
@@ -75,9 +79,10 @@ class Spans:
 class SpanRows:
     """Span rows gathered page by page for a copy whose chunk positions are *pos*."""
 
-    def __init__(self, dim: int, pos: dict[str, int]) -> None:
+    def __init__(self, dim: int, pos: dict[str, int], basis: Basis | None = None) -> None:
         self.dim = dim
         self.pos = pos
+        self.basis = basis
         self.cols: dict[str, list[np.ndarray]] = {
             k: [] for k in ("chunk", "starts", "ends", "index", "codes", "scales")
         }
@@ -128,6 +133,10 @@ class SpanRows:
         zeros = np.zeros(chunks, np.int32)
         own = {"chunk": np.arange(chunks, dtype=np.int64), "starts": zeros, "ends": zeros, "index": zeros}
         own.update(codes=own_codes, scales=own_scales)
+        if self.basis is not None:  # Milvus also holds each chunk's own vector in the span basis (row 0)
+            codes, scales = quantised(self.basis.lift(self.basis.project(matrix)), self.dim)
+            own = {k: np.concatenate([v, v]) for k, v in own.items() if k not in ("codes", "scales")}
+            own.update(codes=np.concatenate([own_codes, codes]), scales=np.concatenate([own_scales, scales]))
 
         def col(k: str) -> np.ndarray:  # own rows first: the sort below is stable, so they win ties
             return np.concatenate([own[k], *self.cols.pop(k)])
@@ -146,6 +155,7 @@ class SpanRows:
             starts=col("starts")[order],
             ends=col("ends")[order],
             index=col("index")[order],
+            basis=self.basis.digest if self.basis is not None else "",
         )
 
 
@@ -168,7 +178,7 @@ def read_spans(
     unchanged = sources == [] and old is not None  # no file changed: Lite need not load the spans
     if spans_store is None or not (spans_store.present() if unchanged else spans_store.exists):
         return None
-    out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)})
+    out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)}, spans_store.basis)
     if old is not None and old_ids is not None and kept is not None:
         out.keep(old, old_ids, kept)
     elif old_ids is not None:

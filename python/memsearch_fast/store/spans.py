@@ -34,6 +34,7 @@ from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
+    from memsearch_fast.store.span_basis import Basis
 
 SUFFIX = "_spans"
 #: Ids per ``in [...]`` filter, rows per write and per iterator page.
@@ -136,6 +137,8 @@ class SpanStore:
         self.collection = f"{store.collection}{SUFFIX}"
         self._exists: bool | None = None
         self._half: bool | None = None
+        self._basis: Basis | None = None  # read with _half
+        self._refused = False  # the server kept no basis: every dimension, for good
 
     # -- the collection ---------------------------------------------------------------
 
@@ -158,27 +161,49 @@ class SpanStore:
             return self._exists
         return self.store.exists and bool(self._call("has_collection", lambda c: c.has_collection(self.collection)))
 
-    def create(self) -> bool:
-        """Create the collection when missing; True when this call created it."""
+    def create(self, sample: Any = None) -> bool:
+        """Create the collection when missing, its vectors in the directions fitted on
+        *sample* (the first write's vectors, when enough: :mod:`.span_basis`); True
+        when this call created it."""
         if self.exists:
             return False
+        from memsearch_fast.store.span_basis import fit
+
+        return self._create(fit(sample) if sample is not None and len(sample) else None)
+
+    def _create(self, basis: Basis | None) -> bool:
         dim = self.store.dimension
         assert dim is not None
+        text = "span vectors of " + self.store.collection
 
-        def create(c: Any) -> None:
-            schema, index = span_schema(c, dim, "span vectors of " + self.store.collection)
+        def create(c: Any, b: Basis | None, note: str = "") -> None:
+            schema, index = span_schema(c, b.dims if b else dim, b.describe(text) if b else text + note)
             c.create_collection(collection_name=self.collection, schema=schema, index_params=index)
+            kept = c.describe_collection(self.collection).get("description")
+            if b is not None and getattr(read(kept), "payload", None) != b.payload:
+                c.drop_collection(self.collection)  # the description was cut: no basis to read back
+                raise ValueError("the server did not keep the basis")
             c.load_collection(self.collection)
 
+        from memsearch_fast.store.span_basis import REFUSED, read
+
         try:
-            self._call("create_collection", create)
+            try:
+                self._call("create_collection", lambda c: create(c, basis))
+            except Exception:
+                if basis is None or self._call("has_collection", lambda c: c.has_collection(self.collection)):
+                    raise
+                # A server that keeps no description this long (Milvus may cap it at 1 KB):
+                # every dimension, and no refit that would be refused again.
+                basis = None
+                self._call("create_collection", lambda c: create(c, None, REFUSED))
         except Exception:
             # Another writer may have created it meanwhile (a Lite server serves both).
             if not self._call("has_collection", lambda c: c.has_collection(self.collection)):
                 raise
             self._exists = None
             return False
-        self._exists, self._half = True, True
+        self._exists, self._half, self._basis = True, True, basis
         return True
 
     @property
@@ -187,32 +212,70 @@ class SpanStore:
         if self._half is None:
             from pymilvus import DataType
 
+            from memsearch_fast.store.span_basis import REFUSED, read
+
             info = self._call("describe_collection", lambda c: c.describe_collection(self.collection))
             kind = next((f.get("type") for f in info.get("fields", []) if f.get("name") == "embedding"), None)
+            self._basis = read(info.get("description"))
+            self._refused = str(info.get("description") or "").endswith(REFUSED)
             self._half = kind == DataType.FLOAT16_VECTOR
         return self._half
 
+    @property
+    def basis(self) -> Basis | None:
+        """The directions the vectors are stored in (None: every dimension)."""
+        return self._basis if self.half else None
+
     def stored(self, vector: Any) -> Any:
-        """*vector* (a query or a row's) as the collection's field takes it: pymilvus
+        """*vector* (a query or a row's) as the field takes it, in its basis: pymilvus
         reads any other array or list for a float16 field as raw bytes, silently."""
         import numpy as np
 
-        return np.asarray(vector, dtype=np.float16 if self.half else np.float32)
+        basis = self.basis
+        return np.asarray(basis.project(vector) if basis else vector, dtype=np.float16 if self.half else np.float32)
 
     def read(self, value: Any) -> Any:
-        """A stored vector as float32 (pymilvus gives a float16 one as ``[bytes]``)."""
-        import numpy as np
+        """A stored vector as float32 in the model's space."""
+        basis = self.basis
+        return basis.lift(_as_array(value)) if basis else _as_array(value)
 
-        if isinstance(value, list) and value and isinstance(value[0], bytes | bytearray):
-            value = value[0]
-        if isinstance(value, bytes | bytearray):
-            return np.frombuffer(value, dtype=np.float16).astype(np.float32)
-        return np.asarray(value, dtype=np.float32)
+    def _layout(self) -> tuple[bool, str | None]:
+        """What a search's vector must match: the vector type and the basis."""
+        basis = self.basis
+        return self.half, basis.payload if basis else None
+
+    def refit(self) -> bool:
+        """Store the vectors again in the directions fitted on them, once a collection
+        of every dimension (its first write too small to fit on, or made before)
+        holds enough rows; True when it did. The rows are read whole first, so a
+        collection past :data:`.span_basis.REFIT_MAX` rows is left as it is. A run
+        killed meanwhile leaves chunks without their rows and no manifest: the
+        next run's span pass gives them their rows again."""
+        from memsearch_fast.store import span_basis
+
+        if not self.exists or not self.half or self.basis is not None or self._refused:
+            return False
+        if not span_basis.FIT_ROWS <= self.count() <= span_basis.REFIT_MAX:
+            return False
+        rows = [r for page in self._iterate("", [*FIELDS, "embedding"]) for r in page]
+        for r in rows:
+            r["embedding"] = _as_array(r["embedding"])
+        own = [r for r in rows if str(r["span_id"]).endswith(":0")]
+        spans = [r for r in rows if not str(r["span_id"]).endswith(":0")]
+        basis = span_basis.fit([r["embedding"] for r in spans])
+        if basis is None:
+            return False
+        self.drop()
+        if not self._create(basis):
+            return False  # another writer made it meanwhile
+        self.insert(spans)
+        self.insert(own)  # last: a chunk with row 0 has all its spans
+        return True
 
     def drop(self) -> None:
         if self._call("has_collection", lambda c: c.has_collection(self.collection)):
             self._call("drop_collection", lambda c: c.drop_collection(self.collection))
-        self._exists, self._half = False, None
+        self._exists, self._half, self._basis = False, None, None
 
     def flush(self) -> None:
         if self.exists:
@@ -299,8 +362,16 @@ class SpanStore:
         for expr in exprs:
             for page in self._iterate(expr, fields):  # row 0 left out here: Lite has no "not like"
                 rows = [r for r in page if not str(r["span_id"]).endswith(":0")]
-                for r in rows:
-                    r["embedding"] = self.read(r["embedding"])
+                basis = self.basis
+                if basis is not None and rows:  # lifted a page at a time
+                    import numpy as np
+
+                    lifted = basis.lift(np.stack([_as_array(r["embedding"]) for r in rows]))
+                    for r, v in zip(rows, lifted, strict=True):
+                        r["embedding"] = v
+                else:
+                    for r in rows:
+                        r["embedding"] = self.read(r["embedding"])
                 yield rows
 
     def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
@@ -354,24 +425,40 @@ class SpanStore:
     def _nearest(self, search: Callable[..., Any], vector: list[float], *between: Any) -> Any:
         """The store's *search* (``_search_in`` or ``_search_among``, *between* its own
         arguments) over this collection's vectors, each chunk's best span. Asked
-        again once when it fails and the collection's vector type is not the one
-        read before: another process made the collection anew (``reset``, then
-        ``index``, over one made before float16), and a long-lived process would
-        otherwise fail every search until it restarts."""
+        again once when it fails and the collection's vector type or basis is not
+        the one read before: another process made the collection anew (``reset``,
+        then ``index``), and a long-lived process would otherwise fail every
+        search until it restarts."""
 
         def ask() -> Any:
             data = [self.stored(vector)]
-            return search(self.collection, data, "embedding", "COSINE", *between, FIELDS, group_by="chunk_hash")
+            hits = search(self.collection, data, "embedding", "COSINE", *between, FIELDS, group_by="chunk_hash")
+            basis = self.basis
+            if basis is not None:  # the lifted vectors' cosines, as the in-memory copy scores them
+                kept = basis.kept(vector)
+                hits = [{**h, "distance": float(h["distance"]) * kept} for h in hits]
+            return hits
 
-        before = self.half
+        before = self._layout()
         try:
             return ask()
         except Exception:
             self._half = None
             with contextlib.suppress(Exception):  # the type unreadable, or the retry failed too: the first error
-                if self.half != before:
+                if self._layout() != before:
                     return ask()
             raise
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         return self.store._iterate(expr, fields, collection=self.collection)
+
+
+def _as_array(value: Any) -> Any:
+    """A stored vector as float32 (pymilvus gives a float16 one as ``[bytes]``)."""
+    import numpy as np
+
+    if isinstance(value, list) and value and isinstance(value[0], bytes | bytearray):
+        value = value[0]
+    if isinstance(value, bytes | bytearray):
+        return np.frombuffer(value, dtype=np.float16).astype(np.float32)
+    return np.asarray(value, dtype=np.float32)
