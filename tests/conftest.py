@@ -83,6 +83,16 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """60 KB of generated journals and docs (a module may define its own ``corpus``)."""
+    from tests.helpers.corpus import write_corpus
+
+    root = tmp_path / "notes"
+    write_corpus(root, total_bytes=60_000, seed=5)
+    return root
+
+
+@pytest.fixture
 def db(tmp_path: Path):
     """A database path; its server is stopped after the test."""
     path = tmp_path / "m.db"

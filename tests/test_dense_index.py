@@ -27,15 +27,6 @@ QUERIES = [
 
 
 @pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    from tests.helpers.corpus import write_corpus
-
-    root = tmp_path / "notes"
-    write_corpus(root, total_bytes=60_000, seed=5)
-    return root
-
-
-@pytest.fixture
 def small_ok(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
     monkeypatch.delenv(dense_index.ENV_SWITCH, raising=False)

@@ -19,17 +19,9 @@ from memsearch_fast import MemSearch
 from memsearch_fast.index.spans import spans
 from memsearch_fast.store import dense_index, span_basis
 from tests.test_dense_index import QUERIES, assert_same_ranking, held_spans, loaded, span_rows, vector
+from tests.test_spans import recorded
 
 DIMS = 48
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    from tests.helpers.corpus import write_corpus
-
-    root = tmp_path / "notes"
-    write_corpus(root, total_bytes=60_000, seed=5)
-    return root
 
 
 @pytest.fixture
@@ -118,14 +110,7 @@ def test_span_vectors_in_fewer_dimensions_are_searched_copied_and_reused(
         moved = files[2]
         target = moved.with_name("moved-" + moved.name)
         moved.rename(target)
-        sent: list[str] = []
-        inner = ms.provider.embed
-
-        async def embed(texts: list[str]) -> list[list[float]]:
-            sent.extend(texts)
-            return await inner(texts)
-
-        ms.provider.embed = embed  # type: ignore[method-assign]
+        sent = recorded(ms)
         asyncio.run(ms.index())
         assert sent == []
         after = stored_rows(ms)
@@ -199,14 +184,7 @@ def test_a_collection_of_every_dimension_is_stored_again_in_fewer_once_it_has_gr
         before = {r["span_id"] for page in ms.store.spans.iter_rows() for r in page}
         monkeypatch.setattr(span_basis, "FIT_ROWS", 2 * DIMS)
         files[0].write_text(files[0].read_text("utf-8") + "\n\n## Relay\n\nThe quokka relay listens on port 47113.\n")
-        sent: list[str] = []
-        inner = ms.provider.embed
-
-        async def embed(texts: list[str]) -> list[list[float]]:
-            sent.extend(texts)
-            return await inner(texts)
-
-        ms.provider.embed = embed  # type: ignore[method-assign]
+        sent = recorded(ms)
         report = asyncio.run(ms.index_with_report())
         assert report.spans is not None and report.spans.refitted
         assert field_dim(ms) == DIMS and ms.store.spans.basis is not None

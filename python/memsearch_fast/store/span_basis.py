@@ -9,7 +9,9 @@ dimensions a span row"). The directions are fitted once, on the vectors of
 the collection's first write (an uncentred PCA), and kept in the collection's
 description, made in the same call as the collection: a collection is never
 without its basis. Directions fitted on another corpus lose hit@5, so a
-collection whose first write is too small to fit on keeps every dimension.
+collection whose first write is too small to fit on keeps every dimension
+until it holds :data:`FIT_ROWS` rows, when the next run that writes stores
+them again in fewer (:meth:`memsearch_fast.store.spans.SpanStore.refit`).
 
 Search and the in-memory copy see the span vectors lifted back into the
 model's space (``lift``); a span's score is its lifted vector's cosine with
