@@ -81,14 +81,12 @@ def span_rows(store) -> set[tuple[str, int, int]]:
     }
 
 
-def held_spans(dense: dense_index.DenseIndex, own_rows: int = 1) -> set[tuple[str, int, int]]:
-    """The copy's span rows, as :func:`span_rows`; each chunk's own vector is held
-    *own_rows* times (twice where the spans are stored in fewer dimensions)."""
+def held_spans(dense: dense_index.DenseIndex) -> set[tuple[str, int, int]]:
     copy = dense._copy
     assert copy is not None and copy.spans is not None
     sp = copy.spans
     own = sp.chunk[sp.index == 0]
-    assert sorted(own.tolist()) == sorted(list(range(len(copy.ids))) * own_rows)
+    assert sorted(own.tolist()) == list(range(len(copy.ids)))  # each chunk's own vector, once
     spans = zip(sp.chunk, sp.starts, sp.ends, sp.index, strict=True)
     return {(copy.ids[int(g)], int(a), int(b)) for g, a, b, i in spans if i}
 

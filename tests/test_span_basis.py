@@ -82,7 +82,7 @@ def test_span_vectors_in_fewer_dimensions_are_searched_copied_and_reused(
         assert basis is not None and basis.dims == DIMS
         dense = loaded(ms)
         store = ms._search_store()
-        assert span_rows(store) and held_spans(dense, own_rows=2) == span_rows(store)
+        assert span_rows(store) and held_spans(dense) == span_rows(store)
         for text in QUERIES:  # the copy holds the lifted vectors and ranks as Milvus does
             vec = vector(ms, text)
             for k in (1, 5, 10):
@@ -251,7 +251,7 @@ def test_a_copy_is_read_again_whole_once_its_collection_is_stored_in_fewer_dimen
         assert dense.wait(60)
         assert dense._copy is not None and dense._copy.spans is not None
         assert dense._copy.spans.basis == basis.digest  # every span read again, lifted from the new basis
-        assert held_spans(dense, own_rows=2) == span_rows(store)
+        assert held_spans(dense) == span_rows(store)
         ours = dense.search(store, vec, text, top_k=5, source_prefix=None)
         assert ours is not None
         assert_same_ranking(ours, store.search(vec, text, top_k=5, source_prefix=None))

@@ -250,19 +250,21 @@ class StoreClient:
         chunk_hashes: list[str],
         fields: list[str],
         *,
+        where: str = "",
         group_by: str | None = None,
     ) -> list[dict[str, Any]]:
-        """:meth:`_search_in` among the rows of these chunks alone, as many hits as
-        chunks (in batches of :data:`AMONG_BATCH` ids: one filter each)."""
+        """:meth:`_search_in` among the rows of these chunks alone (and *where*), as
+        many hits as chunks (in batches of :data:`AMONG_BATCH` ids: one filter each)."""
         from memsearch_fast.store.filters import in_filter
 
         wanted = list(dict.fromkeys(chunk_hashes))
         hits: list[dict[str, Any]] = []
         for i in range(0, len(wanted), AMONG_BATCH):
             part = wanted[i : i + AMONG_BATCH]
-            where = in_filter("chunk_hash", part)
+            among = in_filter("chunk_hash", part)
+            expr = f"({among}) and ({where})" if where else among
             hits += self._search_in(
-                collection, data, field, metric, len(part), None, fields, where=where, group_by=group_by
+                collection, data, field, metric, len(part), None, fields, where=expr, group_by=group_by
             )
         return hits
 

@@ -133,10 +133,6 @@ class SpanRows:
         zeros = np.zeros(chunks, np.int32)
         own = {"chunk": np.arange(chunks, dtype=np.int64), "starts": zeros, "ends": zeros, "index": zeros}
         own.update(codes=own_codes, scales=own_scales)
-        if self.basis is not None:  # Milvus also holds each chunk's own vector in the span basis (row 0)
-            codes, scales = quantised(self.basis.lift(self.basis.project(matrix)), self.dim)
-            own = {k: np.concatenate([v, v]) for k, v in own.items() if k not in ("codes", "scales")}
-            own.update(codes=np.concatenate([own_codes, codes]), scales=np.concatenate([own_scales, scales]))
 
         def col(k: str) -> np.ndarray:  # own rows first: the sort below is stable, so they win ties
             return np.concatenate([own[k], *self.cols.pop(k)])

@@ -42,6 +42,8 @@ BATCH = 512
 #: What Lite's scan of a float16 row costs, in float32 rows (3.5 at 5 MB of journals).
 HALF_SCAN_COST = 4
 FIELDS = ["span_id", "chunk_hash", "source", "text_hash", "start_line", "end_line"]
+#: The rows of spans, not a chunk's own (row 0 has no text hash).
+SPANS_ONLY = 'text_hash != ""'
 
 
 def span_id(chunk_hash: str, index: int) -> str:
@@ -432,12 +434,17 @@ class SpanStore:
 
         def ask() -> Any:
             data = [self.stored(vector)]
-            hits = search(self.collection, data, "embedding", "COSINE", *between, FIELDS, group_by="chunk_hash")
             basis = self.basis
-            if basis is not None:  # the lifted vectors' cosines, as the in-memory copy scores them
-                kept = basis.kept(vector)
-                hits = [{**h, "distance": float(h["distance"]) * kept} for h in hits]
-            return hits
+            if basis is None:
+                return search(self.collection, data, "embedding", "COSINE", *between, FIELDS, group_by="chunk_hash")
+            # Spans alone: a chunk's own vector in the basis is a lesser copy of the one its
+            # main row holds, which the dense list and the in-memory copy score. And the
+            # lifted vectors' cosines, as the copy scores them.
+            hits = search(
+                self.collection, data, "embedding", "COSINE", *between, FIELDS, where=SPANS_ONLY, group_by="chunk_hash"
+            )
+            kept = basis.kept(vector)
+            return [{**h, "distance": float(h["distance"]) * kept} for h in hits]
 
         before = self._layout()
         try:
