@@ -94,19 +94,9 @@ def rewrite(ms: Any, rows: list[dict[str, Any]], basis: Any) -> None:
     """The span collection made again in *basis* (:mod:`memsearch_fast.store.span_basis`),
     as an index run whose first write was fitted on would make it; the store
     projects each row and each question itself."""
-    from memsearch_fast.store import spans as spans_module
-
     spans = ms.store.spans
     spans.drop()
-    text = "span vectors of " + ms.store.collection
-
-    def create(c: Any) -> None:
-        schema, index = spans_module.span_schema(c, basis.dims, basis.describe(text))
-        c.create_collection(collection_name=spans.collection, schema=schema, index_params=index)
-        c.load_collection(spans.collection)
-
-    spans._call("create_collection", create)
-    spans._exists, spans._half = True, None
+    spans._create(basis)
     assert spans.basis is not None and spans.basis.dims == basis.dims
     spans.insert(rows)
     spans.flush()

@@ -174,6 +174,8 @@ class SpanStore:
         return self._create(fit(sample) if sample is not None and len(sample) else None)
 
     def _create(self, basis: Basis | None) -> bool:
+        from memsearch_fast.store.span_basis import REFUSED, read
+
         dim = self.store.dimension
         assert dim is not None
         text = "span vectors of " + self.store.collection
@@ -187,8 +189,7 @@ class SpanStore:
                 raise ValueError("the server did not keep the basis")
             c.load_collection(self.collection)
 
-        from memsearch_fast.store.span_basis import REFUSED, read
-
+        refused = False
         try:
             try:
                 self._call("create_collection", lambda c: create(c, basis))
@@ -197,7 +198,7 @@ class SpanStore:
                     raise
                 # A server that keeps no description this long (Milvus may cap it at 1 KB):
                 # every dimension, and no refit that would be refused again.
-                basis = None
+                basis, refused = None, True
                 self._call("create_collection", lambda c: create(c, None, REFUSED))
         except Exception:
             # Another writer may have created it meanwhile (a Lite server serves both).
@@ -205,7 +206,7 @@ class SpanStore:
                 raise
             self._exists = None
             return False
-        self._exists, self._half, self._basis = True, True, basis
+        self._exists, self._half, self._basis, self._refused = True, True, basis, refused
         return True
 
     @property
@@ -364,16 +365,12 @@ class SpanStore:
         for expr in exprs:
             for page in self._iterate(expr, fields):  # row 0 left out here: Lite has no "not like"
                 rows = [r for r in page if not str(r["span_id"]).endswith(":0")]
+                vectors = [_as_array(r["embedding"]) for r in rows]
                 basis = self.basis
-                if basis is not None and rows:  # lifted a page at a time
-                    import numpy as np
-
-                    lifted = basis.lift(np.stack([_as_array(r["embedding"]) for r in rows]))
-                    for r, v in zip(rows, lifted, strict=True):
-                        r["embedding"] = v
-                else:
-                    for r in rows:
-                        r["embedding"] = self.read(r["embedding"])
+                if basis is not None and vectors:  # lifted a page at a time
+                    vectors = list(basis.lift(vectors))
+                for r, v in zip(rows, vectors, strict=True):
+                    r["embedding"] = v
                 yield rows
 
     def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
