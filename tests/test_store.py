@@ -128,6 +128,15 @@ def test_prefix_filter_uses_a_range_not_like():
     assert prefix_filter("source", "\nx") == ""  # nothing usable before the newline
 
 
+def test_all_of_joins_only_the_filters_given():
+    from memsearch_fast.store.filters import all_of
+
+    assert all_of("", "") == ""
+    assert all_of("a == 1", "") == "a == 1"
+    assert all_of("", 'b in ["x"]') == 'b in ["x"]'
+    assert all_of("a == 1 or c == 2", "b != 3") == "(a == 1 or c == 2) and (b != 3)"  # each keeps its own "or"
+
+
 def test_split_long_rows_keeps_short_rows_untouched():
     rows = [make_row(1, unit(1)[0], content="short")]
     assert split_long_rows(rows) == rows

@@ -213,10 +213,9 @@ class StoreClient:
         """One ranked list of *collection* (rows with *fields* and their ``distance``),
         under *source_prefix* when given (re-checked: the filter is a range), among
         the rows *where* holds, and with *group_by* the best row of each value."""
-        from memsearch_fast.store.filters import prefix_filter
+        from memsearch_fast.store.filters import all_of, prefix_filter
 
-        parts = [p for p in (prefix_filter("source", source_prefix) if source_prefix else "", where) if p]
-        expr = " and ".join(f"({p})" for p in parts) if len(parts) > 1 else "".join(parts)
+        expr = all_of(prefix_filter("source", source_prefix) if source_prefix else "", where)
         extra: dict[str, Any] = {"group_by_field": group_by} if group_by else {}
         res = self._call(
             "search",
@@ -255,14 +254,13 @@ class StoreClient:
     ) -> list[dict[str, Any]]:
         """:meth:`_search_in` among the rows of these chunks alone (and *where*), as
         many hits as chunks (in batches of :data:`AMONG_BATCH` ids: one filter each)."""
-        from memsearch_fast.store.filters import in_filter
+        from memsearch_fast.store.filters import all_of, in_filter
 
         wanted = list(dict.fromkeys(chunk_hashes))
         hits: list[dict[str, Any]] = []
         for i in range(0, len(wanted), AMONG_BATCH):
             part = wanted[i : i + AMONG_BATCH]
-            among = in_filter("chunk_hash", part)
-            expr = f"({among}) and ({where})" if where else among
+            expr = all_of(in_filter("chunk_hash", part), where)
             hits += self._search_in(
                 collection, data, field, metric, len(part), None, fields, where=expr, group_by=group_by
             )

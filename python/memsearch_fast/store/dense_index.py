@@ -336,11 +336,10 @@ class DenseIndex:
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         spans_store = getattr(store, "spans", None)
-        if copy.spans is not None and spans_store is not None and spans_store.present():
-            basis = spans_store.basis
-            if copy.spans.basis != (basis.digest if basis is not None else ""):
-                return self._load_all(store)  # stored again in another basis: every span vector changed
-        if not changed and (copy.spans is not None) == bool(spans_store is not None and spans_store.present()):
+        stored_in = spans_store.basis_digest if spans_store is not None and spans_store.present() else None
+        if copy.spans is not None and stored_in is not None and copy.spans.basis != stored_in:
+            return self._load_all(store)  # stored again in another basis: every span vector changed
+        if not changed and (copy.spans is not None) == (stored_in is not None):
             # Nothing to read (a saved copy a new process starts from): the same arrays, not rebuilt.
             described = self._described(token, copy)
             if described is None or len(copy.ids) > max_rows():

@@ -35,6 +35,12 @@ def in_filter(field: str, values: list[str]) -> str:
     return f"{field} in [{', '.join(quote_filter_value(v) for v in values)}]"
 
 
+def all_of(*parts: str) -> str:
+    """The filters in *parts* that are not empty, joined with ``and``."""
+    kept = [p for p in parts if p]
+    return " and ".join(f"({p})" for p in kept) if len(kept) > 1 else "".join(kept)
+
+
 def prefix_filter(field: str, prefix: str) -> str:
     """Filter for ``field`` starting with ``prefix``, free of LIKE wildcards.
 

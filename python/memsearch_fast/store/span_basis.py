@@ -50,8 +50,9 @@ REFUSED = _MARK + " refused by the server"
 
 @dataclass(frozen=True, slots=True)
 class Basis:
-    """*rows*: k orthonormal directions (k × the model's dimension, float32), decoded
-    from *payload* (what a description holds), so every reader has the same ones."""
+    """*rows*: k orthonormal directions (k × the model's dimension, float64: see
+    :meth:`project`), decoded from *payload* (what a description holds), so every
+    reader has the same ones."""
 
     rows: np.ndarray
     payload: str = field(repr=False)
@@ -69,17 +70,17 @@ class Basis:
         are). In float64: a float32 product's last bit depends on how many rows a
         write holds, and would round a stored float16 either way."""
         m = np.asarray(vectors, dtype=np.float64)
-        return (m @ self.rows.T.astype(np.float64) if m.shape[-1] == self.full else m).astype(np.float32)
+        return (m @ self.rows.T if m.shape[-1] == self.full else m).astype(np.float32)
 
     def lift(self, vectors: Any) -> np.ndarray:
         """Stored vectors back in the model's space."""
-        out = np.asarray(vectors, dtype=np.float64) @ self.rows.astype(np.float64)
+        out: np.ndarray = np.asarray(vectors, dtype=np.float64) @ self.rows
         return out.astype(np.float32)
 
     def kept(self, vector: Any) -> float:
         """The share of *vector*'s length the basis keeps: a Milvus cosine in the basis
         times this is the lifted vector's cosine with *vector*."""
-        v = np.asarray(vector, dtype=np.float32).reshape(-1)
+        v = np.asarray(vector, dtype=np.float64).reshape(-1)
         whole = float(np.linalg.norm(v))
         return float(np.linalg.norm(self.rows @ v)) / whole if whole else 1.0
 
@@ -131,4 +132,4 @@ def _decode(text: str) -> Basis | None:
         return None
     q, r = np.linalg.qr(rows.T)
     q = q * np.where(np.diag(r) < 0, -1.0, 1.0)  # each direction keeps its sign
-    return Basis(np.ascontiguousarray(q.T, dtype=np.float32), text)
+    return Basis(np.ascontiguousarray(q.T, dtype=np.float64), text)

@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from memsearch_fast._core import best_groups, best_in_groups
-
-if TYPE_CHECKING:
-    from memsearch_fast.store.span_basis import Basis
 
 #: Chunks scored with the codes after the sign-bit pass (recall@10 1.000 and
 #: @60 0.998 against scoring all, at 50 MB of agent journals).
@@ -77,9 +74,10 @@ class Spans:
 
 
 class SpanRows:
-    """Span rows gathered page by page for a copy whose chunk positions are *pos*."""
+    """Span rows gathered page by page for a copy whose chunk positions are *pos*,
+    lifted from the basis *basis* names ("" for every dimension)."""
 
-    def __init__(self, dim: int, pos: dict[str, int], basis: Basis | None = None) -> None:
+    def __init__(self, dim: int, pos: dict[str, int], basis: str = "") -> None:
         self.dim = dim
         self.pos = pos
         self.basis = basis
@@ -151,7 +149,7 @@ class SpanRows:
             starts=col("starts")[order],
             ends=col("ends")[order],
             index=col("index")[order],
-            basis=self.basis.digest if self.basis is not None else "",
+            basis=self.basis,
         )
 
 
@@ -174,7 +172,7 @@ def read_spans(
     unchanged = sources == [] and old is not None  # no file changed: Lite need not load the spans
     if spans_store is None or not (spans_store.present() if unchanged else spans_store.exists):
         return None
-    out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)}, spans_store.basis)
+    out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)}, spans_store.basis_digest)
     if old is not None and old_ids is not None and kept is not None:
         out.keep(old, old_ids, kept)
     elif old_ids is not None:

@@ -229,6 +229,12 @@ class SpanStore:
         """The directions the vectors are stored in (None: every dimension)."""
         return self._basis if self.half else None
 
+    @property
+    def basis_digest(self) -> str:
+        """The basis's short name ("" for every dimension): what a copy of the vectors records."""
+        basis = self.basis
+        return basis.digest if basis else ""
+
     def stored(self, vector: Any) -> Any:
         """*vector* (a query or a row's) as the field takes it, in its basis: pymilvus
         reads any other array or list for a float16 field as raw bytes, silently."""
@@ -448,10 +454,12 @@ class SpanStore:
             return ask()
         except Exception:
             self._half = None
-            with contextlib.suppress(Exception):  # the type unreadable, or the retry failed too: the first error
-                if self._layout() != before:
-                    return ask()
-            raise
+            anew = False  # the type unreadable: the first error says more
+            with contextlib.suppress(Exception):
+                anew = self._layout() != before
+            if not anew:
+                raise
+            return ask()  # a failure now is about the collection as it is, the first chained to it
 
     def _iterate(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
         return self.store._iterate(expr, fields, collection=self.collection)
