@@ -234,6 +234,8 @@ def kernel_ms(npz: Path, dims: list[int], rounds: int = 3) -> dict[int, tuple[fl
     from memsearch_fast.store.span_copy import quantised, shortlist, sign_bits
 
     with np.load(npz, allow_pickle=False) as z:
+        if "own_codes" in z.files:
+            raise SystemExit("--kernel takes a copy saved at every dimension (a collection without a basis)")
         full = z["matrix"].shape[1]
         codes = z["span_codes"].reshape(-1, full)
         scales, offsets = z["span_scales"], z["span_offsets"]

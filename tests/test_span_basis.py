@@ -18,7 +18,15 @@ import pytest
 from memsearch_fast import MemSearch
 from memsearch_fast.index.spans import spans
 from memsearch_fast.store import dense_index, span_basis
-from tests.test_dense_index import QUERIES, assert_same_ranking, held_spans, loaded, span_rows, vector
+from tests.test_dense_index import (
+    QUERIES,
+    assert_same_ranking,
+    held_spans,
+    loaded,
+    no_full_read,
+    span_rows,
+    vector,
+)
 from tests.test_spans import recorded
 
 DIMS = 48
@@ -227,6 +235,54 @@ def test_a_collection_of_every_dimension_is_stored_again_in_fewer_once_it_has_gr
         assert ms.store.spans.basis is not None and ms.store.spans.chunk_hashes() == spanned(ms)
 
 
+def held_in_basis(dense: dense_index.DenseIndex) -> None:
+    """The copy holds its span codes in the basis, each chunk's own vector apart at full width."""
+    copy = dense._copy
+    assert copy is not None and copy.spans is not None
+    sp = copy.spans
+    assert sp.width == DIMS and len(sp.codes) == DIMS * len(sp.index) and sp.directions is not None
+    assert sp.own is not None and sp.own.dim == 384 and len(sp.own.codes) == 384 * len(copy.ids)
+
+
+def ranks_as_milvus(ms: MemSearch, dense: dense_index.DenseIndex) -> None:
+    store = ms._search_store()
+    assert span_rows(store) and held_spans(dense) == span_rows(store)
+    for text in QUERIES:
+        vec = vector(ms, text)
+        for k in (1, 5, 10):
+            ours = dense.search(store, vec, text, top_k=k, source_prefix=None)
+            assert ours is not None
+            assert_same_ranking(ours, store.search(vec, text, top_k=k, source_prefix=None))
+
+
+def test_a_copy_holds_span_codes_in_the_basis_and_starts_again_from_its_saved_file(
+    corpus: Path, db: Path, model_dir: Path, fewer: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        held_in_basis(dense)
+        ranks_as_milvus(ms, dense)
+        assert dense._saved.exists()
+
+    files = sorted(corpus.rglob("*.md"))
+    files[1].write_text(files[1].read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    for changed in ([str(files[1])], []):  # the edited file read again; then nothing read at all
+        with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+            read: list[str] = []
+            no_full_read(ms._dense_index(ms._search_store()), read)
+            dense = loaded(ms)
+            assert read == changed
+            held_in_basis(dense)  # the saved codes kept, the basis taken from the collection
+            ranks_as_milvus(ms, dense)
+            hits = asyncio.run(ms.search("which port does the quokka relay listen on", top_k=3))
+            assert "47113" in hits[0]["content"]
+
+
 def test_a_copy_is_read_again_whole_once_its_collection_is_stored_in_fewer_dimensions(
     corpus: Path, db: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,7 +306,8 @@ def test_a_copy_is_read_again_whole_once_its_collection_is_stored_in_fewer_dimen
         assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None  # a run wrote: Milvus answers
         assert dense.wait(60)
         assert dense._copy is not None and dense._copy.spans is not None
-        assert dense._copy.spans.basis == basis.digest  # every span read again, lifted from the new basis
+        assert dense._copy.spans.basis == basis.digest  # every span read again, held in the new basis
+        held_in_basis(dense)
         assert held_spans(dense) == span_rows(store)
         ours = dense.search(store, vec, text, top_k=5, source_prefix=None)
         assert ours is not None

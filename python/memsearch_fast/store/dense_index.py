@@ -51,7 +51,7 @@ from memsearch_fast._os import file_stamp
 from memsearch_fast.config.tuning import env_off
 from memsearch_fast.store.copy_rows import FIELDS, Copy, Rows
 from memsearch_fast.store.search import MAX_TOP_K
-from memsearch_fast.store.span_copy import read_spans
+from memsearch_fast.store.span_copy import held_directions, read_spans
 
 logger = logging.getLogger(__name__)
 
@@ -336,9 +336,15 @@ class DenseIndex:
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         spans_store = getattr(store, "spans", None)
-        stored_in = spans_store.basis_digest if spans_store is not None and spans_store.present() else None
+        present = spans_store is not None and spans_store.present()
+        stored_in = spans_store.basis_digest if spans_store is not None and present else None
         if copy.spans is not None and stored_in is not None and copy.spans.basis != stored_in:
             return self._load_all(store)  # stored again in another basis: every span vector changed
+        if copy.spans is not None and copy.spans.own is not None and copy.spans.directions is None:
+            basis = spans_store.basis if spans_store is not None and present else None  # a saved copy: the store's
+            if basis is None:
+                return self._load_all(store)
+            copy.spans.directions = held_directions(basis.rows)
         if not changed and (copy.spans is not None) == (stored_in is not None):
             # Nothing to read (a saved copy a new process starts from): the same arrays, not rebuilt.
             described = self._described(token, copy)

@@ -29,11 +29,12 @@ import numpy as np
 from memsearch_fast._os import file_stamp
 from memsearch_fast.store.copy_rows import Copy
 from memsearch_fast.store.manifest import saved_copy_path
-from memsearch_fast.store.span_copy import Spans, sign_bits
+from memsearch_fast.store.span_copy import OwnRows, Spans, sign_bits
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1
+#: 2: span rows in a basis held in it, each chunk's own vector apart (``own_*``).
+FORMAT = 2
 _SPAN_ARRAYS = ("codes", "scales", "offsets", "starts", "ends", "index")
 
 
@@ -48,6 +49,7 @@ def save(path: Path, copy: Copy) -> None:
         "fields": copy.fields,
         "entries": copy.entries or {},
         "span_basis": copy.spans.basis if copy.spans is not None else "",
+        "span_width": copy.spans.width if copy.spans is not None else 0,
     }
     arrays: dict[str, np.ndarray] = {
         "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode("utf-8"), np.uint8),
@@ -63,6 +65,8 @@ def save(path: Path, copy: Copy) -> None:
             span_ends=s.ends,
             span_index=s.index,
         )
+        if s.own is not None:
+            arrays.update(own_codes=np.frombuffer(s.own.codes, np.int8), own_scales=np.frombuffer(s.own.scales, "<f4"))
     from memsearch_fast._os import write_atomic
 
     try:  # a link planted at *path* is replaced, never written through
@@ -193,30 +197,53 @@ def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
         return None
     spans = None
     if "span_codes" in arrays:
-        spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim, str(meta.get("span_basis") or ""))
+        own = _own(arrays, n, dim) if "own_codes" in arrays else None
+        width = meta.get("span_width")
+        if ("own_codes" in arrays and own is None) or not isinstance(width, int):
+            return None
+        basis = str(meta.get("span_basis") or "")
+        spans = _spans({k: arrays[f"span_{k}"] for k in _SPAN_ARRAYS}, n, dim, width, basis, own)
         if spans is None:
             return None
     out = Copy(list(map(str, ids)), list(map(str, sources)), fields, matrix, None, entries, time.monotonic())
     return out.hold(spans)
 
 
-def _spans(a: dict[str, np.ndarray], chunks: int, dim: int, basis: str) -> Spans | None:
-    """The span columns, or None when their shapes disagree (the kernel checks its own too)."""
+def _own(a: dict[str, np.ndarray], chunks: int, dim: int) -> OwnRows | None:
+    """Each chunk's own vector, held apart from span rows in a basis (None: bad shapes)."""
+    codes, scales = a["own_codes"], a["own_scales"]
+    if codes.dtype != np.int8 or codes.size != chunks * dim or scales.shape != (chunks,):
+        return None
+    codes = codes.reshape(chunks, dim)
+    return OwnRows(codes.tobytes(), scales.astype("<f4", copy=False).tobytes(), sign_bits(codes), dim)
+
+
+def _spans(
+    a: dict[str, np.ndarray], chunks: int, dim: int, width: int, basis: str, own: OwnRows | None
+) -> Spans | None:
+    """The span columns, or None when their shapes disagree (the kernel checks its own too).
+    With *own* (the chunks' own vectors apart) the span rows are in the basis named
+    *basis*, of a *width* under *dim*, and a chunk may have none."""
     offsets = a["offsets"].astype("<u4", copy=False)
     counts = offsets[1:].astype(np.int64) - offsets[:-1].astype(np.int64)
     rows = a["scales"].shape[0]
+    if own is not None:
+        grouped = bool(basis) and 0 < width < dim and bool(np.all(a["index"] != 0))  # span rows alone
+    else:
+        grouped = width == dim and bool(np.all(counts >= 1))
+        grouped = grouped and bool(np.all(a["index"][offsets[:-1].astype(np.int64)] == 0))  # own row first
     if (
         a["codes"].dtype != np.int8
-        or a["codes"].size != rows * dim
+        or a["codes"].size != rows * width
         or offsets.shape != (chunks + 1,)
         or int(offsets[0]) != 0
         or int(offsets[-1]) != rows
         or any(a[k].shape != (rows,) for k in ("starts", "ends", "index"))
-        or bool(np.any(counts < 1))
-        or bool(np.any(a["index"][offsets[:-1].astype(np.int64)] != 0))  # each chunk's own row first
+        or bool(np.any(counts < 0))
+        or not grouped
     ):
         return None
-    codes = a["codes"].reshape(rows, dim)
+    codes = a["codes"].reshape(rows, width)
     return Spans(
         codes=codes.tobytes(),
         scales=a["scales"].astype("<f4", copy=False).tobytes(),
@@ -226,7 +253,9 @@ def _spans(a: dict[str, np.ndarray], chunks: int, dim: int, basis: str) -> Spans
         starts=a["starts"].astype(np.int32, copy=False),
         ends=a["ends"].astype(np.int32, copy=False),
         index=a["index"].astype(np.int32, copy=False),
+        width=width,
         basis=basis,
+        own=own,
     )
 
 

@@ -356,9 +356,10 @@ class SpanStore:
         if self.exists:
             yield from self._iterate("", FIELDS)
 
-    def iter_vectors(self, sources: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
-        """The span rows (index ≥ 1) with their vectors, a page at a time; of these
-        *sources* only when given (the in-memory copy of a long-lived process)."""
+    def iter_vectors(self, sources: list[str] | None = None, *, lifted: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """The span rows (index ≥ 1) with their vectors (in the model's space, or as
+        stored unless *lifted*), a page at a time; of these *sources* only when
+        given (the in-memory copy of a long-lived process)."""
         if not self.exists:
             return
         fields = [*FIELDS, "embedding"]
@@ -373,7 +374,7 @@ class SpanStore:
                 rows = [r for r in page if not str(r["span_id"]).endswith(":0")]
                 vectors = [_as_array(r["embedding"]) for r in rows]
                 basis = self.basis
-                if basis is not None and vectors:  # lifted a page at a time
+                if lifted and basis is not None and vectors:  # lifted a page at a time
                     vectors = list(basis.lift(vectors))
                 for r, v in zip(rows, vectors, strict=True):
                     r["embedding"] = v
