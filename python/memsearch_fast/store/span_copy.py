@@ -54,15 +54,15 @@ class OwnRows:
     scales: bytes
     signs: bytes
     dim: int
+    offsets: bytes = b""  # 0, 1, … chunks (u32): a group of one row each
+
+    def __post_init__(self) -> None:
+        self.offsets = np.arange(len(self.scales) // 4 + 1, dtype="<u4").tobytes()
 
     @classmethod
     def of(cls, matrix: np.ndarray) -> OwnRows:
         codes, scales = quantised(matrix, matrix.shape[1])
         return cls(codes.tobytes(), scales.astype("<f4").tobytes(), sign_bits(codes), int(matrix.shape[1]))
-
-    @property
-    def offsets(self) -> bytes:
-        return np.arange(len(self.scales) // 4 + 1, dtype="<u4").tobytes()
 
     def top(self, query: list[float], k: int) -> dict[int, float]:
         top = best_groups(self.codes, self.dim, self.scales, self.offsets, query, k, self.signs, shortlist(k))
