@@ -255,6 +255,38 @@ def ranks_as_milvus(ms: MemSearch, dense: dense_index.DenseIndex) -> None:
             assert_same_ranking(ours, store.search(vec, text, top_k=k, source_prefix=None))
 
 
+def refused_saved_files(path: Path) -> None:
+    """The saved file as written parses; each way of spoiling it is refused (a full load instead)."""
+    import json
+
+    from memsearch_fast.store import saved_copy
+
+    arrays = saved_copy._arrays(path)
+    assert arrays is not None
+    parsed = saved_copy._parse(arrays, 384)
+    assert parsed is not None and parsed.spans is not None and parsed.spans.own is not None
+    assert parsed.spans.directions is None  # taken from the collection when it is refreshed
+
+    def meta(**changes: object) -> np.ndarray:
+        m = json.loads(arrays["meta"].tobytes().decode("utf-8"))
+        m.update(changes)
+        return np.frombuffer(json.dumps(m).encode("utf-8"), np.uint8)
+
+    spoiled = [
+        {"meta": meta(format=1)},  # written before span codes were held in a basis
+        {"meta": meta(span_width=384)},
+        {"meta": meta(span_basis="")},  # codes in a basis it does not name
+        {"own_codes": arrays["own_codes"][:-1]},
+        {"own_scales": arrays["own_scales"][:-1]},
+        {"span_codes": arrays["span_codes"][:-DIMS]},
+        {"span_index": np.zeros_like(arrays["span_index"])},  # an own row among the spans
+    ]
+    for change in spoiled:
+        assert saved_copy._parse({**arrays, **change}, 384) is None, list(change)
+    without_own = {k: v for k, v in arrays.items() if not k.startswith("own_")}
+    assert saved_copy._parse(without_own, 384) is None  # codes of the basis's width grouped as if whole
+
+
 def test_a_copy_holds_span_codes_in_the_basis_and_starts_again_from_its_saved_file(
     corpus: Path, db: Path, model_dir: Path, fewer: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,7 +297,9 @@ def test_a_copy_holds_span_codes_in_the_basis_and_starts_again_from_its_saved_fi
         dense = loaded(ms)
         held_in_basis(dense)
         ranks_as_milvus(ms, dense)
-        assert dense._saved.exists()
+        saved = dense._saved
+        assert saved.exists()
+    refused_saved_files(saved)
 
     files = sorted(corpus.rglob("*.md"))
     files[1].write_text(files[1].read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
