@@ -30,8 +30,8 @@ class Copy:
     spans: Spans | None = None  # None: the collection has no span collection (Milvus searches it)
 
     def hold(self, spans: Spans | None) -> Copy:
-        """This copy with *spans*: their int8 codes (each chunk's own vector among
-        them) rank every chunk, so the matrix is read only for a few rows (under a
+        """This copy with *spans*: their int8 codes (and each chunk's own vector's)
+        rank every chunk, so the matrix is read only for a few rows (under a
         path prefix, BM25 hits) and is kept as float16, 46 MB instead of 92 at 50
         MB of journals (a cosine moves by less than 0.001)."""
         self.spans = spans

@@ -342,7 +342,7 @@ class DenseIndex:
             return self._load_all(store)  # stored again in another basis: every span vector changed
         if copy.spans is not None and copy.spans.own is not None and copy.spans.directions is None:
             basis = spans_store.basis if spans_store is not None and present else None  # a saved copy: the store's
-            if basis is None:
+            if basis is None or basis.dims != copy.spans.width:
                 return self._load_all(store)
             copy.spans.directions = held_directions(basis.rows)
         if not changed and (copy.spans is not None) == (stored_in is not None):

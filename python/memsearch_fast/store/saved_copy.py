@@ -227,11 +227,6 @@ def _spans(
     offsets = a["offsets"].astype("<u4", copy=False)
     counts = offsets[1:].astype(np.int64) - offsets[:-1].astype(np.int64)
     rows = a["scales"].shape[0]
-    if own is not None:
-        grouped = bool(basis) and 0 < width < dim and bool(np.all(a["index"] != 0))  # span rows alone
-    else:
-        grouped = width == dim and bool(np.all(counts >= 1))
-        grouped = grouped and bool(np.all(a["index"][offsets[:-1].astype(np.int64)] == 0))  # own row first
     if (
         a["codes"].dtype != np.int8
         or a["codes"].size != rows * width
@@ -240,8 +235,14 @@ def _spans(
         or int(offsets[-1]) != rows
         or any(a[k].shape != (rows,) for k in ("starts", "ends", "index"))
         or bool(np.any(counts < 0))
-        or not grouped
     ):
+        return None
+    if own is not None:  # span rows alone, in a basis it names
+        grouped = bool(basis) and 0 < width < dim and bool(np.all(a["index"] != 0))
+    else:  # every dimension, each chunk's own row first in its group
+        grouped = not basis and width == dim and bool(np.all(counts >= 1))
+        grouped = grouped and bool(np.all(a["index"][offsets[:-1].astype(np.int64)] == 0))
+    if not grouped:
         return None
     codes = a["codes"].reshape(rows, width)
     return Spans(

@@ -13,9 +13,10 @@ collection whose first write is too small to fit on keeps every dimension
 until it holds :data:`FIT_ROWS` rows, when the next run that writes stores
 them again in fewer (:meth:`memsearch_fast.store.spans.SpanStore.refit`).
 
-Search and the in-memory copy see the span vectors lifted back into the
-model's space (``lift``); a span's score is its lifted vector's cosine with
-the whole question, the same from Milvus and from the copy. A stored vector
+A span's score is its vector lifted back into the model's space (``lift``):
+its cosine with the whole question, the same from Milvus (a cosine in the
+basis times :meth:`Basis.kept`) and from the in-memory copy (codes in the
+basis scored against the question projected onto it). A stored vector
 lifted and projected again is the one stored, so a moved chunk's spans keep
 their rows exactly.
 """
@@ -87,7 +88,7 @@ class Basis:
     @property
     def digest(self) -> str:
         """A short name of the basis: the in-memory copy and its saved file say which
-        basis their span vectors were lifted from."""
+        basis their span vectors are stored in."""
         return hashlib.sha256(self.payload.encode("ascii")).hexdigest()[:16]
 
     def describe(self, text: str) -> str:

@@ -2,7 +2,8 @@
 
 A long-lived process that searches often keeps every chunk vector and every
 span vector (:mod:`.spans`) of a collection as int8 codes with a scale per
-row, each chunk's own vector first in its group: a quarter of float32, and
+row, each chunk's own vector first in its group (held apart in a basis,
+below): a quarter of float32, and
 :func:`memsearch_fast._core.best_groups` ranks every chunk by its best vector
 in one pass on every core, where numpy has no fast int8 product and Milvus
 Lite scans the span collection for every search (98 ms at 5 MB). A cosine
@@ -88,7 +89,7 @@ class Spans:
     ends: np.ndarray
     index: np.ndarray  # the span's index in its chunk
     width: int  # a row's dimensions: the model's, or the basis's when the own vectors are apart
-    basis: str = ""  # the digest of the basis the span vectors were lifted from ("" none)
+    basis: str = ""  # the digest of the basis the span vectors are stored in ("" none)
     own: OwnRows | None = None  # the chunks' own vectors, when the span rows are in a basis
     directions: np.ndarray | None = None  # that basis (width × the model's dimension, float64)
 
@@ -279,6 +280,8 @@ def read_spans(
     basis = spans_store.basis
     directions = held_directions(basis.rows) if basis is not None else None
     out = SpanRows(dim, {cid: i for i, cid in enumerate(ids)}, spans_store.basis_digest, directions)
+    if old is not None and (old.basis != out.basis or old.width != out.width):
+        old, sources, unchanged = None, None, False  # the collection made anew since: every span read again
     if old is not None and old_ids is not None and kept is not None:
         out.keep(old, old_ids, kept)
     elif old_ids is not None:

@@ -374,7 +374,7 @@ class SpanStore:
                 rows = [r for r in page if not str(r["span_id"]).endswith(":0")]
                 vectors = [_as_array(r["embedding"]) for r in rows]
                 basis = self.basis
-                if lifted and basis is not None and vectors:  # lifted a page at a time
+                if lifted and basis is not None and vectors:  # a page lifted in one product
                     vectors = list(basis.lift(vectors))
                 for r, v in zip(rows, vectors, strict=True):
                     r["embedding"] = v
