@@ -122,30 +122,24 @@ class Spans:
             return [self._hit(ids, sources, g, r, score) for g, r, score in top]
         # The k best by their best vector are among the k best by their own and the k best
         # by their best span: each of those is scored on the other side too.
-        q = self._projected(vector)
-        width = len(q)
-        spans = {
-            g: (r, score)
-            for g, r, score in best_groups(self.codes, width, self.scales, self.offsets, q, k, self.signs, shortlist(k))
-        }
+        q, w = self._projected(vector), self.width
+        top = best_groups(self.codes, w, self.scales, self.offsets, q, k, self.signs, shortlist(k))
+        spans = {g: (r, score) for g, r, score in top}
         own = self.own.top(vector, k)
         own.update(self.own.scores(vector, [g for g in spans if g not in own]))
-        lacking = [g for g in own if g not in spans]
-        more = best_in_groups(self.codes, width, self.scales, self.offsets, q, lacking)
+        more = best_in_groups(self.codes, w, self.scales, self.offsets, q, [g for g in own if g not in spans])
         spans.update((g, (r, score)) for g, r, score in more)
         best = sorted(self._merged(own, spans), key=lambda t: (-t[2], t[0]))[:k]
         return [self._hit(ids, sources, g, r, score) for g, r, score in best]
 
     @staticmethod
     def _merged(own: dict[int, float], spans: dict[int, tuple[int, float]]) -> list[tuple[int, int, float]]:
-        """Each chunk's best: its own vector (row -1, which wins a tie) or its best span."""
+        """Each chunk of *own* (every chunk asked has its own vector) at its best: that
+        vector (row -1, which wins a tie) or its best span."""
         out = []
-        for g in own.keys() | spans.keys():
-            o, sp = own.get(g), spans.get(g)
-            if sp is None or (o is not None and o >= sp[1]):
-                out.append((g, -1, float(o if o is not None else 0.0)))
-            else:
-                out.append((g, sp[0], sp[1]))
+        for g, score in own.items():
+            span = spans.get(g)
+            out.append((g, -1, score) if span is None or score >= span[1] else (g, *span))
         return out
 
     def best_of(
@@ -156,9 +150,8 @@ class Spans:
         if self.own is None:
             best = best_in_groups(self.codes, len(vector), self.scales, self.offsets, vector, groups)
         else:
-            q = self._projected(vector)
-            spans = {g: (r, s) for g, r, s in best_in_groups(self.codes, len(q), self.scales, self.offsets, q, groups)}
-            best = self._merged(self.own.scores(vector, groups), spans)
+            found = best_in_groups(self.codes, self.width, self.scales, self.offsets, self._projected(vector), groups)
+            best = self._merged(self.own.scores(vector, groups), {g: (r, s) for g, r, s in found})
         return {ids[g]: self._hit(ids, sources, g, r, score) for g, r, score in best}
 
 
