@@ -336,12 +336,13 @@ class DenseIndex:
         entries = manifest[1]
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         spans_store = getattr(store, "spans", None)
-        present = spans_store is not None and spans_store.present()
-        stored_in = spans_store.basis_digest if spans_store is not None and present else None
+        if spans_store is not None and not spans_store.present():
+            spans_store = None
+        stored_in = spans_store.basis_digest if spans_store is not None else None
         if copy.spans is not None and stored_in is not None and copy.spans.basis != stored_in:
             return self._load_all(store)  # stored again in another basis: every span vector changed
         if copy.spans is not None and copy.spans.own is not None and copy.spans.directions is None:
-            basis = spans_store.basis if spans_store is not None and present else None  # a saved copy: the store's
+            basis = spans_store.basis if spans_store is not None else None  # a saved copy: the store's
             if basis is None or basis.dims != copy.spans.width:
                 return self._load_all(store)
             copy.spans.directions = held_directions(basis.rows)

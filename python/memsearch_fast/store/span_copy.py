@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,7 @@ class OwnRows:
     scales: bytes
     signs: bytes
     dim: int
-    offsets: bytes = b""  # 0, 1, … chunks (u32): a group of one row each
+    offsets: bytes = field(init=False)  # 0, 1, … chunks (u32): a group of one row each
 
     def __post_init__(self) -> None:
         self.offsets = np.arange(len(self.scales) // 4 + 1, dtype="<u4").tobytes()
@@ -118,7 +118,7 @@ class Spans:
         """The *k* chunks (of a copy of chunks *ids* from *sources*) whose best vector
         is nearest to *vector*, each with that row (index 0: the chunk's own)."""
         if self.own is None:
-            top = best_groups(self.codes, len(vector), self.scales, self.offsets, vector, k, self.signs, shortlist(k))
+            top = best_groups(self.codes, self.width, self.scales, self.offsets, vector, k, self.signs, shortlist(k))
             return [self._hit(ids, sources, g, r, score) for g, r, score in top]
         # The k best by their best vector are among the k best by their own and the k best
         # by their best span: each of those is scored on the other side too.
@@ -148,7 +148,7 @@ class Spans:
         """The best vector (its own or a span's) of each *wanted* chunk; *pos*: positions of *ids*."""
         groups = [pos[cid] for cid in wanted if cid in pos]
         if self.own is None:
-            best = best_in_groups(self.codes, len(vector), self.scales, self.offsets, vector, groups)
+            best = best_in_groups(self.codes, self.width, self.scales, self.offsets, vector, groups)
         else:
             found = best_in_groups(self.codes, self.width, self.scales, self.offsets, self._projected(vector), groups)
             best = self._merged(self.own.scores(vector, groups), {g: (r, s) for g, r, s in found})
