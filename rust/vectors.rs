@@ -175,9 +175,13 @@ unsafe fn dot_avx2(code: &[u8], query: &[i16]) -> i32 {
     _mm_cvtsi128_si32(s) + tail
 }
 
-/// A query vector as int8 codes with its scale.
+/// A query vector as int8 codes with its scale, and its sign bits.
 pub struct Query {
     codes: Vec<i8>,
+    /// Bit `i` set where component `i` is above zero, packed as [`Signs`] packs
+    /// rows. Taken from the float vector: a small component whose code rounds
+    /// to 0 still has a sign, and a shortlist by signs must see it.
+    positive: Vec<u8>,
     /// The codes as i16, as [`dot_avx2`] reads them.
     wide: Vec<i16>,
     scale: f32,
@@ -192,7 +196,16 @@ impl Query {
             .map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8)
             .collect();
         let wide = codes.iter().map(|&c| i16::from(c)).collect();
-        Query { codes, wide, scale }
+        let mut positive = vec![0u8; vector.len().div_ceil(8)];
+        for (i, _) in vector.iter().enumerate().filter(|(_, &v)| v > 0.0) {
+            positive[i / 8] |= 1 << (i % 8);
+        }
+        Query {
+            codes,
+            positive,
+            wide,
+            scale,
+        }
     }
 }
 
@@ -297,12 +310,8 @@ pub fn top_groups_shortlisted(
     if shortlist >= rows.groups() {
         return top_groups(rows, query, k);
     }
-    let mut bits = vec![0u8; signs.width];
-    for (i, &c) in query.codes.iter().enumerate() {
-        if c > 0 {
-            bits[i / 8] |= 1 << (i % 8);
-        }
-    }
+    let mut bits = query.positive.clone();
+    bits.resize(signs.width, 0);
     let mut near: Vec<(u32, u32)> = (0..rows.groups())
         .into_par_iter()
         .filter_map(|g| signs.group(rows, g, &bits).map(|d| (d, g as u32)))
@@ -423,6 +432,13 @@ mod tests {
         assert_eq!(two.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(two[0].1, 1); // g1's best row is its exact copy of the query
         assert!(top_groups_shortlisted(&rows, &signs, &query, 1, 2).len() == 1);
+        // A component too small for its int8 code still counts by its sign:
+        // 0.001 rounds to code 0, yet a row positive there agrees with it.
+        let mut tiny = q.clone();
+        tiny[9] = 0.001;
+        let tiny = Query::new(&tiny);
+        assert_eq!(tiny.codes[9], 0);
+        assert_eq!(tiny.positive[1] & 0b10, 0b10);
         // Bits that are not a row's worth each are refused.
         assert!(Signs::new(&bits[1..], &rows).is_err());
     }
