@@ -49,8 +49,12 @@ def vector(ms: MemSearch, text: str):
 
 
 #: The copy holds span vectors as int8 codes: a span's cosine is within about
-#: 0.002 of Milvus's float32 one.
-TOL = 0.005
+#: 0.002 of Milvus's float32 one at 384 dimensions (p99 over 20,000 rows,
+#: docs/store.md), up to twice that in a 48-dimension basis, whose components
+#: are larger and so coarser in int8. A fused score divides the dense score by
+#: the list's best (0.5-0.7 for these questions), which doubles the error again:
+#: 0.0057 was seen from a correct model converted from the checkpoint package.
+TOL = 0.01
 
 
 def assert_same_ranking(ours: list[dict], milvus: list[dict]) -> None:
