@@ -18,6 +18,7 @@ import pytest
 
 from memsearch_fast import config
 from memsearch_fast.agents import maintain
+from tests.helpers.installed import PACKAGE_PARENT
 from tests.helpers.llm import KEY, FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ class Project:
         self.vars.update(
             HOME=str(self.home),
             PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}",
-            PYTHONPATH=str(ROOT / "python"),
+            PYTHONPATH=PACKAGE_PARENT,
             MEMSEARCH_NO_WATCH="1",  # no database here: the watcher is another test's subject
             WORK_LLM_KEY=KEY,
         )

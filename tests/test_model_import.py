@@ -18,18 +18,17 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-import memsearch_fast
 from memsearch_fast.embeddings import ModelConversionError, ModelNotFoundError, models
 from memsearch_fast.embeddings.convert import checkpoint_root, read_safetensors
 from memsearch_fast.embeddings.models import import_model
 from memsearch_fast.embeddings.onnx import OnnxEmbedding
+from tests.helpers.installed import PACKAGE_PARENT
 from tests.helpers.model import MISSING, find_model_dir, reference_embeddings
 from tests.helpers.safetensors import write_safetensors
 
 MODEL_DIR = find_model_dir()
 #: Where this process imported memsearch_fast from (the installed package), for subprocesses
 #: whose PYTHONPATH puts a stand-in package first.
-PACKAGE_PARENT = Path(memsearch_fast.__file__).resolve().parents[1]
 SIDE_FILES = ("config.json", "tokenizer.json", "sentence_bert_config.json", "modules.json")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast.config.schema import PROJECT_ALLOWED, SCHEMA
+from tests.helpers.installed import PACKAGE_PARENT
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILLS = ROOT / "hooks" / "claude-code" / "skills"
@@ -62,7 +63,7 @@ class Shell:
         self.vars.update(
             HOME=str(self.home),
             PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            PYTHONPATH=str(ROOT / "python"),
+            PYTHONPATH=PACKAGE_PARENT,
             MEMSEARCH_NO_WATCH="1",
         )
 

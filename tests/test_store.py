@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,16 +36,16 @@ from memsearch_fast.store import (
 from memsearch_fast.store import milvus as store_mod
 from memsearch_fast.store import schema as schema_mod
 from tests.helpers import reference
+from tests.helpers.installed import PACKAGE_PARENT
 
 DIM = 8
-PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
 
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Runs *code* in a fresh interpreter (a new process opening the store)."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
-        env=dict(os.environ, PYTHONPATH=PKG_ROOT),
+        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT),
         capture_output=True,
         text=True,
         timeout=120,
@@ -526,7 +525,7 @@ def _free_port() -> int:
 def milvus_server(tmp_path_factory):
     """A Milvus-protocol server on 127.0.0.1 (``milvus-lite server`` on 3.x)."""
     data = tmp_path_factory.mktemp("server") / "server.db"
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT)
     if LITE_MAJOR >= 3:
         port = _free_port()
         cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data), "--host", "127.0.0.1"]

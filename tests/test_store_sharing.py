@@ -27,12 +27,11 @@ from memsearch_fast.lite import settings as lite_settings
 from memsearch_fast.lite import sockets as lite_sockets
 from memsearch_fast.lite import state as lite_state
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
-from memsearch_fast.store import milvus as store_mod
+from tests.helpers.installed import PACKAGE_PARENT
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
 
 DIM = 8
-PKG_ROOT = str(Path(store_mod.__file__).resolve().parents[2])
 LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
 
 
@@ -74,7 +73,7 @@ def db(tmp_path, monkeypatch):
 
 
 def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.Popen:
-    full_env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    full_env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT)
     full_env.pop(lite_settings.ENV_MODE, None)
     full_env.update(env or {})
     return subprocess.Popen(
@@ -322,7 +321,7 @@ def test_layout_of_other_generation_is_refused(tmp_path, monkeypatch):
 
 def test_cli_status_and_stop(db):
     MilvusStore(db, dimension=DIM).close()
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT)
     cmd = [sys.executable, "-m", "memsearch_fast.serve.lite_main"]
     out = subprocess.run([*cmd, "status", db], env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == "ready"

@@ -18,6 +18,7 @@ import pytest
 
 from memsearch_fast import __version__
 from memsearch_fast.agents import update
+from tests.helpers.installed import PACKAGE_PARENT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +68,7 @@ class Env:
         (self.project / ".git").mkdir(parents=True)
         self.cache = self.home / ".memsearch" / "cache" / "update-check.json"
         self.vars = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSEARCH_", "CLAUDE_"))}
-        self.vars.update(HOME=str(self.home), PYTHONPATH=str(ROOT / "python"), MEMSEARCH_NO_WATCH="1")
+        self.vars.update(HOME=str(self.home), PYTHONPATH=PACKAGE_PARENT, MEMSEARCH_NO_WATCH="1")
 
     def status(self, **env: str) -> tuple[str, float]:
         start = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast.agents import posix
+from tests.helpers.installed import PACKAGE_PARENT
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_POSIX = (
@@ -27,7 +28,7 @@ EVENTS = ["session-start", "user-prompt", "stop", "pre-compact", "session-end", 
 
 def run(tmp_path: Path, *argv: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("MEMSEARCH_")}
-    full.update({"HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT / "python"), "MEMSEARCH_TEST_OS_NAME": "nt"})
+    full.update({"HOME": str(tmp_path / "home"), "PYTHONPATH": PACKAGE_PARENT, "MEMSEARCH_TEST_OS_NAME": "nt"})
     full.update(env)
     return subprocess.run(
         [sys.executable, "-c", WITHOUT_POSIX, *argv],
