@@ -1,59 +1,79 @@
-"""Shared fixtures: the test model, the bundled sample, the subprocesses' environment."""
+"""Shared fixtures: the test model, the bundled sample, the subprocesses' environment.
+
+Tiers come from what a test uses (``pytest_collection_modifyitems``): the
+fixtures it requests mark it ``model`` (the real ONNX model), ``lite`` (a
+Milvus Lite database) or ``e2e`` (a ``memsearch``, hook or server
+subprocess); a module whose every test drives a subprocess says so with
+``pytestmark``. ``slow`` is set by hand, with the reason.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.model import MISSING, find_model_dir
+from tests.helpers.model import MISSING, cache_root, find_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
 
-#: Modules whose tests drive `memsearch`, a hook, the MCP server or the search
-#: service as real subprocesses (`-m e2e` / `-m "not e2e"`).
-E2E_MODULES = {
-    "test_cli",
-    "test_cli_messages",
-    "test_compact",
-    "test_config",
-    "test_embeddings_remote",
-    "test_expand",
-    "test_hooks",
-    "test_js_plugins",
-    "test_maintenance",
-    "test_plugin_skills",
-    "test_mcp",
-    "test_milvus_server",
-    "test_recall_tiers",
-    "test_reference_parity",
-    "test_rerank",
-    "test_resident_service",
-    "test_search_service",
-    "test_skills",
-    "test_store_sharing",
-    "test_summarize",
-    "test_switch",
-    "test_sync",
-    "test_transcript",
-    "test_update_hint",
-    "test_watch",
-    "test_windows",
-}
+#: Fixtures that open a Milvus Lite database (a server process per database).
+LITE_FIXTURES = {"db", "indexed", "store", "work", "long_line_db", "dbdir", "uri", "lab", "served", "embedded"}
+#: Fixtures that run ``memsearch``, a hook, an agent or a server as a subprocess.
+E2E_FIXTURES = {"env", "cli_env", "cli", "project", "home", "server", "milvus_server", "milvus_235", "shared_server"}
+
+
+def _isolate() -> None:
+    """A HOME and a temp dir of this test process's own (each xdist worker its
+    own), so no test reads the user's ~/.memsearch and two workers never share
+    a socket directory or a default database. The model cache stays the user's."""
+    os.environ.setdefault("MEMSEARCH_TEST_CACHE", str(cache_root()))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    base = Path(tempfile.mkdtemp(prefix=f"ms-{worker}-"))
+    for name in ("home", "tmp"):
+        (base / name).mkdir(mode=0o700)
+    os.environ["MEMSEARCH_TEST_BASE"] = str(base)
+    os.environ["HOME"] = str(base / "home")
+    os.environ["TMPDIR"] = str(base / "tmp")
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "MEMSEARCH_TEST_BASE" not in os.environ:
+        _isolate()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = os.environ.get("MEMSEARCH_TEST_BASE")
+    if base and Path(base).name.startswith("ms-"):
+        from memsearch_fast.lite import broker as lite_broker
+
+        for state in Path(base).rglob("*.server.json"):
+            lite_broker.stop_server(str(state)[: -len(".server.json")])
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers by place: everything under tests/reliability is `reliability`
-    (and end to end); the modules above are `e2e`."""
+    """Markers by what a test uses: see the module's docstring. Everything
+    under tests/reliability is ``reliability``; ``slow`` needs its reason."""
     for item in items:
-        path = Path(str(item.path))
-        if "reliability" in path.parts:
+        used = set(getattr(item, "fixturenames", ()))
+        if "model_dir" in used:
+            item.add_marker(pytest.mark.model)
+        if used & LITE_FIXTURES:
+            item.add_marker(pytest.mark.lite)
+        if used & E2E_FIXTURES:
+            item.add_marker(pytest.mark.e2e)
+        if "reliability" in Path(str(item.path)).parts:
             item.add_marker(pytest.mark.reliability)
-            item.add_marker(pytest.mark.e2e)
-        elif path.stem in E2E_MODULES:
-            item.add_marker(pytest.mark.e2e)
+        for mark in item.iter_markers("slow"):
+            if not mark.kwargs.get("reason"):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.slow(reason=...) says why it is slow")
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +100,15 @@ def env(tmp_path: Path) -> dict[str, str]:
     for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
         e.pop(k, None)
     return e
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp directory with a short path (``tmp_path`` under an xdist worker
+    can be too long for a unix socket's path inside it)."""
+    path = Path(tempfile.mkdtemp(prefix="ms-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

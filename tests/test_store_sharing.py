@@ -370,8 +370,9 @@ def test_server_is_reachable_only_by_this_user(db):
     assert not os.path.exists(sock)  # a stopped server removes its socket
 
 
-def test_socket_dir_is_private(tmp_path, monkeypatch):
+def test_socket_dir_is_private(short_tmp, monkeypatch):
     """A group/world-open or too-closed socket directory is set to 0700; a symlink planted there is refused."""
+    tmp_path = short_tmp  # short enough for a socket's path under it
     monkeypatch.setattr(lite_sockets.tempfile, "tempdir", str(tmp_path))
     mine = tmp_path / f"memsearch-{os.geteuid()}"
     for mode in (0o777, 0o750, 0o500):

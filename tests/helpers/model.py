@@ -31,7 +31,7 @@ MISSING = (
 )
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
     configured = os.environ.get("MEMSEARCH_TEST_CACHE")
     if configured:
         return Path(configured)
@@ -53,7 +53,7 @@ def find_model_dir() -> Path | None:
     if archive is None:
         return None
     version = importlib.metadata.version(PACKAGE)
-    return models.import_model(archive, name=NAME, cache_dir=_cache_root() / f"{PACKAGE}-{version}", replace=False)
+    return models.import_model(archive, name=NAME, cache_dir=cache_root() / f"{PACKAGE}-{version}", replace=False)
 
 
 def reference_embeddings() -> dict[str, Any]:
