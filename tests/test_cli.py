@@ -178,6 +178,7 @@ def test_completion_installs(env: dict[str, str], shell: str) -> None:
 # -- errors that need no model -----------------------------------------------------------
 
 
+@pytest.mark.slow(reason="drives `memsearch` subprocesses with the real model on a database of its own")
 def test_errors_are_one_line(env: dict[str, str], tmp_path: Path, sample_dir: Path) -> None:
     missing = tmp_path / "nope"
     one_line_error(run(["index", str(missing), "--milvus-uri", str(tmp_path / "a.db")], env), "nope")
@@ -216,6 +217,7 @@ def _index(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow(reason="drives `memsearch` subprocesses with the real model on a database of its own")
 def test_index_search_expand_stats_reindex_reset(
     env: dict[str, str], tmp_path: Path, sample_dir: Path, model_dir: Path, db: Path
 ) -> None:
@@ -323,6 +325,7 @@ def test_index_search_expand_stats_reindex_reset(
     one_line_error(run(["stats", *common], env), "does not exist")
 
 
+@pytest.mark.slow(reason="drives `memsearch` subprocesses with the real model on a database of its own")
 def test_failed_file_is_listed_and_exit_code_is_1(
     env: dict[str, str], tmp_path: Path, model_dir: Path, db: Path
 ) -> None:
@@ -349,6 +352,7 @@ def _main(args: list[str]) -> int:
     return int(exc.value.code or 0)
 
 
+@pytest.mark.slow(reason="drives `memsearch` subprocesses with the real model on a database of its own")
 def test_ctrl_c_and_unexpected_errors(
     tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -378,6 +382,7 @@ def test_ctrl_c_and_unexpected_errors(
         _main(args)
 
 
+@pytest.mark.slow(reason="drives `memsearch` subprocesses with the real model on a database of its own")
 def test_unknown_uri_schemes_and_piped_reset_answers(
     env: dict[str, str], tmp_path: Path, db: Path, model_dir: Path
 ) -> None:
@@ -404,6 +409,7 @@ def test_unknown_uri_schemes_and_piped_reset_answers(
     assert "Dropped collection" in ok(reset("y\n")).stdout  # as `echo y | memsearch reset` in 0.4.23
 
 
+@pytest.mark.slow(reason="indexes a corpus large enough to be interrupted mid-run")
 def test_sigterm_ends_an_index_started_with_sigint_ignored(
     env: dict[str, str], db: Path, tmp_path: Path, model_dir: Path
 ) -> None:

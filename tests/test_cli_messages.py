@@ -38,6 +38,7 @@ def cli_env(tmp_path: Path, model_dir: Path) -> dict[str, str]:
 # -- progress ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="indexes through `memsearch` subprocesses with the real model")
 def test_progress_never_shows_more_embedded_than_queued_and_gives_an_eta(
     tmp_path: Path, model_dir: Path, db: Path
 ) -> None:
@@ -93,6 +94,7 @@ def test_the_bar_shows_an_eta_once_chunks_are_embedded() -> None:
 # -- index reports ----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="indexes through `memsearch` subprocesses with the real model")
 def test_one_chunk_is_singular_and_a_heading_only_file_is_new(cli_env: dict[str, str], tmp_path: Path) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -128,6 +130,7 @@ def test_a_missing_openai_key_is_said_before_anything_is_made(cli_env: dict[str,
     assert list(where.iterdir()) == []
 
 
+@pytest.mark.slow(reason="indexes through `memsearch` subprocesses with the real model")
 def test_failed_runs_leave_no_lock_files(cli_env: dict[str, str], tmp_path: Path) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()

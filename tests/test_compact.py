@@ -76,6 +76,7 @@ def project(tmp_path: Path, model_dir: Path, server: FakeLLMServer) -> Iterator[
     p.close()
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_compact_writes_the_summary_to_todays_log_and_indexes_it(project: Project) -> None:
     out = project.run("compact", *project.common, *project.llm, "-o", str(project.out))
     assert out.stdout.startswith("Compact complete. Summary:\n\n## Billing")
@@ -96,6 +97,7 @@ def test_compact_writes_the_summary_to_todays_log_and_indexes_it(project: Projec
     assert not [p for p in log.parent.iterdir() if p.name.startswith(".")]  # no temp file left
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_compact_source_filter_and_empty_selections(project: Project) -> None:
     source = project.notes / "deploy.md"
     out = project.run("compact", "-s", str(source), *project.common, *project.llm, "-o", str(project.out))
@@ -109,6 +111,7 @@ def test_compact_source_filter_and_empty_selections(project: Project) -> None:
     assert len(project.server.requests) == 1
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_compact_prompts(project: Project) -> None:
     bad = project.run("compact", *project.common, *project.llm, "--prompt", "no placeholder here", code=2)
     assert "must contain the {chunks} placeholder" in bad.stderr and "Traceback" not in bad.stderr
@@ -121,6 +124,7 @@ def test_compact_prompts(project: Project) -> None:
     assert "cannot read --prompt-file" in missing.stderr
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_a_failing_llm_writes_nothing(project: Project) -> None:
     project.server.answer = "API Error: 529 Overloaded"
     out = project.run("compact", *project.common, *project.llm, "-o", str(project.out), code=1)
@@ -129,6 +133,7 @@ def test_a_failing_llm_writes_nothing(project: Project) -> None:
     assert not (project.out / "memory").exists()
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_large_selections_are_summarized_in_parts(project: Project) -> None:
     for i in range(12):
         project.write(f"bulk/{i}.md", f"# Note {i}\n\n" + f"Paragraph {i} about topic {i}. " * 60 + "\n")
@@ -143,6 +148,7 @@ def test_large_selections_are_summarized_in_parts(project: Project) -> None:
     assert all(f"Paragraph {i} about topic {i}." in text for i in range(12))
 
 
+@pytest.mark.slow(reason="indexes and compacts through CLI subprocesses against a local LLM server")
 def test_config_routes_the_llm(project: Project) -> None:
     """[llm] first, the deprecated [compact] keys after it, as memsearch 0.4.23."""
     cfg = project.tmp / "home" / ".memsearch" / "config.toml"

@@ -147,6 +147,7 @@ def test_env_references_and_masking(dirs: tuple[Path, Path], monkeypatch: pytest
     assert display.mask("short") == "***" and display.mask("") == ""
 
 
+@pytest.mark.slow(reason="runs a series of `memsearch config` subprocesses")
 def test_config_commands(tmp_path: Path) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
     project.mkdir()
@@ -340,6 +341,7 @@ def test_llm_secrets_are_masked_and_read_late(dirs: tuple[Path, Path], monkeypat
         cfgmod.resolve()
 
 
+@pytest.mark.slow(reason="runs a series of `memsearch config` subprocesses")
 def test_llm_config_commands(tmp_path: Path) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
     project.mkdir()

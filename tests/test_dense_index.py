@@ -98,6 +98,7 @@ def held_spans(dense: dense_index.DenseIndex) -> set[tuple[str, int, int]]:
     return {(copy.ids[int(g)], int(a), int(b)) for g, a, b, i in spans if i}
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
     with open_ms(corpus, db, model_dir) as ms:
         asyncio.run(ms.index())
@@ -125,6 +126,7 @@ def test_the_copy_ranks_as_milvus_does(corpus, db, model_dir, small_ok):
         assert "explain" in asyncio.run(ms.search(QUERIES[1], top_k=3, explain=True))[0]
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, model_dir, small_ok):
     with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
         asyncio.run(writer.index())
@@ -169,6 +171,7 @@ def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, 
         assert_same_ranking(hits, store.search(vec, text, top_k=5))
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, model_dir, small_ok):
     with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
         asyncio.run(writer.index())
@@ -201,6 +204,7 @@ def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, m
         assert len(dense._copy.ids) == store.count()
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_no_answer_while_a_run_holds_the_writer_lock_or_the_manifest_is_gone(corpus, db, model_dir, small_ok):
     from memsearch_fast.store.manifest import Manifest
 
@@ -284,6 +288,7 @@ def no_full_read(dense: dense_index.DenseIndex, read: list[str]) -> None:
     dense._open_store = store
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_changed(
     corpus, db, model_dir, small_ok, monkeypatch
 ):
@@ -335,6 +340,7 @@ def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_chan
     assert saved_copy.load(saved, 384) is None
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus, db, model_dir, small_ok, monkeypatch):
     """A new service starts reading the saved copy while its first search opens
     the collection; :func:`saved_copy.load` takes that read only if the file is
@@ -392,6 +398,7 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
     assert saved not in saved_copy._ahead
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_a_saved_copy_that_is_damaged_a_link_or_of_another_shape_is_not_used(corpus, db, model_dir, small_ok, tmp_path):
     import numpy as np
 
@@ -440,6 +447,7 @@ def test_a_saved_copy_that_is_damaged_a_link_or_of_another_shape_is_not_used(cor
     assert target.read_bytes() == good
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
 def test_the_sign_bit_shortlist_scores_exactly_the_chunks_nearest_in_sign(corpus, db, model_dir, small_ok):
     import numpy as np
 

@@ -131,6 +131,7 @@ def test_long_texts_go_in_smaller_batches(fp32: OnnxEmbedding) -> None:
     int8.close()
 
 
+@pytest.mark.slow(reason="embeds many texts in many batch layouts with the real model")
 def test_an_int8_vector_does_not_depend_on_its_batch_mates(int8: OnnxEmbedding) -> None:
     """A text's int8 vector is the same alone (a query), among all the texts of a run, and
     with short or long mates: a repaired index equals a clean one vector for vector.

@@ -473,6 +473,7 @@ def test_local_with_sentence_transformers(monkeypatch: pytest.MonkeyPatch) -> No
 # -- end to end: memsearch index + search through the Jina protocol ----------------------------
 
 
+@pytest.mark.slow(reason="indexes and searches through the CLI against a local API server")
 def test_cli_index_and_search_with_jina(tmp_path: Path, shared_server: FakeEmbeddingAPIs) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()

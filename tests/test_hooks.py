@@ -244,6 +244,7 @@ def test_collection_name_is_the_reference_rule(env: Env, tmp_path: Path) -> None
 # -- the events -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_session_start_answers_fast_with_recent_memory_and_starts_one_watcher(env: Env) -> None:
     env.memory.mkdir(parents=True)
     (env.memory / "2026-11-20.md").write_text("### 09:00\n- User asked about the old cache.\n", encoding="utf-8")
@@ -297,6 +298,7 @@ def test_only_a_local_database_with_the_local_model_is_watched_by_the_service(en
     assert not env.served()
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_frequent_events_renew_the_lease_at_most_every_30_s_unless_the_service_died(env: Env) -> None:
     """A prompt a second costs a stat of the session's marker, not a request, while the service lives."""
     from memsearch_fast.agents import project as project_mod
@@ -319,6 +321,7 @@ def test_frequent_events_renew_the_lease_at_most_every_30_s_unless_the_service_d
     assert marker.read_text(encoding="utf-8") == f"{server}\n" and not watcher.renew_due(project, "r")
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_a_session_that_never_ends_loses_its_root_with_its_agent(env: Env) -> None:
     """Codex sends no SessionEnd: the lease is held by the agent's process and
     lapses when it is killed; an event after the service was killed registers
@@ -492,6 +495,7 @@ def test_stop_guards(env: Env) -> None:
 # -- capture ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_stop_returns_at_once_and_the_entry_becomes_searchable(env: Env) -> None:
     env.answers(NOTES.format(topic="invoice rounding"))
     transcript = session_file(env, "s1", [("why are invoice totals off by a cent?", "Rounding per line.")])
@@ -522,6 +526,7 @@ def test_stop_returns_at_once_and_the_entry_becomes_searchable(env: Env) -> None
         "Here is a summary of what happened in the turn without any bullets at all.",
     ],
 )
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_a_failed_summary_is_never_stored_as_memory(env: Env, answer: str) -> None:
     env.answers(answer)
     transcript = session_file(env, "f", [("summarize the deployment plan for friday", "Done.")])
@@ -536,6 +541,7 @@ def test_a_failed_summary_is_never_stored_as_memory(env: Env, answer: str) -> No
     assert "summary failed" in env.hooks_log()
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_a_hanging_summarizer_is_cut_by_the_hooks_own_timeout(env: Env) -> None:
     env.fake_agent("claude", "sleep 120")
     transcript = session_file(env, "h", [("what does the cron job do at night?", "It rotates logs.")])
@@ -571,6 +577,7 @@ def test_concurrent_stops_on_one_daily_log_lose_nothing(tmp_path: Path) -> None:
     assert text.count("## Session ") == 4
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_codex_stop_without_a_transcript_uses_its_history(env: Env) -> None:
     codex_home = env.tmp / "codex-home"
     codex_home.mkdir()
@@ -629,6 +636,7 @@ def codex_rollout(env: Env, turn_ids: bool) -> Path:
     return path
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_codex_turns_keep_their_edits_their_order_and_their_id(env: Env) -> None:
     """The notes' input holds apply_patch edits, each text before the calls made after it, and the
     anchor names the turn: from the rollout's turn_context, else from the Stop hook's turn_id."""
@@ -706,6 +714,7 @@ def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None
     assert "being continued" not in every.text
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_stop_fired_twice_for_one_turn_writes_one_entry(env: Env) -> None:
     env.answers(NOTES.format(topic="double stops"))
     pairs = [("explain the double stop problem please", "Hosts may fire Stop twice.")]
@@ -735,6 +744,7 @@ def test_pre_compact_anchors_to_the_oldest_turn_it_keeps(env: Env) -> None:
     assert excerpt.text.startswith(f"[User]: question {first} ") and "answer 11" in excerpt.text
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_a_claude_only_in_the_users_bin_directory_still_summarizes(env: Env) -> None:
     """An agent launched from an IDE may lack ~/.local/bin on PATH: the worker finds claude there."""
     env.answers(NOTES.format(topic="launcher paths"))
@@ -782,6 +792,7 @@ def test_the_plugin_ships_a_memsearch_entry(env: Env) -> None:
             assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> None:
     env.answers(NOTES.format(topic="compaction"))
     pairs = [(f"question number {i} about the billing service", f"answer {i}") for i in range(4)]
@@ -800,6 +811,7 @@ def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> No
     assert text.count("## Session ") == 1
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_full_loop_start_stop_search_expand_transcript(env: Env) -> None:
     """SessionStart → Stop ×3 → search finds the three entries → expand shows their
     anchors → transcript returns the original turns."""
@@ -895,6 +907,7 @@ def test_codex_install_replaces_the_reference_hooks_and_registers_pre_compact(en
     assert "/hooks" in out and "trust" in out
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_the_recall_skill_steps_chain(env: Env) -> None:
     """The memory-recall skill's commands, run as written: its search step prints the chunk_hash
     its expand step takes; it names its task ($ARGUMENTS), which the Codex copy leaves out."""
@@ -960,6 +973,7 @@ def test_hook_usage_errors(env: Env) -> None:
         assert "not installed" in json.loads(shim.stdout)["systemMessage"]
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_opencode_and_openclaw_summarize_with_their_own_cli(env: Env) -> None:
     """With no provider configured, OpenCode's turns go to `opencode run` and OpenClaw's to
     `openclaw agent --local` (as the reference's plugins do), our hooks off inside them; a host
@@ -988,6 +1002,7 @@ def test_opencode_and_openclaw_summarize_with_their_own_cli(env: Env) -> None:
     assert "'opencode' is not on PATH" in env.hooks_log()
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_opencode_entries_anchor_to_its_session_database(env: Env) -> None:
     """OpenCode hands the turn itself (no transcript file): the anchor names OpenCode's session
     database and the turn's message id (`db:` as the reference writes it), not an empty transcript."""
@@ -1001,6 +1016,7 @@ def test_opencode_entries_anchor_to_its_session_database(env: Env) -> None:
     assert f"<!-- session:ses_1 turn:msg_03 db:{db} -->\n- User asked which cache was picked." in env.log_text()
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_two_sessions_stopping_at_once_write_whole_entries(env: Env) -> None:
     """Two sessions' Stop hooks on the same daily log at the same moment: both entries, each whole, each
     under its own session heading."""

@@ -94,6 +94,7 @@ def _memsearch(args: list[str], env: dict[str, str], cwd: Path, stdin: str = "")
     return proc.stdout
 
 
+@pytest.mark.slow(reason="runs the plugins under node against real `memsearch` subprocesses")
 def test_plugin_tools_against_real_memsearch(tmp_path: Path, model_dir: Path) -> None:
     env = _clean_env(tmp_path / "home")
     config = tmp_path / "home" / ".memsearch" / "config.toml"

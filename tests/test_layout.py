@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parents[1] / "python" / "memsearch_fast"
 
 
@@ -92,6 +94,7 @@ def test_nothing_outside_the_cli_imports_it() -> None:
         assert not cli, f"{name} imports {sorted(cli)}"
 
 
+@pytest.mark.slow(reason="imports each of the package's modules in a fresh interpreter")
 def test_every_module_imports_alone() -> None:
     """In a fresh interpreter each: an order-dependent circle would fail here."""
     names = [n for n in MODULES if not n.endswith("__main__")]
@@ -173,3 +176,26 @@ def test_the_architecture_table_names_every_module() -> None:
         if not any(n in doc for n in names):
             unnamed.append(rel.as_posix())
     assert not unnamed, f"modules docs/architecture.md does not place: {unnamed}"
+
+
+def _slow(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any("mark.slow" in ast.unparse(d) for d in node.decorator_list)
+
+
+def test_every_test_module_has_a_test_in_the_quick_tier() -> None:
+    """`pytest -m "not slow"` is the tier for a change in hand: it must reach every
+    module, so a module all of whose tests are slow keeps its cheapest one quick."""
+    tests = PKG.parents[1] / "tests"
+    only_slow = []
+    for path in sorted(tests.rglob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(_slow(d) for d in ast.walk(tree) if isinstance(d, ast.ClassDef)):
+            continue
+        funcs = [
+            n
+            for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")
+        ]
+        if funcs and all(_slow(f) for f in funcs):
+            only_slow.append(path.relative_to(tests).as_posix())
+    assert not only_slow, f"test modules without a quick test: {only_slow}"

@@ -317,6 +317,7 @@ def test_agent_cli_failures(agents: Path, monkeypatch: pytest.MonkeyPatch, mode:
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow(reason="calls a local LLM server with retries and timeouts")
 def test_agent_cli_timeout_kills_its_process_group(agents: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "hang")
     start = time.monotonic()

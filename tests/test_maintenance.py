@@ -152,6 +152,7 @@ def provider(server: FakeLLMServer, *tasks: str, platform: str = "claude-code") 
     return text
 
 
+@pytest.mark.slow(reason="runs the maintenance worker as a subprocess against a local LLM server")
 def test_session_end_writes_project_user_and_skills_in_the_background(server: TaskServer, project: Project) -> None:
     project.configure(provider(server, "project_review", "user_profile", "memory_to_skill"))
     server.delay = 3.0  # a slow model: the hook must not wait for it
@@ -278,6 +279,7 @@ def test_a_failing_task_is_recorded_and_the_others_still_run(server: TaskServer,
     assert not (project.mem / "PROJECT.md").exists() and (project.mem / "USER.md").exists()
 
 
+@pytest.mark.slow(reason="runs the maintenance worker as a subprocess against a local LLM server")
 def test_codex_without_session_end_maintains_after_a_capture(
     server: TaskServer, project: Project, model_dir: Path
 ) -> None:

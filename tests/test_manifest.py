@@ -386,6 +386,7 @@ def _vectors(store) -> dict[tuple[str, str], list[float]]:
 
 
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
+@pytest.mark.slow(reason="interrupts index runs at many points and repairs them with the real model")
 def test_directory_rename_embeds_nothing_and_equals_a_clean_index(
     tmp_path: Path, store, provider, manifest: bool
 ) -> None:
@@ -546,6 +547,7 @@ print("done", flush=True)
 
 
 @pytest.mark.parametrize("kill_at", ["embed", "upsert", "delete", "delete sources", "flush", "replace"])
+@pytest.mark.slow(reason="interrupts index runs at many points and repairs them with the real model")
 def test_run_killed_at_any_point_is_repaired_by_the_next(
     tmp_path: Path, store, provider, model_dir: Path, kill_at: str
 ) -> None:

@@ -158,6 +158,7 @@ def client(server: tuple[Client, Path]) -> Client:
 # -- tools ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="starts the MCP server as a subprocess with the real model")
 def test_lists_the_four_tools_with_their_schemas(client: Client) -> None:
     tools = {t.name: t for t in client.do(client.session.list_tools()).tools}
     assert set(tools) == TOOLS
@@ -200,6 +201,7 @@ def test_tiers_match_the_cli(corpus: Corpus, client: Client) -> None:
     assert client.ok("memory_search", {"query": QUERY, "min_score": cut})["below_min_score"] == below
 
 
+@pytest.mark.slow(reason="starts the MCP server as a subprocess with the real model")
 def test_expand_get_and_transcript_answer_as_their_commands(corpus: Corpus, client: Client) -> None:
     hit = client.ok("memory_search", {"query": "nginx upload limit", "top_k": 1})[0]
     assert hit["source"] == str(corpus.notes / "memory" / "2026-03-07.md")
@@ -249,6 +251,7 @@ def test_bad_arguments_are_one_line_errors_and_the_server_goes_on(
     assert hits[0]["source"] == str(corpus.notes / "cooking.md")
 
 
+@pytest.mark.slow(reason="starts the MCP server as a subprocess with the real model")
 def test_warm_search_is_fast(client: Client) -> None:
     import time
 
@@ -311,6 +314,7 @@ def test_missing_collection_is_an_error_not_a_crash(corpus: Corpus, tmp_path: Pa
     assert "Traceback" not in (tmp_path / "err.log").read_text()
 
 
+@pytest.mark.slow(reason="starts the MCP server as a subprocess with the real model")
 def test_project_serves_the_collection_the_hooks_write(corpus: Corpus, tmp_path: Path, model_dir: Path) -> None:
     """`mcp --project` in a project reads the per-project collection the agent hooks index."""
     from memsearch_fast.agents.project import locate

@@ -82,6 +82,7 @@ def milvus_235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
+@pytest.mark.slow(reason="starts a Milvus 2.3.5 server")
 def test_milvus_before_2_5_is_refused_in_one_line(milvus_235: str, tmp_path: Path, model_dir: Path) -> None:
     env = make_env(tmp_path / "home")
     notes = tmp_path / "notes"

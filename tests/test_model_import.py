@@ -101,6 +101,7 @@ def converted(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @needs_model
+@pytest.mark.slow(reason="converts the checkpoint to ONNX and quantizes it")
 def test_converted_model_matches_reference(converted: Path) -> None:
     for rel in (
         "onnx/model.onnx",
@@ -135,6 +136,7 @@ def test_int8_model_quantizes_every_weight_matmul(converted: Path) -> None:
 
 
 @needs_model
+@pytest.mark.slow(reason="converts the checkpoint to ONNX and quantizes it")
 def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: Path) -> None:
     """Two processes resolve the default model at once: one converts, both get the same folder.
 
@@ -186,6 +188,7 @@ def test_default_model_missing_says_what_to_do(tmp_path: Path, monkeypatch: pyte
 
 
 @needs_model
+@pytest.mark.slow(reason="converts the checkpoint to ONNX and quantizes it")
 def test_reimport_replaces_atomically(converted: Path, checkpoint: Path) -> None:
     again = import_model(checkpoint, name="all-MiniLM-L6-v2", cache_dir=converted.parent, quantize=False)
     assert again == converted and models.is_model_dir(again)

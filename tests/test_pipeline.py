@@ -100,6 +100,7 @@ def test_index_search_and_noop_reindex(
     assert again.unchanged == 3 and store.count() == report.chunks
 
 
+@pytest.mark.slow(reason="indexes with the real model on a database of its own, run after run")
 def test_edit_insert_delete_and_line_shift_reuse(tmp_path: Path, store, provider) -> None:
     root = tmp_path / "notes"
     long_file = write(root / "long.md", LONG)
@@ -187,6 +188,7 @@ def test_hostile_file_names_round_trip(tmp_path: Path, store, provider, name: st
     assert removed.sources_removed == 1 and store.count() == 1
 
 
+@pytest.mark.slow(reason="indexes with the real model on a database of its own, run after run")
 def test_explicit_file_paths_prune_nothing_else(tmp_path: Path, provider, model_dir: Path) -> None:
     root = tmp_path / "notes"
     a = write(root / "a.md", "# A\nalpha facts\n")
@@ -202,6 +204,7 @@ def test_explicit_file_paths_prune_nothing_else(tmp_path: Path, provider, model_
         assert report.sources_removed == 0 and ms.store.count() == 2
 
 
+@pytest.mark.slow(reason="interrupts a real index run, then runs it again")
 def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path) -> None:
     from tests.helpers.corpus import write_corpus
 
@@ -390,6 +393,7 @@ def test_fresh_rows_are_inserted_and_a_lost_reply_is_settled_by_upsert(tmp_path:
         assert sorted(h for h, _ in store.iter_ids_by_source()) == sorted(p.chunk_id for p in items)
 
 
+@pytest.mark.slow(reason="indexes with the real model on a database of its own, run after run")
 def test_runs_under_the_writer_lock_insert_new_rows(tmp_path: Path, provider) -> None:
     from memsearch_fast.store.manifest import Manifest
 
@@ -418,6 +422,7 @@ def test_runs_under_the_writer_lock_insert_new_rows(tmp_path: Path, provider) ->
         assert len(ids) == len(set(ids)) == inner.count()
 
 
+@pytest.mark.slow(reason="indexes with the real model on a database of its own, run after run")
 def test_a_new_database_opens_while_the_first_batches_embed(tmp_path: Path, model_dir: Path, monkeypatch) -> None:
     """Under the writer lock, a database the run creates has nothing to read:
     the first batches embed while the store opens (here an engine that takes
@@ -488,6 +493,7 @@ def test_dedup_diffs_packed_and_foreign_ids(tmp_path: Path) -> None:
     assert dedup.orphans([str(tmp_path)]) == [] and sorted(dedup.by_source) == ["gone.md"]
 
 
+@pytest.mark.slow(reason="indexes with the real model on a database of its own, run after run")
 def test_drop_waits_for_a_running_writer(tmp_path: Path, model_dir: Path) -> None:
     """The API gives the CLI's guarantee: a drop never cuts a running index of its collection."""
     import threading

@@ -137,6 +137,7 @@ def test_the_keys_the_skills_name_are_real() -> None:
     assert set(re.findall(r"`([a-z_.]+)`", section)) == PROJECT_ALLOWED
 
 
+@pytest.mark.slow(reason="runs the other agents' skill copies as written, through subprocesses")
 def test_memory_config_diagnosis_runs(sh: Shell) -> None:
     _, body = skill("memory-config")
     diagnose = blocks(body)[0]
@@ -193,6 +194,7 @@ def test_the_other_agents_copy_holds_nothing_only_claude_code_reads(name: str) -
 
 
 @pytest.mark.parametrize("agent", ["codex", "opencode", "openclaw"])
+@pytest.mark.slow(reason="runs the other agents' skill copies as written, through subprocesses")
 def test_the_other_agents_copy_runs_as_written(agent: str, sh: Shell) -> None:
     """Read by each agent, every command and option the copy shows exists, its diagnosis runs and
     its switches set that agent's keys."""

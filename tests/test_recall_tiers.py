@@ -89,6 +89,7 @@ def _digest(hit: dict[str, Any]) -> str:
 # -- --budget ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="indexes through the CLI with the real model")
 def test_budget_cuts_json_at_hit_boundaries_and_reports_dropped(
     corpus: Corpus, hits: list[dict[str, Any]], tokens: Any
 ) -> None:
@@ -162,6 +163,7 @@ def test_min_score_drops_low_hits(corpus: Corpus, hits: list[dict[str, Any]]) ->
 # -- get --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="indexes through the CLI with the real model")
 def test_get_prints_lines_of_an_indexed_file(corpus: Corpus) -> None:
     path = corpus.notes / "deploy.md"
     body = NOTES["deploy.md"].split("\n")[:-1]
@@ -190,6 +192,7 @@ def test_get_prints_lines_of_an_indexed_file(corpus: Corpus) -> None:
     assert json.loads(ok(corpus.get(str(link_in), "-j")).stdout)["path"] == str(path.resolve())
 
 
+@pytest.mark.slow(reason="indexes through the CLI with the real model")
 def test_get_refuses_paths_outside_the_index(corpus: Corpus) -> None:
     secret = corpus.root / "secret.md"
     secret.write_text("# Secret\n\ntoken\n", encoding="utf-8")

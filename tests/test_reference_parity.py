@@ -152,6 +152,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     server.close()
 
 
+@pytest.mark.slow(reason="runs memsearch 0.4.23's expand once for every chunk")
 def test_expand_matches_the_reference_for_every_chunk(lab: Lab) -> None:
     hashes = lab.hashes()
     assert len(hashes) >= 6
@@ -168,6 +169,7 @@ def test_expand_matches_the_reference_for_every_chunk(lab: Lab) -> None:
             assert mine.stdout == stdout, call
 
 
+@pytest.mark.slow(reason="runs memsearch 0.4.23's CLI beside ours on one database")
 def test_search_k0_and_result_shape_match_the_reference(lab: Lab) -> None:
     queries = [("cron job", []), ("cron job", ["-k", "0"]), ("upload limit", ["-k", "2"]), ("deploy key", ["-k", "1"])]
     calls = [["search", q, *k, "-j", *lab.embedding, *lab.milvus] for q, k in queries]
@@ -241,6 +243,7 @@ def _normalised_text(text: str) -> str:
     return "\n".join(line for line in lines if line.strip())
 
 
+@pytest.mark.slow(reason="runs memsearch 0.4.23's CLI beside ours on one database")
 def test_compact_matches_the_reference(lab: Lab, tmp_path: Path) -> None:
     llm = ["--llm-provider", "openai", "--llm-base-url", f"{lab.server.url}/v1", "--llm-api-key", KEY]
     # The built-in prompts are each tool's own words; the chunks they carry must agree.
@@ -295,6 +298,7 @@ def _stop(db: Path) -> None:
     broker.stop_server(str(db))
 
 
+@pytest.mark.slow(reason="runs memsearch 0.4.23's CLI beside ours on one database")
 def test_summarize_matches_the_reference(lab: Lab) -> None:
     cfg = Path(lab.env["HOME"]) / ".memsearch" / "config.toml"
     cfg.parent.mkdir(parents=True, exist_ok=True)

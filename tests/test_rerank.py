@@ -235,6 +235,7 @@ def test_two_logit_head_scores_the_positive_class(tmp_path: Path, model_dir: Pat
 # --------------------------------------------------------------------------- search
 
 
+@pytest.mark.slow(reason="converts a cross-encoder and searches through the CLI")
 def test_search_reranks_the_fused_candidates(index: list[str], imported: Path, env: dict[str, str]) -> None:
     fused = search(env, *index, "-k", str(rerank.candidate_count(3)))
     assert len(fused) == rerank.candidate_count(3) == 20
@@ -314,6 +315,7 @@ def test_mcp_search_uses_the_configured_reranker(
 # --------------------------------------------------------------------------- bad values
 
 
+@pytest.mark.slow(reason="converts a cross-encoder and searches through the CLI")
 def test_bad_reranker_values_are_one_line_errors(
     index: list[str], imported: Path, env: dict[str, str], model_dir: Path, tmp_path: Path
 ) -> None:

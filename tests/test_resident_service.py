@@ -100,6 +100,7 @@ def test_status_without_a_service(served, db):
     assert not lite_state.read_state(str(db)) and not db.exists()  # nothing started or created
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(
     served, db, model_dir, tmp_path, monkeypatch
 ):
@@ -140,6 +141,7 @@ def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(
     wait_for(lambda: not roots(db), timeout=10)
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_a_lease_lapses_with_its_holder_or_without_renewal(served, db, model_dir, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -164,6 +166,7 @@ def test_a_lease_lapses_with_its_holder_or_without_renewal(served, db, model_dir
     assert gone and "not running" in gone["error"]
 
 
+@pytest.mark.slow(reason="renews a lease past the idle timeout, then waits for the exit")
 def test_the_service_stays_while_a_lease_lives_then_exits_idle(served, db, model_dir, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -184,6 +187,7 @@ def test_the_service_stays_while_a_lease_lives_then_exits_idle(served, db, model
         holder.wait()
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_a_killed_service_is_restarted_by_the_next_lease(served, db, model_dir, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -214,6 +218,7 @@ def leases_of(db: Path) -> list[str]:
     return sorted(x["holder"] for r in roots(db) for x in r["leases"])
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_memsearch_watch_joins_the_services_watcher(served, db, model_dir, tmp_path, monkeypatch):
     """`memsearch watch` registers its root with the service and prints the service's
     runs as its own: no second watcher, no second model, and Ctrl-C unregisters."""
@@ -263,6 +268,7 @@ def test_memsearch_watch_joins_the_services_watcher(served, db, model_dir, tmp_p
     wait_for(lambda: leases_of(db) == ["s"], timeout=10)  # unregistered; the session's lease keeps the root
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_memsearch_watch_outlives_a_killed_service_and_a_killed_watch_lets_go(served, db, model_dir, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -298,6 +304,7 @@ def load_state(db: Path, name: str) -> str:
         c.close()
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_the_engine_releases_what_nobody_uses(served, db, model_dir, tmp_path, monkeypatch):
     """Milvus Lite holds a loaded collection whole in the engine (about 50 MB each): the service
     releases a collection and its spans once idle (MEMSEARCH_ENGINE_IDLE_S), never one that a run is
@@ -329,6 +336,7 @@ def test_the_engine_releases_what_nobody_uses(served, db, model_dir, tmp_path, m
     wait_for(lambda: load_state(db, "notes") == "NotLoad", 30)
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_past_the_cap_the_least_recently_used_collection_is_released(served, db, model_dir, tmp_path, monkeypatch):
     """MEMSEARCH_ENGINE_LOADED caps the collections kept loaded: searching a second project
     releases the first's (used longest ago) within seconds, long before the idle time."""
@@ -375,6 +383,7 @@ def index_runs(db: Path) -> int:
     return int(st["index_runs"])
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, model_dir, tmp_path, monkeypatch):
     """Where the service has the model loaded, `memsearch index` hands it the run
     (no second model); the output, the report and the rows are an in-process run's."""
@@ -415,6 +424,7 @@ def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, mo
         broker.stop_server(str(fresh))
 
 
+@pytest.mark.slow(reason="indexes 400 KB in the service to interrupt it mid-run")
 def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, model_dir, tmp_path, monkeypatch):
     """SIGTERM (or Ctrl-C) of a `memsearch index` that the service runs: the service
     writes and flushes what was embedded, the CLI exits 130; the next run finishes it."""
@@ -449,6 +459,7 @@ def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, mo
     assert done["embedded"] < done["chunks"]  # what the interrupted run wrote is not embedded again
 
 
+@pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_an_index_run_cancelled_while_it_waits_for_the_writer_lets_the_lock_go(
     served, db, model_dir, tmp_path, monkeypatch
 ):

@@ -57,6 +57,7 @@ def imported(stderr: str, module: str) -> bool:
     return any(line.rstrip().endswith(f"| {module}") for line in stderr.splitlines() if line.startswith("import time"))
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_dir, corpus):
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
     st = lite_state.read_state(str(db))
@@ -90,6 +91,7 @@ def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_d
     assert json.loads(out.stdout) == hits
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_the_default_model_is_answered_under_its_recorded_name(env, db, corpus):
     env = dict(env, MEMSEARCH_OFFLINE="1")  # the default model from its packaged checkpoint
     assert cli(env, db, None, "index", str(corpus), "-q").returncode == 0
@@ -99,6 +101,7 @@ def test_the_default_model_is_answered_under_its_recorded_name(env, db, corpus):
     assert fast.stdout == own.stdout and "advisory lock" in json.loads(fast.stdout)[0]["content"]
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_server_answers_after_the_index_changes(env, db, model_dir, corpus):
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
     before = json.loads(cli(env, db, model_dir, "search", "quokka feeding schedule", "-j", "-k", "1").stdout)
@@ -109,6 +112,7 @@ def test_server_answers_after_the_index_changes(env, db, model_dir, corpus):
     assert "quokka" in after[0]["content"]
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_missing_collection_and_bad_requests_leave_it_to_the_cli(env, db, model_dir, corpus):
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
     out = cli(env, db, model_dir, "search", "x", "--collection", "ghost")
@@ -131,6 +135,7 @@ def test_missing_collection_and_bad_requests_leave_it_to_the_cli(env, db, model_
     assert "libvips" in json.loads(good.stdout)[0]["content"]
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_a_server_from_before_an_upgrade_does_not_answer(env, db, model_dir, corpus):
     import memsearch_fast
 
@@ -149,6 +154,7 @@ def test_a_server_from_before_an_upgrade_does_not_answer(env, db, model_dir, cor
 
 
 @pytest.mark.parametrize("unload", ["1", "5m"])  # a value that is no number of seconds is the default
+@pytest.mark.slow(reason="waits out the server's idle timeout")
 def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir, corpus, unload):
     env = dict(env, MEMSEARCH_LITE_IDLE_TIMEOUT="3", MEMSEARCH_SEARCH_UNLOAD_S=unload)
     assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
@@ -164,6 +170,7 @@ def test_a_server_that_serves_searches_still_exits_when_idle(env, db, model_dir,
     assert not os.path.exists(lite_sockets.search_socket(lite_sockets.socket_path(str(db), pid)))
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_with_a_saved_copy_a_search_starts_the_server_and_asks_it(env, db, model_dir, corpus):
     """No server runs, but the service's in-memory copy is saved beside the
     database: the CLI starts the server and its service answers from the saved

@@ -145,6 +145,7 @@ def git_log(root: Path) -> list[str]:
 # -- the store, both tools -------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="runs skill commands as subprocesses on a real store")
 def test_an_empty_store_reads_the_same_and_stays_empty(project: Project) -> None:
     project.both_agree()
     assert ok(project.ours("list")).stdout == "No skills in the store yet.\n"
@@ -162,6 +163,7 @@ def test_an_empty_store_reads_the_same_and_stays_empty(project: Project) -> None
     assert not (project.root / ".memsearch").exists()  # reading creates nothing
 
 
+@pytest.mark.slow(reason="runs skill commands as subprocesses on a real store")
 def test_one_store_two_tools(project: Project, tmp_path: Path) -> None:
     ref = project.ref(
         "add", "--name", "Run Tests", "--description", "Run the suite. Use to test.", "--body-file", "-", stdin=BODY
@@ -246,6 +248,7 @@ def _normalized(value: Any, root: Path) -> Any:
     return value.replace(str(root), "<P>") if isinstance(value, str) else value
 
 
+@pytest.mark.slow(reason="runs skill commands as subprocesses on a real store")
 def test_commands_write_and_print_what_the_reference_does(tmp_path: Path) -> None:
     """The same commands in two projects, ours in one, the reference in the other."""
     a, b = (Project((tmp_path / n).resolve(), tmp_path / "home") for n in ("a", "b"))
@@ -334,6 +337,7 @@ def test_memsearch_dir_moves_the_store_for_both_tools(project: Project) -> None:
     project.both_agree()
 
 
+@pytest.mark.slow(reason="runs skill commands as subprocesses on a real store")
 def test_names_and_symlinks_cannot_escape(project: Project, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -498,6 +502,7 @@ DEPLOY = {
 }
 
 
+@pytest.mark.slow(reason="runs skill commands as subprocesses on a real store")
 def test_distill_mines_journals_and_follows_the_due_logic(server: FakeLLMServer, project: Project) -> None:
     configure(project, provider_config(server))
     memory = journals(project)

@@ -78,6 +78,7 @@ def test_a_basis_is_fitted_kept_in_a_description_and_read_back(
     assert min(kept) > 0.6 and float(np.mean(kept)) > 0.8
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_span_vectors_in_fewer_dimensions_are_searched_copied_and_reused(
     corpus: Path, db: Path, model_dir: Path, fewer: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,6 +129,7 @@ def test_span_vectors_in_fewer_dimensions_are_searched_copied_and_reused(
         assert "47113" in hits[0]["content"]
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_first_write_too_small_to_fit_on_keeps_every_dimension(
     corpus: Path, tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,6 +141,7 @@ def test_a_first_write_too_small_to_fit_on_keeps_every_dimension(
         assert hits
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_long_lived_process_searches_on_when_another_makes_the_collection_anew_in_fewer_dimensions(
     corpus: Path, db: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,6 +171,7 @@ def spanned(ms: MemSearch) -> set[str]:
     return {r["chunk_hash"] for r in rows if spans(r["content"], r["heading"], int(r["start_line"]))}
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_collection_of_every_dimension_is_stored_again_in_fewer_once_it_has_grown(
     corpus: Path, db: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -281,6 +285,7 @@ def refused_saved_files(path: Path) -> None:
     assert saved_copy._parse(without_own, 384) is None  # codes of the basis's width grouped as if whole
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_copy_holds_span_codes_in_the_basis_and_starts_again_from_its_saved_file(
     corpus: Path, db: Path, model_dir: Path, fewer: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,6 +316,7 @@ def test_a_copy_holds_span_codes_in_the_basis_and_starts_again_from_its_saved_fi
             assert "47113" in hits[0]["content"]
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_copy_is_read_again_whole_once_its_collection_is_stored_in_fewer_dimensions(
     corpus: Path, db: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -342,6 +348,7 @@ def test_a_copy_is_read_again_whole_once_its_collection_is_stored_in_fewer_dimen
         assert_same_ranking(ours, store.search(vec, text, top_k=5, source_prefix=None))
 
 
+@pytest.mark.slow(reason="indexes a corpus with the real model and fits span vectors in fewer dimensions")
 def test_a_server_that_keeps_no_basis_gets_every_dimension_and_no_refit(
     corpus: Path, tmp_path: Path, model_dir: Path, fewer: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -152,6 +152,7 @@ def embedding_text_of(content: str) -> str:
     return clean_content_for_embedding(content) or content
 
 
+@pytest.mark.slow(reason="indexes with the real model and searches its span vectors")
 def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path) -> None:
     with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(tmp_path / "m.db")) as ms:
         index(ms)
@@ -212,6 +213,7 @@ def test_a_chunk_whose_spans_are_all_stored_is_reused_not_embedded(
         assert ms.store.spans.chunk_hashes() == spanned(ms)
 
 
+@pytest.mark.slow(reason="indexes with the real model and searches its span vectors")
 def test_a_collection_indexed_before_spans_gets_them_in_one_run(
     notes: Path, tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -230,6 +232,7 @@ def test_a_collection_indexed_before_spans_gets_them_in_one_run(
         assert ms.store.spans.chunk_hashes() == spanned(ms)
 
 
+@pytest.mark.slow(reason="indexes with the real model and searches its span vectors")
 def test_spans_a_killed_run_left_out_are_added_by_the_next(notes: Path, tmp_path: Path, model_dir: Path) -> None:
     """A run killed after its chunks and before their spans leaves no trusted manifest
     (it is withdrawn before the first write): the next run reconciles every chunk."""
@@ -355,6 +358,7 @@ def test_where_a_chunks_own_vector_matched_its_best_item_counts_not_the_whole_ch
         assert with_words([("s", 0.5)], {"s": hit}, rows, question)[1] == {"s": found / asked}
 
 
+@pytest.mark.slow(reason="indexes with the real model and searches its span vectors")
 def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_dir: Path, env: dict[str, str]) -> None:
     """``search --explain`` (text and ``-j``) says which lines gave a hit its dense score;
     ``index -j`` tells the span pass's progress."""
@@ -391,6 +395,7 @@ def test_explain_names_the_line_that_matched(notes: Path, tmp_path: Path, model_
         broker.stop_server(str(db))
 
 
+@pytest.mark.slow(reason="indexes with the real model and searches its span vectors")
 def test_spans_are_stored_as_float16_and_a_float32_collection_made_before_still_works(
     notes: Path, tmp_path: Path, model_dir: Path
 ) -> None:

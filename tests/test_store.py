@@ -245,6 +245,7 @@ def test_upsert_count_get_flush_reopen(db):
     s2.close()
 
 
+@pytest.mark.slow(reason="opens Milvus Lite databases of its own, some in fresh processes")
 def test_new_process_searches_without_load_errors(db):
     vecs = unit(3)
     s = MilvusStore(db, dimension=DIM)
@@ -485,6 +486,7 @@ ref.close()
 """
 
 
+@pytest.mark.slow(reason="opens Milvus Lite databases of its own, some in fresh processes")
 def test_reference_collection_is_readable_by_us(db):
     vecs = unit(4, seed=21)
     rows = [make_row(i, vecs[i], content=f"reference row {FRUIT[i]}", source=f"r/{i}.md") for i in range(4)]
@@ -501,6 +503,7 @@ def test_reference_collection_is_readable_by_us(db):
     s.close()
 
 
+@pytest.mark.slow(reason="opens Milvus Lite databases of its own, some in fresh processes")
 def test_our_collection_is_readable_by_reference(db):
     vecs = unit(4, seed=22)
     s = MilvusStore(db, dimension=DIM)
@@ -656,6 +659,7 @@ def test_bm25_ignores_spaces_and_punctuation(store):
     assert _sparse_only(store, "数据库迁移") == [1]
 
 
+@pytest.mark.slow(reason="opens Milvus Lite databases of its own, some in fresh processes")
 def test_a_collection_with_the_older_analyzer_keeps_working(db):
     s = MilvusStore(db, dimension=DIM)
     s.drop()

@@ -134,6 +134,7 @@ s.close()
 """
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_two_processes_insert_and_search_concurrently(db):
     here = str(Path(__file__).resolve().parent)
     procs = [run_py(WRITER, db, here), run_py(SEARCHER, db)]
@@ -149,6 +150,7 @@ def test_two_processes_insert_and_search_concurrently(db):
     assert writer["pid"] == searcher["pid"]  # one server owned the database throughout
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_kill_9_server_then_next_open_recovers(db):
     s = MilvusStore(db, dimension=DIM)
     s.upsert(rows(0, 40))
@@ -205,6 +207,7 @@ def test_record_naming_a_foreign_live_pid_is_not_killed(db):
     s.close()
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_idle_server_exits_and_removes_its_record(db, monkeypatch):
     monkeypatch.setenv(lite_settings.ENV_IDLE, "1.5")
     s = MilvusStore(db, dimension=DIM)
@@ -235,6 +238,7 @@ def test_database_held_elsewhere_is_a_clear_error(db, monkeypatch, capfd):
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_embedded_second_process_fails_cleanly(db, monkeypatch):
     monkeypatch.setenv(lite_settings.ENV_MODE, "embedded")
 
@@ -269,6 +273,7 @@ def test_embedded_second_process_fails_cleanly(db, monkeypatch):
 
 
 @pytest.mark.skipif(LITE_MAJOR != 2, reason="Milvus Lite 2.x runs its engine as a separate binary")
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_embedded_waits_for_a_slow_engine(db, tmp_path, monkeypatch):
     """An engine that takes seconds to listen (a loaded machine) is waited for.
 
@@ -408,6 +413,7 @@ def test_server_whose_socket_is_removed_makes_way(db, monkeypatch):
     s2.close()
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_a_removed_database_is_never_served_in_place_of_the_new_one(db, monkeypatch):
     """`rm` of the database to rebuild the index: the next open gets a new database
     at the path, not the deleted file the old server still holds (whose writes
@@ -450,7 +456,7 @@ ms.close()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="stays idle 80 s, past the engine's ping allowance")
 def test_an_idle_client_is_not_cut_off_by_the_engine(db, tmp_path, model_dir):
     """pymilvus 3.x pings every 10 s even without a call in flight, and Milvus Lite
     2.5's engine, which allows one ping in 5 minutes, answered the first call

@@ -33,6 +33,7 @@ def home(tmp_path: Path, model_dir: Path):
     broker.stop_server(str(home / ".memsearch" / "milvus-fast.db"))
 
 
+@pytest.mark.slow(reason="builds a Milvus Lite 3.x database and runs the CLI and hooks beside it")
 def test_the_default_3x_database_is_left_and_the_index_goes_beside_it(home: Path, tmp_path: Path) -> None:
     env = make_env(home)
     old = home / ".memsearch" / "milvus.db"
@@ -73,6 +74,7 @@ def test_session_start_says_where_the_index_goes_once(home: Path, tmp_path: Path
     assert "milvus: ~/.memsearch/milvus-fast.db" in second and "3.x" not in second
 
 
+@pytest.mark.slow(reason="builds a Milvus Lite 3.x database and runs the CLI and hooks beside it")
 def test_a_3x_database_named_explicitly_is_refused_and_stops_a_watcher(home: Path, tmp_path: Path) -> None:
     env = make_env(home)
     other = tmp_path / "other" / "m.db"
@@ -108,6 +110,7 @@ def test_the_watch_loop_ends_on_a_refused_database(tmp_path: Path, model_dir: Pa
     assert "3.x" in seen[0][1]
 
 
+@pytest.mark.slow(reason="builds a Milvus Lite 3.x database and runs the CLI and hooks beside it")
 def test_session_start_reports_a_refused_database(home: Path, tmp_path: Path) -> None:
     other = tmp_path / "other" / "m.db"
     make_lite3_database(other)
@@ -118,6 +121,7 @@ def test_session_start_reports_a_refused_database(home: Path, tmp_path: Path) ->
     assert "ERROR:" in status and "3.x" in status and "memory search disabled" in status
 
 
+@pytest.mark.slow(reason="builds a Milvus Lite 3.x database and runs the CLI and hooks beside it")
 def test_only_the_default_path_is_redirected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from memsearch_fast.lite import fallback
 

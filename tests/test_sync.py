@@ -83,6 +83,7 @@ def sources(hits: list[dict[str, Any]]) -> set[str]:
     return {h["source"] for h in hits}
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_edit_is_found_by_search_sync_right_after(tmp_path: Path, cli: Cli) -> None:
     root = tree(tmp_path / "notes")
     age(root)
@@ -108,6 +109,7 @@ def test_edit_is_found_by_search_sync_right_after(tmp_path: Path, cli: Cli) -> N
     assert hits[0]["source"] == str(new.resolve())
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_unchanged_tree_costs_a_stat_per_file(tmp_path: Path, cli: Cli, env: dict[str, str]) -> None:
     root = tree(tmp_path / "notes")
     for i in range(20):
@@ -128,6 +130,7 @@ def test_unchanged_tree_costs_a_stat_per_file(tmp_path: Path, cli: Cli, env: dic
     assert report is None
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_deleted_file_hits_disappear(tmp_path: Path, cli: Cli, db: Path) -> None:
     root = tree(tmp_path / "notes")
     cli.index(root)
@@ -141,6 +144,7 @@ def test_deleted_file_hits_disappear(tmp_path: Path, cli: Cli, db: Path) -> None
     assert str(deploy.resolve()) not in sources(hits) and hits  # the other files still answer
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_sync_failure_warns_in_one_line_and_still_searches(tmp_path: Path, cli: Cli) -> None:
     root = tree(tmp_path / "notes")
     cli.index(root)
@@ -172,6 +176,7 @@ def test_sync_failure_warns_in_one_line_and_still_searches(tmp_path: Path, cli: 
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("warning: sync skipped: no indexed paths recorded")
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_paths_a_watcher_holds_are_left_to_it(tmp_path: Path, cli: Cli, db: Path) -> None:
     root = tree(tmp_path / "notes")
     cli.index(root)
@@ -188,6 +193,7 @@ def test_paths_a_watcher_holds_are_left_to_it(tmp_path: Path, cli: Cli, db: Path
     assert report is not None and report["status"] == "synced" and "heron" in hits[0]["content"]
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_a_running_index_is_not_waited_for(tmp_path: Path, cli: Cli, db: Path) -> None:
     root = tree(tmp_path / "notes")
     cli.index(root)
@@ -203,6 +209,7 @@ def test_a_running_index_is_not_waited_for(tmp_path: Path, cli: Cli, db: Path) -
         os.close(fd)
 
 
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_reset_forgets_the_recorded_paths(tmp_path: Path, cli: Cli, db: Path) -> None:
     root = tree(tmp_path / "notes")
     cli.index(root)
@@ -273,6 +280,7 @@ def test_search_sync_is_a_config_key(tmp_path: Path, cli: Cli) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root")
+@pytest.mark.slow(reason="indexes, then searches with sync, through CLI subprocesses")
 def test_a_record_or_manifest_planted_by_another_user_is_ignored(tmp_path: Path, cli: Cli, db: Path) -> None:
     """In a shared sticky directory another user can create the database's sidecars first:
     their recorded roots are never indexed, their manifest never trusted."""

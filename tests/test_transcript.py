@@ -429,6 +429,7 @@ def _invoke_ours(args: list[str]) -> tuple[int, str]:
     held=st.sampled_from([1, 2, stream.HELD_TURNS]),
     tracked=st.sampled_from([1, stream.TRACKED_CALLS]),
 )
+@pytest.mark.slow(reason="runs memsearch 0.4.23's transcript beside ours on generated sessions")
 def test_generated_sessions_match_reference(
     tmp_path_factory: pytest.TempPathFactory, rows: list[Any], turn: str | None, context: int, held: int, tracked: int
 ) -> None:
@@ -674,8 +675,8 @@ def _peak_rss(*args: str) -> tuple[int, str]:
     return int(proc.stderr.strip().splitlines()[-1]), proc.stdout
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the peak from /proc (Linux)")
+@pytest.mark.slow(reason="streams a transcript of many MB to measure peak memory")
 def test_large_transcript_streams_in_bounded_memory(tmp_path: Path) -> None:
     """A 50 MB session (large tool outputs, some calls never answered, which forces a
     read-ahead) costs a few MB over the interpreter's own footprint, whatever the mode."""

@@ -177,6 +177,7 @@ def test_a_configured_index_is_asked_in_the_background_once_a_day(env: Env, inde
     assert "update" not in line  # up to date now
 
 
+@pytest.mark.slow(reason="runs hooks as subprocesses against a local update server")
 def test_a_slow_or_dead_index_never_holds_the_hook(env: Env, index: Index) -> None:
     index.delay = 6.0
     _, took = env.status(MEMSEARCH_UPDATE_URL=index.url)

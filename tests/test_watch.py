@@ -46,6 +46,7 @@ def clean_index(
         broker.stop_server(str(fresh))
 
 
+@pytest.mark.slow(reason="runs `memsearch watch` subprocesses and waits for their events")
 def test_watch_follows_edits_renames_and_deletes(
     tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
 ) -> None:
@@ -86,6 +87,7 @@ def test_watch_follows_edits_renames_and_deletes(
     assert w.next("stopped")["reason"] == "stopped"
 
 
+@pytest.mark.slow(reason="runs `memsearch watch` subprocesses and waits for their events")
 def test_watch_inside_a_hidden_root(tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path) -> None:
     """An agent's memory lives in `.memsearch/memory`: events below a hidden root count."""
     root = tmp_path / "proj" / ".memsearch" / "memory"
@@ -104,6 +106,7 @@ def test_watch_inside_a_hidden_root(tmp_path: Path, db: Path, env: dict[str, str
         assert w.stop() == 0
 
 
+@pytest.mark.slow(reason="runs `memsearch watch` subprocesses and waits for their events")
 def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path) -> None:
     root = tmp_path / "notes"
     write(root / "a.md", "# Alpha\ncats\n")
@@ -128,6 +131,7 @@ def test_one_watcher_per_database_and_roots(tmp_path: Path, db: Path, env: dict[
         first.stop()
 
 
+@pytest.mark.slow(reason="runs `memsearch watch` subprocesses and waits for their events")
 def test_watcher_exits_when_its_roots_are_deleted(
     tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
 ) -> None:
@@ -140,6 +144,7 @@ def test_watcher_exits_when_its_roots_are_deleted(
     assert w.wait() == 0
 
 
+@pytest.mark.slow(reason="runs `memsearch watch` subprocesses and waits for their events")
 def test_start_stop_cycles_leave_no_watcher_behind(
     tmp_path: Path, db: Path, env: dict[str, str], model_dir: Path
 ) -> None:

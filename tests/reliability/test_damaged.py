@@ -84,6 +84,7 @@ def damaged_line(proc, db: Path) -> str:  # type: ignore[no-untyped-def]
     return line
 
 
+@pytest.mark.slow(reason="damages a database at several offsets and opens each")
 def test_garbage_in_the_middle_is_never_served_as_a_smaller_collection(
     indexed: tuple[Path, Path, dict[str, str], int], model_dir: Path
 ) -> None:
@@ -106,6 +107,7 @@ def test_garbage_in_the_middle_is_never_served_as_a_smaller_collection(
     assert not os.path.lexists(damage.marker_path(str(db)))
 
 
+@pytest.mark.slow(reason="damages a real database under its server and rebuilds it from the notes")
 def test_a_load_failure_seen_by_another_client_stops_the_server(
     indexed: tuple[Path, Path, dict[str, str], int],
 ) -> None:
@@ -134,6 +136,7 @@ def test_a_load_failure_seen_by_another_client_stops_the_server(
     damaged_line(memsearch(["stats", "--milvus-uri", str(db)], env), db)
 
 
+@pytest.mark.slow(reason="damages a real database under its server and rebuilds it from the notes")
 def test_a_replaced_database_is_tried_again(indexed: tuple[Path, Path, dict[str, str], int]) -> None:
     """The marker holds the file's identity: a good copy put in its place is served."""
     _notes, db, env, chunks = indexed
@@ -192,6 +195,7 @@ def test_read_only_database_names_the_cause(indexed: tuple[Path, Path, dict[str,
         os.chmod(db, 0o600)
 
 
+@pytest.mark.slow(reason="damages a real database under its server and rebuilds it from the notes")
 def test_an_engine_error_that_is_not_damage_marks_nothing(work: Path) -> None:
     """A BM25 search of an empty collection fails inside segcore ("NaN or Inf value") on
     Milvus Lite 2.x: an error of the request, not of the database."""
@@ -210,6 +214,7 @@ def test_an_engine_error_that_is_not_damage_marks_nothing(work: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow(reason="damages a real database under its server and rebuilds it from the notes")
 def test_rebuild_by_removing_the_database_under_its_server(tmp_path: Path, model_dir: Path) -> None:
     """`rm m.db m.db.*` while its server runs, then `index` at once, again and again: the new
     server waits for the old one (which notices and exits) instead of failing "open in another process"."""

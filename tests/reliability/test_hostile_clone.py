@@ -321,6 +321,7 @@ def test_a_memsearch_link_out_of_home_is_refused(user: Home, tmp_path: Path) -> 
 # -- 9. SessionEnd right after SessionStart ---------------------------------------------------------
 
 
+@pytest.mark.slow(reason="runs the agent hooks and their watcher as subprocesses on a cloned project")
 def test_session_end_right_after_session_start_leaves_no_watcher(user: Home) -> None:
     repo = user.clone(lambda r: None)
     memory = repo / ".memsearch" / "memory"

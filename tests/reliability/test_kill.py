@@ -113,6 +113,7 @@ def _delay(seed: int, window: Window, from_writes: bool) -> float:
 
 
 @pytest.mark.parametrize("point", range(COLD_POINTS))
+@pytest.mark.slow(reason="a kill -9 at each of six seeded points of a cold index, then a repair run")
 def test_kill9_during_a_cold_index(lab: Lab, point: int) -> None:
     """Kill points over the whole run (embedding, before any row) and over its writes."""
     from_writes = point % 2 == 1
@@ -128,6 +129,7 @@ def test_kill9_during_a_cold_index(lab: Lab, point: int) -> None:
 
 
 @pytest.mark.parametrize("point", range(WARM_POINTS))
+@pytest.mark.slow(reason="kills a real `memsearch index` (or its server) mid-run, then indexes again")
 def test_kill9_during_an_incremental_index(lab: Lab, point: int) -> None:
     from_writes = point % 2 == 1
     delay = _delay(SEED * 2000 + point, lab.warm, from_writes)
@@ -143,6 +145,7 @@ def test_kill9_during_an_incremental_index(lab: Lab, point: int) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow(reason="kills a real `memsearch index` (or its server) mid-run, then indexes again")
 def test_sigint_and_sigterm_write_what_is_done_and_exit_130(lab: Lab, sig: int) -> None:
     db = lab.base / f"{signal.Signals(sig).name}.db"
     try:
@@ -157,6 +160,7 @@ def test_sigint_and_sigterm_write_what_is_done_and_exit_130(lab: Lab, sig: int) 
         lite_broker.stop_server(str(db))
 
 
+@pytest.mark.slow(reason="kills a real `memsearch index` (or its server) mid-run, then indexes again")
 def test_kill9_of_the_lite_server_during_an_index(lab: Lab) -> None:
     """The server (and its engine) killed under a running index: the run re-attaches to a new
     server or fails in one line, never hangs; the next run completes the index."""
@@ -187,6 +191,7 @@ def test_kill9_of_the_lite_server_during_an_index(lab: Lab) -> None:
 # -- bad inputs ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="kills a real `memsearch index` (or its server) mid-run, then indexes again")
 def test_bad_inputs_fail_one_line_each_and_the_rest_is_indexed(tmp_path: Path, model_dir: Path) -> None:
     root = tmp_path / "notes"
     bad = bad_corpus(root, SEED + 1)

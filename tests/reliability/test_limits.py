@@ -42,6 +42,7 @@ def long_line_db(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> I
             os.environ[lite_settings.ENV_MODE] = saved
 
 
+@pytest.mark.slow(reason="indexes through the CLI with the real model on a database of its own")
 def test_top_k_above_the_engine_limit_gets_our_message(long_line_db: Indexed, model_dir: Path) -> None:
     db, env = long_line_db
     common = ["--milvus-uri", str(db), "-m", str(model_dir)]
@@ -66,6 +67,7 @@ def test_expand_of_a_chunk_from_a_20mb_line_is_bounded(long_line_db: Indexed, mo
     assert hit["content"].strip()[:200] in data["content"]
 
 
+@pytest.mark.slow(reason="indexes through the CLI with the real model on a database of its own")
 def test_a_file_over_the_size_limit_is_reported_and_the_rest_indexed(tmp_path: Path, model_dir: Path) -> None:
     """A file's chunks are held together, so one file's size bounds a run's memory: a file over
     the limit (default 16 MB, MEMSEARCH_MAX_FILE_MB) is one failed file with its reason."""

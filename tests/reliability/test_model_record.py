@@ -53,6 +53,7 @@ def recorded(db: Path) -> EmbeddingModel | None:
         store.close()
 
 
+@pytest.mark.slow(reason="indexes one collection with two models (and memsearch 0.4.23) through the CLI")
 def test_a_collection_records_its_model_and_refuses_another(work: Path, model_dir: Path) -> None:
     notes = work / "notes"
     corpus(notes, 5_000, seed=41)
@@ -102,6 +103,7 @@ def test_memsearch_0423_reads_and_writes_a_recorded_collection(work: Path, model
     ok(memsearch(["search", "cache", "--milvus-uri", str(db), "-m", str(model_dir)], env))
 
 
+@pytest.mark.slow(reason="indexes one collection with two models (and memsearch 0.4.23) through the CLI")
 def test_a_collection_without_a_record_is_judged_by_its_chunk_ids(work: Path, model_dir: Path) -> None:
     """Created by memsearch 0.4.23 (no record), then indexed by us: the ids tell the model."""
     notes = work / "notes"

@@ -142,6 +142,7 @@ def indexed(tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
         stop_servers(tmp_path)
 
 
+@pytest.mark.slow(reason="indexes, then reads a database made read-only, through CLI subprocesses")
 def test_readers_work_on_a_read_only_database_directory(indexed: tuple[Path, Path, dict], model_dir: Path) -> None:
     notes, db, env = indexed
     want = json.loads(ok(memsearch(["stats", "--milvus-uri", str(db), "-j"], env)).stdout)
@@ -172,6 +173,7 @@ def test_readers_work_on_a_read_only_database_directory(indexed: tuple[Path, Pat
     assert listing(db.parent) == before  # nothing was created or changed beside the database
 
 
+@pytest.mark.slow(reason="indexes, then reads a database made read-only, through CLI subprocesses")
 def test_a_read_only_database_file_in_a_writable_directory(indexed: tuple[Path, Path, dict], model_dir: Path) -> None:
     notes, db, env = indexed
     db.chmod(0o444)
@@ -204,6 +206,7 @@ def test_a_new_database_in_a_read_only_directory(tmp_path: Path, model_dir: Path
             ro.chmod(0o755)
 
 
+@pytest.mark.slow(reason="indexes, then reads a database made read-only, through CLI subprocesses")
 def test_a_directory_made_read_only_under_a_running_server(indexed: tuple[Path, Path, dict]) -> None:
     """Its record is beside the database, where this user's readers no longer look
     first; they use that server (a second one could not open the database)."""

@@ -204,6 +204,7 @@ def test_fifo_sidecars_do_not_hang(dbdir: Path) -> None:
 # -- records that lie ----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers to forge and check their records")
 def test_forged_record_does_not_redirect_to_another_database(dbdir: Path) -> None:
     """`m.db`'s record forged to name the server of `m.db2.db` (whose command line contains
     `m.db` as a substring): clients of `m.db` still reach `m.db`, and `m.db2.db`'s server lives."""
@@ -236,6 +237,7 @@ def test_forged_record_does_not_redirect_to_another_database(dbdir: Path) -> Non
     assert lite_broker.server_status(b)["pid"] == b_st["pid"] and count(b) == 5
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers to forge and check their records")
 def test_stale_record_naming_another_databases_server_does_not_kill_it(dbdir: Path) -> None:
     """A stale record of `m.db` whose pid (and engine pid) now belong to `m.db2.db`'s server."""
     a, b = str(dbdir / "m.db"), str(dbdir / "m.db2.db")
@@ -318,6 +320,7 @@ def serve_tcp(db: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     raise AssertionError("the TCP server did not start")
 
 
+@pytest.mark.slow(reason="starts Milvus Lite servers to forge and check their records")
 def test_tcp_server_is_checked_by_its_listening_port(dbdir: Path) -> None:
     """A `--port` server is attached to when it owns the recorded port (the 2.x engine
     listens on an IPv4-mapped IPv6 socket); a record naming another server's port is not followed."""

@@ -48,6 +48,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     stop_servers(tmp_path)
 
 
+@pytest.mark.slow(reason="two real writers on one collection, the second waiting for the first")
 def test_second_writer_waits_and_indexes_the_tree_the_first_left(work: Path, model_dir: Path) -> None:
     notes = work / "notes"
     files = corpus(notes, 60_000, seed=11)
@@ -96,6 +97,7 @@ def test_second_writer_waits_and_indexes_the_tree_the_first_left(work: Path, mod
     assert_same(got, dump(clean), "after two waiting writers")
 
 
+@pytest.mark.slow(reason="two real writers on one collection, the second waiting for the first")
 def test_watch_run_waits_for_the_writer_and_reset_too(work: Path, model_dir: Path) -> None:
     notes = work / "notes"
     corpus(notes, 20_000, seed=12)
