@@ -1,15 +1,17 @@
 """Shared fixtures: the test model, the bundled sample, the subprocesses' environment.
 
 Tiers come from what a test uses (``pytest_collection_modifyitems``): the
-fixtures it requests mark it ``model`` (the real ONNX model), ``lite`` (a
-Milvus Lite database) or ``e2e`` (a ``memsearch``, hook or server
-subprocess); a module whose every test drives a subprocess says so with
-``pytestmark``. ``slow`` is set by hand, with the reason.
+fixtures it requests mark it ``model`` (the real ONNX model) or ``lite`` (a
+Milvus Lite database); ``e2e`` (a ``memsearch``, hook, agent or server
+subprocess) is read from its code, its fixtures' and the helpers they call.
+``slow`` is set by hand, with the reason.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,11 +23,45 @@ from tests.helpers.model import MISSING, cache_root, find_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
+TESTS = ROOT / "tests"
 
 #: Fixtures that open a Milvus Lite database (a server process per database).
-LITE_FIXTURES = {"db", "indexed", "store", "work", "long_line_db", "dbdir", "uri", "lab", "served", "embedded"}
-#: Fixtures that run ``memsearch``, a hook, an agent or a server as a subprocess.
-E2E_FIXTURES = {"env", "cli_env", "cli", "project", "home", "server", "milvus_server", "milvus_235", "shared_server"}
+LITE_FIXTURES = {"db", "indexed", "store", "work", "long_line_db", "dbdir", "lab", "served", "pristine", "user"}
+#: What starts a subprocess in a test's code, its fixtures' or the helpers of
+#: its module that they call (a name of tests/helpers included).
+SPAWNS = ("subprocess", "Popen", "sys.executable", "os.fork", "multiprocessing")
+
+
+def _spawns(item: pytest.Item) -> bool:
+    """Whether the test, a fixture it requests, or a function of its module or
+    of tests/helpers that they call, starts a process (read from the source)."""
+    func = getattr(item, "function", None)
+    if func is None:
+        return False
+    funcs = [func]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        funcs.extend(d.func for d in defs)
+    seen: set[object] = set()
+    while funcs:
+        f = inspect.unwrap(funcs.pop())
+        if f in seen or not callable(f):
+            continue
+        seen.add(f)
+        module = inspect.getmodule(f)
+        if module is None or not str(getattr(module, "__file__", "")).startswith(str(TESTS)):
+            continue  # pytest's own fixtures, the package under test
+        try:
+            source = inspect.getsource(f)
+        except (OSError, TypeError):
+            continue
+        if any(token in source for token in SPAWNS):
+            return True
+        for name in set(re.findall(r"\b([A-Za-z_]\w*)\(", source)):
+            called = getattr(module, name, None)
+            if inspect.isfunction(called) or inspect.isclass(called):
+                funcs.append(called)
+    return False
 
 
 def _isolate() -> None:
@@ -67,7 +103,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
         if used & LITE_FIXTURES:
             item.add_marker(pytest.mark.lite)
-        if used & E2E_FIXTURES:
+        if _spawns(item):
             item.add_marker(pytest.mark.e2e)
         if "reliability" in Path(str(item.path)).parts:
             item.add_marker(pytest.mark.reliability)
