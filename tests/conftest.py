@@ -64,29 +64,34 @@ def _spawns(item: pytest.Item) -> bool:
     return False
 
 
+def _process() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
 def _isolate() -> None:
-    """A HOME and a temp dir of this test process's own (each xdist worker its
-    own), so no test reads the user's ~/.memsearch and two workers never share
-    a socket directory or a default database. The model cache stays the user's."""
+    """A HOME of this test process's own, so no test reads the user's
+    ~/.memsearch; an xdist worker also gets a temp dir of its own, so two
+    workers never share a socket directory. (The controller keeps the temp dir:
+    pytest's base temp dir, which the workers' ``tmp_path`` lie in, stays where
+    pytest keeps and prunes it.) The model cache stays the user's."""
     os.environ.setdefault("MEMSEARCH_TEST_CACHE", str(cache_root()))
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    base = Path(tempfile.mkdtemp(prefix=f"ms-{worker}-"))
-    for name in ("home", "tmp"):
-        (base / name).mkdir(mode=0o700)
-    os.environ["MEMSEARCH_TEST_BASE"] = str(base)
-    os.environ["HOME"] = str(base / "home")
-    os.environ["TMPDIR"] = str(base / "tmp")
-    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    base = Path(tempfile.mkdtemp(prefix=f"ms-{_process()}-"))
+    (base / "home").mkdir(mode=0o700)
+    os.environ.update(MEMSEARCH_TEST_BASE=str(base), MEMSEARCH_TEST_BASE_OWNER=_process(), HOME=str(base / "home"))
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        (base / "tmp").mkdir(mode=0o700)
+        os.environ["TMPDIR"] = str(base / "tmp")
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if "MEMSEARCH_TEST_BASE" not in os.environ:
+    if os.environ.get("MEMSEARCH_TEST_BASE_OWNER") != _process():  # a worker inherits the controller's
         _isolate()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     base = os.environ.get("MEMSEARCH_TEST_BASE")
-    if base and Path(base).name.startswith("ms-"):
+    if base and os.environ.get("MEMSEARCH_TEST_BASE_OWNER") == _process():
         from memsearch_fast.lite import broker as lite_broker
 
         for state in Path(base).rglob("*.server.json"):
