@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from memsearch_fast.errors import DimensionMismatchError, ModelMismatchError, StoreError
 from memsearch_fast.store.client import StoreClient
+from memsearch_fast.store.compat import create_loaded
 from memsearch_fast.store.rows import MAX_CONTENT_BYTES, MAX_HEADING_BYTES, MAX_SOURCE_BYTES
 
 logger = logging.getLogger(__name__)
@@ -215,12 +216,7 @@ class StoreSchema(StoreClient):
         index_params.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
         index_params.add_index(field_name="sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         with self._write_lock:
-            self._call(
-                "create_collection",
-                lambda c: c.create_collection(
-                    collection_name=self.collection, schema=schema, index_params=index_params
-                ),
-            )
+            self._call("create_collection", lambda c: create_loaded(c, self.collection, schema, index_params))
 
     @property
     def exists(self) -> bool:

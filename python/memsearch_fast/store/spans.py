@@ -29,6 +29,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast.store.compat import create_loaded
 from memsearch_fast.store.filters import in_filter
 from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
@@ -182,12 +183,11 @@ class SpanStore:
 
         def create(c: Any, b: Basis | None, note: str = "") -> None:
             schema, index = span_schema(c, b.dims if b else dim, b.describe(text) if b else text + note)
-            c.create_collection(collection_name=self.collection, schema=schema, index_params=index)
+            create_loaded(c, self.collection, schema, index)
             kept = c.describe_collection(self.collection).get("description")
             if b is not None and getattr(read(kept), "payload", None) != b.payload:
                 c.drop_collection(self.collection)  # the description was cut: no basis to read back
                 raise ValueError("the server did not keep the basis")
-            c.load_collection(self.collection)
 
         refused = False
         try:
