@@ -68,16 +68,18 @@ def index(
     # An explicit --workers asks for this process's pools; otherwise a service holding the model runs it.
     service = None if workers is not None else served.index_request(cfg, paths, files, description, force=force)
     report = None
-    if service is not None:
-        _check_database(service[0])
-        progress = display.make_progress(quiet=quiet, json_lines=json_output)
-        try:
-            with _sigterm_as_sigint():
+    # One handler from the hand-over to this process's own run, so a SIGTERM
+    # between the two (a service gone mid-run) also ends in exit 130.
+    with _sigterm_as_sigint():
+        if service is not None:
+            _check_database(service[0])
+            progress = display.make_progress(quiet=quiet, json_lines=json_output)
+            try:
                 report = served.index_run(*service, progress)
-        finally:
-            progress.finish()
-    if report is None:
-        report = _index_here(cfg, paths, files, description, workers, force, quiet, json_output)
+            finally:
+                progress.finish()
+        if report is None:
+            report = _index_here(cfg, paths, files, description, workers, force, quiet, json_output)
     if json_output:
         typer.echo(display.to_json(display.index_report_dict(report)))
     elif not quiet:
