@@ -2,10 +2,11 @@
 //! overlap and 1-based inclusive line ranges.
 //!
 //! Output is identical to memsearch 0.4.23's chunker (so chunk ids are
-//! interchangeable), with one deliberate difference: a line inside a fenced
-//! code block is never a heading. The work is linear in the input: the joined
-//! text of a line range is a slice of the input, and lengths are tracked
-//! incrementally instead of re-joining lines.
+//! interchangeable), with two deliberate differences: a line inside a fenced
+//! code block is never a heading, and the overlap is bounded (see
+//! [`AMPLIFY`]). The work is linear in the input: the joined text of a line
+//! range is a slice of the input, and lengths are tracked incrementally
+//! instead of re-joining lines.
 
 use crate::hashing::{sha256_head, Hex16};
 use crate::pytext::{char_len, is_line_break, is_py_space, py_strip, strip_html_comments};
@@ -215,19 +216,39 @@ impl<'a> Lines<'a> {
     }
 }
 
+/// The chunks of a document may hold at most this many times its bytes (plus
+/// [`SLACK_CHUNKS`] chunks' worth). Only overlap repeats text: an overlap of
+/// more lines than a window holds made every window one line longer than the
+/// last, so N short lines gave about N²/4 chunks (1,000 lines of 25 bytes:
+/// 249,107 chunks, a 1 GB database). A document past the bound is chunked
+/// again without overlap. memsearch 0.4.23 has no bound: an overlap of up to
+/// four lines on windows of one line or more stays within it.
+pub const AMPLIFY: usize = 6;
+/// Room for a short document's overlap, in chunks of the maximum size.
+pub const SLACK_CHUNKS: usize = 4;
+
 struct Emitter<'t> {
     text: &'t str,
     heading: (usize, usize),
     level: u8,
     max_size: usize,
     out: Vec<RawChunk>,
+    /// Bytes of chunk content still allowed in this document.
+    left: usize,
+    /// Set once a chunk would pass `left`: the document is chunked again without overlap.
+    over: bool,
 }
 
 impl Emitter<'_> {
     fn emit(&mut self, content: &str, start_line: usize, end_line: usize) {
-        if content.is_empty() {
+        if content.is_empty() || self.over {
             return;
         }
+        if content.len() > self.left {
+            self.over = true;
+            return;
+        }
+        self.left -= content.len();
         self.out.push(RawChunk {
             content: span(self.text, content),
             heading: self.heading,
@@ -255,6 +276,26 @@ impl Emitter<'_> {
 
 /// Chunks one markdown document.
 pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> Vec<RawChunk> {
+    if overlap_lines <= 0 {
+        // Without overlap every byte is in at most one chunk.
+        return chunk_within(text, max_chunk_size, 0, usize::MAX).unwrap_or_default();
+    }
+    let budget = text
+        .len()
+        .saturating_mul(AMPLIFY)
+        .saturating_add(max_chunk_size.saturating_mul(SLACK_CHUNKS));
+    chunk_within(text, max_chunk_size, overlap_lines, budget)
+        .or_else(|| chunk_within(text, max_chunk_size, 0, usize::MAX))
+        .unwrap_or_default()
+}
+
+/// The chunks of `text`, or None when their content passes `budget` bytes.
+fn chunk_within(
+    text: &str,
+    max_chunk_size: usize,
+    overlap_lines: i64,
+    budget: usize,
+) -> Option<Vec<RawChunk>> {
     let lines = Lines::new(text);
     let n = lines.spans.len();
 
@@ -281,6 +322,7 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
     }
 
     let mut chunks = Vec::new();
+    let mut left = budget;
     for (start, end, heading, level) in sections {
         let section_text = py_strip(lines.join(start, end));
         if section_text.is_empty() || !has_meaningful_content(section_text) {
@@ -297,15 +339,21 @@ pub fn chunk_markdown(text: &str, max_chunk_size: usize, overlap_lines: i64) -> 
             level,
             max_size: max_chunk_size,
             out: Vec::new(),
+            left,
+            over: false,
         };
         if section_text.len() <= max_chunk_size || char_len(section_text) <= max_chunk_size {
             em.emit(section_text, start + 1, end);
         } else {
             split_large_section(&lines, start, end, overlap_lines, &mut em);
         }
+        if em.over {
+            return None;
+        }
+        left = em.left;
         chunks.append(&mut em.out);
     }
-    chunks
+    Some(chunks)
 }
 
 /// Splits the lines `start..end` of one oversized section: paragraph
@@ -331,6 +379,9 @@ fn split_large_section(
     let refill = |lo: usize, hi: usize| (lo..hi).map(chars_of).sum::<usize>();
 
     for i in start..end {
+        if em.over {
+            return; // past the document's budget: it is chunked again without overlap
+        }
         if count == 0 {
             lo = i;
         }
@@ -493,6 +544,28 @@ mod tests {
         assert_eq!(chunks[0].heading(text), "Real");
         assert_eq!(chunks[0].content(text), text);
         assert_eq!(chunks[0].end_line, 6);
+    }
+
+    #[test]
+    fn an_overlap_longer_than_its_windows_is_bounded() {
+        // 1,000 short lines, windows of two lines, an overlap of 1,000 lines:
+        // unbounded, each window would be one line longer than the last.
+        let text: String = (0..1000)
+            .map(|i| format!("line {i:04} of the journal\n"))
+            .collect();
+        let chunks = chunk_markdown(&text, 50, 1000);
+        let bytes: usize = chunks.iter().map(|c| c.content(&text).len()).sum();
+        assert!(
+            bytes <= text.len() * AMPLIFY + 50 * SLACK_CHUNKS,
+            "{bytes} bytes"
+        );
+        // Chunked again without overlap: every line once, in order.
+        assert_eq!(chunks, chunk_markdown(&text, 50, 0));
+        assert_eq!(chunks.first().map(|c| c.start_line), Some(1));
+        assert_eq!(chunks.last().map(|c| c.end_line), Some(1000));
+        // An overlap that stays within the bound is kept as it was.
+        let small = chunk_markdown(&text, 200, 2);
+        assert!(small.windows(2).all(|w| w[1].start_line <= w[0].end_line));
     }
 
     #[test]

@@ -469,6 +469,8 @@ fn best_in_groups(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CHUNK_AMPLIFY", chunker::AMPLIFY)?;
+    m.add("CHUNK_SLACK_CHUNKS", chunker::SLACK_CHUNKS)?;
     m.add_class::<ScannedFile>()?;
     m.add_class::<Chunk>()?;
     m.add_class::<FileChunks>()?;

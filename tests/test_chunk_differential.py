@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memsearch_fast as ms
+from memsearch_fast._core import CHUNK_AMPLIFY, CHUNK_SLACK_CHUNKS
 from tests.helpers import reference
 
 ref_chunker = reference.module("memsearch.chunker")
@@ -72,8 +73,16 @@ def _as_tuples(chunks):
     return [tuple(getattr(c, f) for f in FIELDS) for c in chunks]
 
 
+def over_the_bound(text: str, chunks: list, max_chunk_size: int) -> bool:
+    """Whether *chunks* hold more bytes than ours allow a document (rust/chunker.rs, AMPLIFY)."""
+    held = sum(len(c.content.encode("utf-8")) for c in chunks)
+    return held > len(text.encode("utf-8")) * CHUNK_AMPLIFY + max_chunk_size * CHUNK_SLACK_CHUNKS
+
+
 def assert_same(text: str, *, max_chunk_size: int, overlap_lines: int, source: str = "mem/a.md") -> None:
     expected = ref_chunker.chunk_markdown(text, source, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines)
+    if over_the_bound(text, expected, max_chunk_size):  # ours: chunked again without overlap
+        expected = ref_chunker.chunk_markdown(text, source, max_chunk_size=max_chunk_size, overlap_lines=0)
     actual = ms.chunk_markdown(text, source, max_chunk_size=max_chunk_size, overlap_lines=overlap_lines)
     assert _as_tuples(actual) == _as_tuples(expected)
     for c in actual:
@@ -146,3 +155,15 @@ def test_generated_corpus_matches_reference(tmp_path) -> None:
     for path in files:
         text = path.read_text(encoding="utf-8")
         assert_same(text, max_chunk_size=1500, overlap_lines=2, source=str(path))
+
+
+def test_an_overlap_longer_than_its_windows_is_bounded_where_the_reference_is_not() -> None:
+    """memsearch 0.4.23 with 50-character chunks and 1,000 lines of overlap makes
+    about N²/4 chunks of N short lines (each window one line longer than the
+    last); ours holds the document within the bound, without overlap."""
+    text = "".join(f"- {i:03d} deploy note\n" for i in range(300))
+    theirs = ref_chunker.chunk_markdown(text, "j.md", max_chunk_size=50, overlap_lines=1000)
+    assert over_the_bound(text, theirs, 50) and len(theirs) > 10_000
+    ours = ms.chunk_markdown(text, "j.md", max_chunk_size=50, overlap_lines=1000)
+    assert not over_the_bound(text, ours, 50)
+    assert _as_tuples(ours) == _as_tuples(ref_chunker.chunk_markdown(text, "j.md", max_chunk_size=50, overlap_lines=0))

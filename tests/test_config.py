@@ -107,9 +107,9 @@ def test_project_file_cannot_redirect_data_or_credentials(dirs: tuple[Path, Path
 
     with pytest.raises(cfgmod.ConfigError, match=r"may not set milvus\.uri"):
         cfgmod.set_value("milvus.uri", "http://x", project=True)
-    value, path = cfgmod.set_value("chunking.max_chunk_size", "700", project=True)
-    assert value == 700 and path == project / ".memsearch.toml"
-    assert cfgmod.resolve().chunking.max_chunk_size == 700
+    value, path = cfgmod.set_value("chunking.max_chunk_size", "900", project=True)
+    assert value == 900 and path == project / ".memsearch.toml"
+    assert cfgmod.resolve().chunking.max_chunk_size == 900
 
 
 def test_values_are_checked(dirs: tuple[Path, Path]) -> None:
@@ -384,3 +384,22 @@ def test_settings_mirror_the_schema(dirs: tuple[Path, Path]) -> None:
     assert cfg.to_dict() == cfgmod.merged()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.milvus.uri = "/elsewhere.db"  # type: ignore[misc]
+
+
+def test_a_project_file_sets_chunking_only_near_the_defaults(dirs: tuple[Path, Path]) -> None:
+    """A cloned repository's 50-character chunks and 1,000 lines of overlap would
+    multiply its index many times over: refused there, in one warning naming the
+    value and the range, and kept as the user's config or the defaults have them."""
+    from memsearch_fast.config.files import filter_project
+
+    allowed, rejected = filter_project({"chunking": {"max_chunk_size": 50, "overlap_lines": 1000}})
+    assert allowed == {}
+    assert rejected == [
+        f"chunking.max_chunk_size = 50 (a project file: 750-{schema.MAX_CHUNK_SIZE_LIMIT})",
+        "chunking.overlap_lines = 1000 (a project file: 0-10)",
+    ]
+    assert filter_project({"chunking": {"max_chunk_size": 750, "overlap_lines": 10}})[1] == []
+    home, project = dirs
+    refused = cli(["config", "set", "chunking.overlap_lines", "50", "--project"], home, project)
+    assert refused.returncode != 0 and "only from 0 to 10" in refused.stderr
+    assert cli(["config", "set", "chunking.overlap_lines", "50"], home, project).returncode == 0  # the user's own

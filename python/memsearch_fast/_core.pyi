@@ -4,6 +4,8 @@ import os
 from typing import final
 
 __all__ = [
+    "CHUNK_AMPLIFY",
+    "CHUNK_SLACK_CHUNKS",
     "Chunk",
     "ChunkStream",
     "FileChunks",
@@ -21,6 +23,10 @@ __all__ = [
 ]
 
 __version__: str
+#: A document's chunks hold at most this many times its bytes (plus
+#: CHUNK_SLACK_CHUNKS chunks of the maximum size); past it, no overlap.
+CHUNK_AMPLIFY: int
+CHUNK_SLACK_CHUNKS: int
 
 @final
 class ScannedFile:

@@ -370,3 +370,39 @@ def test_skills_add_never_writes_through_a_committed_memsearch_link(user: Home) 
     assert "came with the repository" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in user.ssh.iterdir()) == ["id_ed25519", "known_hosts"]
     user.untouched()
+
+
+def test_a_cloned_projects_chunk_settings_cannot_multiply_its_index(user: Home) -> None:
+    """A `.memsearch.toml` with 50-character chunks and 1,000 lines of overlap made
+    N short journal lines into about N²/4 chunks (1,000 lines: 249,107 chunks, a
+    1 GB database). A project file may set chunking only near the defaults: the
+    clone's settings are refused in one line, and its journal costs what the
+    same journal costs with the defaults."""
+    journal = "".join(f"- {i:03d} deployed the gateway again\n" for i in range(400))
+
+    def build(r: Path) -> None:
+        (r / ".memsearch.toml").write_text("[chunking]\nmax_chunk_size = 50\noverlap_lines = 1000\n", encoding="utf-8")
+        (r / ".memsearch" / "memory").mkdir(parents=True)
+        (r / ".memsearch" / "memory" / "2026-11-20.md").write_text("## Session\n\n" + journal, encoding="utf-8")
+
+    def index(project: Path, collection: str) -> tuple[dict[str, Any], str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "memsearch_fast", "index", ".memsearch/memory", "-j", "--collection", collection],
+            capture_output=True,
+            text=True,
+            env={**user.vars, "MEMSEARCH_INDEX_SERVICE": "0"},
+            cwd=project,
+            timeout=110,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout), out.stderr
+
+    hostile = user.clone(build)
+    got, said = index(hostile, "hostile")
+    plain = user.clone(build, name="plain")
+    (plain / ".memsearch.toml").unlink()
+    defaults, _ = index(plain, "plain")
+    assert got["chunks"] <= 2 * defaults["chunks"], (got, defaults)
+    warnings = [line for line in said.splitlines() if "may not set" in line]
+    assert len(warnings) == 1 and "chunking.max_chunk_size = 50" in warnings[0], said
+    assert "chunking.overlap_lines = 1000" in warnings[0], said

@@ -19,6 +19,7 @@ from memsearch_fast.config.display import mask
 from memsearch_fast.config.schema import (
     PLUGIN_ALIASES,
     PROJECT_ALLOWED,
+    PROJECT_RANGES,
     SCHEMA,
     ConfigError,
     entry,
@@ -143,7 +144,8 @@ def parse_value(key: str, value: Any, where: str) -> Any:
 
 
 def filter_project(data: Mapping[str, Any], where: str = PROJECT_CONFIG_NAME) -> tuple[dict[str, Any], list[str]]:
-    """Split a project file into checked allowed values and the dotted keys it may not set."""
+    """Split a project file into checked allowed values and the dotted keys it may
+    not set (with the value and the range, for a value outside ``PROJECT_RANGES``)."""
     allowed: dict[str, Any] = {}
     rejected: list[str] = []
     for key, value in flatten(data).items():
@@ -151,7 +153,12 @@ def filter_project(data: Mapping[str, Any], where: str = PROJECT_CONFIG_NAME) ->
             # A repository's file must not read the environment (secrets).
             rejected.append(key)
         elif key in PROJECT_ALLOWED:
-            set_path(allowed, key, parse_value(key, value, where))
+            checked = parse_value(key, value, where)
+            low, high = PROJECT_RANGES.get(key, (checked, checked))
+            if isinstance(checked, int) and not low <= checked <= high:
+                rejected.append(f"{key} = {checked} (a project file: {low}-{high})")
+                continue
+            set_path(allowed, key, checked)
         else:
             rejected.append(key)
     return allowed, rejected

@@ -39,6 +39,16 @@ DEFAULT_MAX_CHUNK_SIZE = 1500
 MAX_CHUNK_SIZE_LIMIT = 16_383
 DEFAULT_OVERLAP_LINES = 2
 MAX_OVERLAP_LINES = 1000
+#: What a project file (a repository one clones) may set chunking to: a
+#: chunk no smaller than half the default (at most twice the rows of the same
+#: notes) and a few lines of overlap. Smaller chunks and longer overlaps
+#: multiply the index of a few KB into gigabytes (1,000 lines of 25 bytes with
+#: 50-character chunks and 1,000 lines of overlap: 249,107 chunks); the user's
+#: own config and command-line flags may still set them.
+PROJECT_RANGES = {
+    "chunking.max_chunk_size": (DEFAULT_MAX_CHUNK_SIZE // 2, MAX_CHUNK_SIZE_LIMIT),
+    "chunking.overlap_lines": (0, 10),
+}
 DEFAULT_DEBOUNCE_MS = 1500
 #: ``search.sync``: "off", or "lazy" (a search first re-indexes the files
 #: changed since the last index of the collection's recorded paths).
