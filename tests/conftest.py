@@ -1,9 +1,9 @@
 """Shared fixtures: the test model, the bundled sample, the subprocesses' environment.
 
-Tiers come from what a test uses (``pytest_collection_modifyitems``): the
-fixtures it requests mark it ``model`` (the real ONNX model) or ``lite`` (a
-Milvus Lite database); ``e2e`` (a ``memsearch``, hook, agent or server
-subprocess) is read from its code, its fixtures' and the helpers they call.
+Tiers come from what a test uses (``pytest_collection_modifyitems``):
+``model`` when it requests the real ONNX model; ``lite`` (a Milvus Lite
+database) and ``e2e`` (a ``memsearch``, hook, agent or server subprocess)
+read from its code, its fixtures' and the functions of the tests they call.
 ``slow`` is set by hand, with the reason.
 """
 
@@ -25,16 +25,48 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
 TESTS = ROOT / "tests"
 
-#: Fixtures that open a Milvus Lite database (a server process per database).
-LITE_FIXTURES = {"db", "indexed", "store", "work", "long_line_db", "dbdir", "lab", "served", "pristine", "user"}
-#: What starts a subprocess in a test's code, its fixtures' or the helpers of
-#: its module that they call (a name of tests/helpers included).
+#: What starts a process, in a test's code, its fixtures' or a function they call.
 SPAWNS = ("subprocess", "Popen", "sys.executable", "os.fork", "multiprocessing")
+#: What opens a Milvus Lite database there (a server process, or the engine in process, per database).
+OPENS_LITE = ("MemSearch(", "MilvusStore(", "milvus_uri", "--milvus-uri", '.db"', "open_ms(")
 
 
-def _spawns(item: pytest.Item) -> bool:
-    """Whether the test, a fixture it requests, or a function of its module or
-    of tests/helpers that they call, starts a process (read from the source)."""
+def _calls(f: object) -> tuple[str, list[object]]:
+    """The source of *f*, a function of the tests, and the functions of the tests
+    it calls; ("", []) for anything else (pytest's fixtures, the package)."""
+    module = inspect.getmodule(f)
+    if module is None or not str(getattr(module, "__file__", "")).startswith(str(TESTS)):
+        return "", []
+    try:
+        source = inspect.getsource(f)
+    except (OSError, TypeError):
+        return "", []
+    names = set(re.findall(r"\b([A-Za-z_]\w*)\(", source))
+    called = [getattr(module, n, None) for n in sorted(names)]
+    return source, [c for c in called if inspect.isfunction(c) or inspect.isclass(c)]
+
+
+_HOLDS: dict[tuple[object, tuple[str, ...]], bool] = {}
+
+
+def _holds(f: object, tokens: tuple[str, ...], seen: set[object]) -> bool:
+    """Whether *f*'s source, or that of a function of the tests it calls, holds one of *tokens*."""
+    f = inspect.unwrap(f)
+    key = (f, tokens)
+    if key in _HOLDS:
+        return _HOLDS[key]
+    if f in seen:
+        return False
+    seen.add(f)
+    source, called = _calls(f)
+    found = any(t in source for t in tokens) or any(_holds(c, tokens, seen) for c in called)
+    _HOLDS[key] = found
+    return found
+
+
+def _uses(item: pytest.Item, tokens: tuple[str, ...]) -> bool:
+    """Whether the test, a fixture it requests, or a function of the tests that
+    they call (its module's, or a helper it imported) holds one of *tokens*."""
     func = getattr(item, "function", None)
     if func is None:
         return False
@@ -42,26 +74,7 @@ def _spawns(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     for defs in info.name2fixturedefs.values() if info else ():
         funcs.extend(d.func for d in defs)
-    seen: set[object] = set()
-    while funcs:
-        f = inspect.unwrap(funcs.pop())
-        if f in seen or not callable(f):
-            continue
-        seen.add(f)
-        module = inspect.getmodule(f)
-        if module is None or not str(getattr(module, "__file__", "")).startswith(str(TESTS)):
-            continue  # pytest's own fixtures, the package under test
-        try:
-            source = inspect.getsource(f)
-        except (OSError, TypeError):
-            continue
-        if any(token in source for token in SPAWNS):
-            return True
-        for name in set(re.findall(r"\b([A-Za-z_]\w*)\(", source)):
-            called = getattr(module, name, None)
-            if inspect.isfunction(called) or inspect.isclass(called):
-                funcs.append(called)
-    return False
+    return any(_holds(f, tokens, set()) for f in funcs)
 
 
 def _process() -> str:
@@ -103,12 +116,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Markers by what a test uses: see the module's docstring. Everything
     under tests/reliability is ``reliability``; ``slow`` needs its reason."""
     for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        if "model_dir" in used:
+        if "model_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.model)
-        if used & LITE_FIXTURES:
+        if _uses(item, OPENS_LITE):
             item.add_marker(pytest.mark.lite)
-        if _spawns(item):
+        if _uses(item, SPAWNS):
             item.add_marker(pytest.mark.e2e)
         if "reliability" in Path(str(item.path)).parts:
             item.add_marker(pytest.mark.reliability)
