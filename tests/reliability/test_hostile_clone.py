@@ -372,6 +372,7 @@ def test_skills_add_never_writes_through_a_committed_memsearch_link(user: Home) 
     user.untouched()
 
 
+@pytest.mark.slow(reason="indexes a cloned project's journal twice through the CLI with the real model")
 def test_a_cloned_projects_chunk_settings_cannot_multiply_its_index(user: Home) -> None:
     """A `.memsearch.toml` with 50-character chunks and 1,000 lines of overlap made
     N short journal lines into about N²/4 chunks (1,000 lines: 249,107 chunks, a
