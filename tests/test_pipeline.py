@@ -212,9 +212,12 @@ def test_interrupted_run_is_repaired_by_the_next(tmp_path: Path, model_dir: Path
     write_corpus(root, total_bytes=500_000, seed=5)
     uri = str(tmp_path / "m.db")
     # The real model, paced (0.3 s per batch) so that SIGINT lands mid-run on
-    # any machine; the child reports each written batch on stdout.
+    # any machine; the child reports each written batch on stdout. A child of a
+    # script's background job (a CI runner's, `bash .ci/run &`) starts with
+    # SIGINT ignored, and asyncio.run then leaves it so: the child takes Ctrl-C back.
     code = (
-        "import asyncio\n"
+        "import asyncio, signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from memsearch_fast.embeddings import get_provider\n"
         "from memsearch_fast.index import run_index\n"
         "from memsearch_fast.index.scan import scan_paths\n"
