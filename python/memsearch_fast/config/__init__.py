@@ -39,11 +39,11 @@ from memsearch_fast.config.schema import (
     DEFAULT_MODELS,
     NAMED_SCHEMA,
     PROJECT_ALLOWED,
-    PROJECT_RANGES,
     ConfigError,
     canonical_key,
     entry,
     lazy_env,
+    outside_project_range,
     resolve_env_ref,
     unknown_key,
 )
@@ -161,9 +161,11 @@ def set_value(key: str, raw: Any, *, project: bool = False) -> tuple[Any, Path]:
             "(write it to the global config instead)"
         )
     value = parse_value(key, raw, "command-line option")
-    low, high = PROJECT_RANGES.get(key, (value, value)) if project else (value, value)
-    if isinstance(value, int) and not low <= value <= high:
-        raise ConfigError(f"a project file may set {key} only from {low} to {high} (write it to the global config)")
+    bounds = outside_project_range(key, value) if project else None
+    if bounds is not None:
+        raise ConfigError(
+            f"a project file may set {key} only from {bounds[0]} to {bounds[1]} (write it to the global config)"
+        )
     path = project_config_path() if project else global_config_path()
     data = load_file(path, check=False)
     set_path(data, key, value)

@@ -19,11 +19,11 @@ from memsearch_fast.config.display import mask
 from memsearch_fast.config.schema import (
     PLUGIN_ALIASES,
     PROJECT_ALLOWED,
-    PROJECT_RANGES,
     SCHEMA,
     ConfigError,
     entry,
     is_secret,
+    outside_project_range,
     unknown_key,
 )
 
@@ -145,7 +145,7 @@ def parse_value(key: str, value: Any, where: str) -> Any:
 
 def filter_project(data: Mapping[str, Any], where: str = PROJECT_CONFIG_NAME) -> tuple[dict[str, Any], list[str]]:
     """Split a project file into checked allowed values and the dotted keys it may
-    not set (with the value and the range, for a value outside ``PROJECT_RANGES``)."""
+    not set (with the value and the range, for a value outside ``schema.PROJECT_RANGES``)."""
     allowed: dict[str, Any] = {}
     rejected: list[str] = []
     for key, value in flatten(data).items():
@@ -154,9 +154,9 @@ def filter_project(data: Mapping[str, Any], where: str = PROJECT_CONFIG_NAME) ->
             rejected.append(key)
         elif key in PROJECT_ALLOWED:
             checked = parse_value(key, value, where)
-            low, high = PROJECT_RANGES.get(key, (checked, checked))
-            if isinstance(checked, int) and not low <= checked <= high:
-                rejected.append(f"{key} = {checked} (a project file: {low}-{high})")
+            bounds = outside_project_range(key, checked)
+            if bounds is not None:
+                rejected.append(f"{key} = {checked} (a project file: {bounds[0]}-{bounds[1]})")
                 continue
             set_path(allowed, key, checked)
         else:

@@ -49,6 +49,16 @@ PROJECT_RANGES = {
     "chunking.max_chunk_size": (DEFAULT_MAX_CHUNK_SIZE // 2, MAX_CHUNK_SIZE_LIMIT),
     "chunking.overlap_lines": (0, 10),
 }
+
+
+def outside_project_range(key: str, value: Any) -> tuple[int, int] | None:
+    """The range a project file may set *key* in, when *value* lies outside it."""
+    bounds = PROJECT_RANGES.get(key)
+    if bounds is None or not isinstance(value, int) or bounds[0] <= value <= bounds[1]:
+        return None
+    return bounds
+
+
 DEFAULT_DEBOUNCE_MS = 1500
 #: ``search.sync``: "off", or "lazy" (a search first re-indexes the files
 #: changed since the last index of the collection's recorded paths).
