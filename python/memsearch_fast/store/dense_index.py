@@ -431,11 +431,12 @@ class DenseIndex:
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         as_list = list(map(float, vector))
-        held = copy.spans if not source_prefix else None  # a prefix: Milvus filters the spans
+        held = copy.spans
+        among = _among(by_source, source_prefix) if source_prefix else None
         dense, span_hits, sparse = together(  # the engine's BM25 list while the others are ranked here
-            lambda: [] if held is not None else self._dense(copy, by_source, vector, deep, source_prefix),
+            lambda: [] if held is not None else self._dense(copy, vector, deep, among),
             lambda: (
-                held.search(copy.ids, copy.sources, as_list, deep)  # chunk vectors and spans in one pass
+                held.search(copy.ids, copy.sources, as_list, deep, among)  # chunk vectors and spans at once
                 if held is not None
                 else store.spans.search(as_list, deep, source_prefix)
             ),
@@ -473,20 +474,12 @@ class DenseIndex:
         norm = float(np.linalg.norm(q))
         return q / norm if norm else q
 
-    def _dense(
-        self, copy: Copy, by_source: dict[str, np.ndarray], vector: Any, top_k: int, prefix: str | None
-    ) -> list[tuple[str, float]]:
-        """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it."""
+    def _dense(self, copy: Copy, vector: Any, top_k: int, among: list[int] | None) -> list[tuple[str, float]]:
+        """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it;
+        of the chunks at positions *among* alone when given."""
         q = self._unit(vector)
-        if prefix:
-            picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
-            if not picked:
-                return []
-            rows = np.concatenate(picked)
-            scores = copy.matrix[rows] @ q
-        else:
-            rows = None
-            scores = copy.matrix @ q
+        rows = np.asarray(among, dtype=np.int64) if among is not None else None
+        scores = copy.matrix[rows] @ q if rows is not None else copy.matrix @ q
         k = min(top_k, scores.shape[0])
         if k <= 0:
             return []
@@ -494,3 +487,10 @@ class DenseIndex:
         top = top[np.lexsort((top, -scores[top]))]  # by score, then by position (a stable order for ties)
         ids = rows[top] if rows is not None else top
         return [(copy.ids[i], float(scores[j])) for i, j in zip(ids, top, strict=True)]
+
+
+def _among(by_source: dict[str, np.ndarray], prefix: str) -> list[int]:
+    """The positions of the chunks whose source starts with *prefix* (a filtered search
+    ranks these alone, with the codes the unfiltered one uses)."""
+    picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
+    return np.concatenate(picked).tolist() if picked else []

@@ -114,9 +114,16 @@ class Spans:
         out: list[float] = (np.asarray(vector, dtype=np.float64) @ self.directions.T).astype(np.float32).tolist()
         return out
 
-    def search(self, ids: list[str], sources: list[str], vector: list[float], k: int) -> list[dict[str, Any]]:
+    def search(
+        self, ids: list[str], sources: list[str], vector: list[float], k: int, among: list[int] | None = None
+    ) -> list[dict[str, Any]]:
         """The *k* chunks (of a copy of chunks *ids* from *sources*) whose best vector
-        is nearest to *vector*, each with that row (index 0: the chunk's own)."""
+        is nearest to *vector*, each with that row (index 0: the chunk's own); of the
+        chunks at positions *among* alone when given (a search filtered by source),
+        scored by the same codes: the unfiltered answer's chunks of those sources."""
+        if among is not None:
+            best = sorted(self._best(vector, among), key=lambda t: (-t[2], t[0]))[:k]
+            return [self._hit(ids, sources, g, r, score) for g, r, score in best]
         if self.own is None:
             top = best_groups(self.codes, self.width, self.scales, self.offsets, vector, k, self.signs, shortlist(k))
             return [self._hit(ids, sources, g, r, score) for g, r, score in top]
@@ -146,13 +153,15 @@ class Spans:
         self, ids: list[str], sources: list[str], pos: dict[str, int], vector: list[float], wanted: list[str]
     ) -> dict[str, Any]:
         """The best vector (its own or a span's) of each *wanted* chunk; *pos*: positions of *ids*."""
-        groups = [pos[cid] for cid in wanted if cid in pos]
-        if self.own is None:
-            best = best_in_groups(self.codes, self.width, self.scales, self.offsets, vector, groups)
-        else:
-            found = best_in_groups(self.codes, self.width, self.scales, self.offsets, self._projected(vector), groups)
-            best = self._merged(self.own.scores(vector, groups), {g: (r, s) for g, r, s in found})
+        best = self._best(vector, [pos[cid] for cid in wanted if cid in pos])
         return {ids[g]: self._hit(ids, sources, g, r, score) for g, r, score in best}
+
+    def _best(self, vector: list[float], groups: list[int]) -> list[tuple[int, int, float]]:
+        """(position, row, score) of each chunk of *groups* at its best vector (row -1: its own)."""
+        if self.own is None:
+            return best_in_groups(self.codes, self.width, self.scales, self.offsets, vector, groups)
+        found = best_in_groups(self.codes, self.width, self.scales, self.offsets, self._projected(vector), groups)
+        return self._merged(self.own.scores(vector, groups), {g: (r, s) for g, r, s in found})
 
 
 class SpanRows:
