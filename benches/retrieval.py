@@ -27,6 +27,12 @@ dialogue`` about meetings rendered as daily memory files
 For our tool every set also reports each list alone (``lists``): the dense
 list (the store searched with an empty query text) and the BM25 list
 (``sparse_search``), next to the fused result; hit@10 as well.
+``--set conversation`` asks about long conversations between two people
+(``benches/conversation_corpus.py``: one session per day's log, one line per
+turn), each question filtered to its conversation with ``source_prefix`` and
+hit by its evidence lines; kinds ``single-hop``, ``temporal``, ``multi-hop``,
+``open-domain``. With ``MEMSEARCH_SPANS=0`` a run keeps its own database
+(``…-nospans.db``) beside the default's in one work directory.
 ``--markdown`` prints the tables instead of the JSON.
 """
 
@@ -227,6 +233,19 @@ def rank_of(hits: list[dict[str, Any]], key: str) -> int | None:
     return None
 
 
+def rank_for(hits: list[dict[str, Any]], fact: Any) -> int | None:
+    """*fact*'s rank in *hits*: by its evidence lines where it has them (a hit's line
+    range holds one, in the same file), else by its key in the content."""
+    evidence = getattr(fact, "evidence", None)
+    if evidence is None:
+        return rank_of(hits, fact.key)
+    for i, hit in enumerate(hits, start=1):
+        source, start, end = str(hit.get("source")), int(hit.get("start_line") or 0), int(hit.get("end_line") or 0)
+        if any(source == path and start <= line <= end for path, line in evidence):
+            return i
+    return None
+
+
 def p95(ordered: list[float]) -> float:
     """The 95th percentile of *ordered* (sorted ascending), the nearest rank."""
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -261,18 +280,19 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
         alone: dict[str, list[int | None]] = {"dense": [], "sparse": []}
         await ms.search(facts[0].question, top_k=top_k)  # warm: model and store loaded
         for fact in facts:
+            prefix = getattr(fact, "prefix", None)  # a question about one conversation of a shared store
             start = time.perf_counter()
-            hits = await ms.search(fact.question, top_k=top_k)
+            hits = await ms.search(fact.question, top_k=top_k, source_prefix=prefix)
             took.append(time.perf_counter() - start)
-            ranks.append(rank_of(hits, fact.key))
+            ranks.append(rank_for(hits, fact))
             if lists:
                 store = ms.store
                 vector = await ms.provider.embed_query(fact.question)
                 # An empty query text: the store's search ranks by the dense list alone.
-                dense = await asyncio.to_thread(store.search, vector, "", top_k=top_k)
-                sparse = await asyncio.to_thread(store.sparse_search, fact.question, top_k=top_k)
-                alone["dense"].append(rank_of(dense, fact.key))
-                alone["sparse"].append(rank_of(sparse, fact.key))
+                dense = await asyncio.to_thread(store.search, vector, "", top_k=top_k, source_prefix=prefix)
+                sparse = await asyncio.to_thread(store.sparse_search, fact.question, top_k=top_k, source_prefix=prefix)
+                alone["dense"].append(rank_for(dense, fact))
+                alone["sparse"].append(rank_for(sparse, fact))
         return ranks, took, alone
 
     ranks, took, alone = asyncio.run(ask())
@@ -424,6 +444,28 @@ def layout(workdir: Path, corpus_set: str) -> tuple[Path, str]:
     return workdir / f"corpus-{corpus_set}", f"{corpus_set}-"
 
 
+def conversation_questions(corpus: Path, saved: Path, megabytes: float, seed: int) -> list[Any]:
+    """The questions of the conversation set, its corpus written first when missing
+    (the questions name lines, so they are kept beside it), with absolute paths."""
+    from dataclasses import replace
+
+    from benches import conversation_corpus
+
+    if not corpus.exists():
+        questions = conversation_corpus.build(corpus, megabytes, seed)
+        saved.write_text(json.dumps([q.__dict__ for q in questions]), encoding="utf-8")
+    loaded = [conversation_corpus.Question(**q) for q in json.loads(saved.read_text(encoding="utf-8"))]
+    root = corpus.resolve()
+    return [
+        replace(
+            q,
+            prefix=str(root / q.prefix),
+            evidence=tuple((str(root / rel), int(line)) for rel, line in q.evidence),
+        )
+        for q in loaded
+    ]
+
+
 def run(
     megabytes: float,
     facts: int,
@@ -448,6 +490,8 @@ def run(
         if not corpus.exists():
             build(corpus, megabytes, facts, hard, seed)
         planted = planted_facts(facts, hard, seed, by_key)
+    elif corpus_set == "conversation":
+        planted = conversation_questions(corpus, workdir / "conversation-questions.json", megabytes, seed)
     else:
         from benches import agent_corpus, dialogue_corpus
 
@@ -458,7 +502,8 @@ def run(
     if tool == "reference":
         index_s, report = _run_reference(corpus, workdir / f"{prefix}reference.db", planted)
     else:
-        db = workdir / (f"{prefix}sparse_extra.db" if sparse_extra else f"{prefix}m.db")
+        spans = "" if os.environ.get("MEMSEARCH_SPANS", "1") != "0" else "-nospans"  # both in one workdir
+        db = workdir / (f"{prefix}sparse_extra{spans}.db" if sparse_extra else f"{prefix}m{spans}.db")
         index_s, report = _run_ours(corpus, db, planted, sparse_extra=sparse_extra, copy=copy)
     report["set"] = corpus_set
     report["tool"] = tool
@@ -573,9 +618,12 @@ def main() -> None:
     parser.add_argument("--by-key", action="store_true", help="ask each fact by its exact key instead")
     parser.add_argument(
         "--set",
-        choices=["default", "agent", "dialogue"],
+        choices=["default", "agent", "dialogue", "conversation"],
         default="default",
-        help="default: the planted-facts corpus; agent: agent journals with look-alikes; dialogue: meetings",
+        help=(
+            "default: the planted-facts corpus; agent: agent journals with look-alikes; dialogue: meetings; "
+            "conversation: long two-person conversations, asked one conversation at a time"
+        ),
     )
     parser.add_argument("--markdown", action="store_true", help="print the scores as markdown tables")
     parser.add_argument("--workdir", type=Path, help="keep the corpus and database here (reused when present)")
