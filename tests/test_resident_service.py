@@ -141,6 +141,30 @@ def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(
     wait_for(lambda: not roots(db), timeout=10)
 
 
+@pytest.mark.slow(reason="starts the resident service, searches through it and waits out its idle timeout")
+def test_after_its_last_lease_and_search_the_service_and_its_engine_exit_within_the_idle_timeout(
+    served, db, model_dir, tmp_path
+):
+    """A session as the hooks run it: a lease, a search, the release. The service's own
+    connections to its engine (its watcher's run, its search) are no clients: it and
+    its engine go within the idle timeout (4 s) and 5 s."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
+    assert client.send_lease(str(db), lease(model_dir, notes, "session", os.getpid()), start=True)["ok"]
+    wait_for(lambda: [r for r in roots(db) if r["runs"]])
+    assert "4242" in search(db, model_dir, "which port does the falcon gateway use")[0]["content"]
+    record = lite_state.read_state(str(db))
+    server, engine = record["pid"], record.get("engine_pid")
+    assert client.release(str(db), "session")
+    deadline = time.monotonic() + 4 + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{server}"):
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{server}"), "the service outlived its idle timeout"
+    assert engine is None or not os.path.exists(f"/proc/{engine}")
+    assert lite_state.read_state(str(db)) is None
+
+
 @pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_a_lease_lapses_with_its_holder_or_without_renewal(served, db, model_dir, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"

@@ -32,9 +32,16 @@ logger = logging.getLogger(__name__)
 
 
 def count_connections(address: str) -> int | None:
-    """Clients connected to ``address`` (Linux), or None when unknown."""
+    """Clients connected to ``address`` (Linux), or None when unknown: other processes
+    only, where the kernel says who holds each connection's other end (this process's
+    own services are clients of its engine too, and would keep it from ever going idle)."""
     path = socket_file(address)
     if path is not None:
+        from memsearch_fast.lite.peers import clients
+
+        others = clients(path)
+        if others is not None:
+            return others
         try:  # accepted connections carry the listening socket's path; state 03 is connected
             with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
                 next(f, None)
