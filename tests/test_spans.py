@@ -60,20 +60,22 @@ def test_a_chunk_becomes_spans_of_its_lines() -> None:
         assert [s.text for s in spans(content, heading, 5, budget=64)] == [s.text.split("\n", 1)[1] for s in out]
 
 
-def test_a_turns_speaker_stays_with_its_sentences_and_a_few_words_join_the_line_above() -> None:
+def test_a_turns_speaker_stays_with_its_later_sentences() -> None:
     content = (
         "## Session 19:42\n"
-        "- Maya: You won't believe what happened since we last talked. I sold twelve mugs at the craft fair on Saturday morning.\n"
+        "- Maya: You won't believe what happened since we last talked. "
+        "I sold twelve mugs at the craft fair on Saturday morning.\n"
         "- Theo: Haha, no way!\n"
         "**Theo:** That's incredible, you're officially a professional potter now, I want one of them.\n"
-        "- the plan: Ship the new kiln schedule on Friday after the review. Then we tell the others in the Monday meeting about it.\n"
+        "- the plan: Ship the new kiln schedule on Friday after the review. "
+        "Then we tell the others in the Monday meeting about it.\n"
         "- Maya: I'm taking the whole weekend off to celebrate with the family.\n"
     )
     out = spans(content, "## Session 19:42", 10)
     assert [(s.start_line, s.end_line, s.text.split("\n", 1)[1]) for s in out] == [
         (11, 11, "- Maya: You won't believe what happened since we last talked."),
-        # The news is Maya's, said second; Theo's three words are no span of their own.
-        (11, 12, "Maya: I sold twelve mugs at the craft fair on Saturday morning.\n- Theo: Haha, no way!"),
+        (11, 11, "Maya: I sold twelve mugs at the craft fair on Saturday morning."),  # the news is Maya's, said second
+        (12, 12, "- Theo: Haha, no way!"),
         (13, 13, "**Theo:** That's incredible, you're officially a professional potter now, I want one of them."),
         # A label in lower case is no speaker: its later sentence stands alone, as in a journal.
         (14, 14, "- the plan: Ship the new kiln schedule on Friday after the review."),

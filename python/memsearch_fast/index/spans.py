@@ -10,8 +10,7 @@ own or one of its spans') and still returns the chunk: small to find, big
 to read.
 
 A conversation's turn (``Maya: …``) keeps its speaker: a later sentence of
-the turn carries the name, and a turn of a few words joins the span of the
-line above (:data:`SPEAKER`).
+the turn carries the name (:data:`SPEAKER`).
 
 A short chunk (at most :data:`MIN_CHUNK_BYTES` of span text) needs no spans:
 its own vector is not diluted, and spans would multiply the vectors stored.
@@ -39,12 +38,9 @@ FIRST = 1
 #: A line that opens with who speaks (``Maya: …``, ``- **Maya:** …``; a label of one to
 #: three words, not lower case): its later sentences carry the name too, which a turn's
 #: second sentence would otherwise lack (the news in "You won't believe it. I sold twelve
-#: mugs at the fair." is Maya's). And a line whose words after the label are fewer than
-#: :data:`MIN_SENTENCE_BYTES` ("Theo: Haha, same.") is no span of its own: its vector
-#: would be mostly the name, near every question that names the person, so it joins the
-#: span of the line above. On long two-person conversations (``benches/retrieval.py
-#: --set conversation``) spans lost 7 points of hit@5 to no spans without these two
-#: rules, and gain with them (docs/retrieval.md, "Spans in conversations").
+#: mugs at the fair." is Maya's). On long two-person conversations (``benches/retrieval.py
+#: --set conversation``) spans lost 7 points of hit@5 to no spans without it, and hold
+#: with it (docs/retrieval.md, "Spans in conversations").
 SPEAKER = re.compile(r"^(?:[-*+]\s+)?(?:\*\*)?([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2})(?:\*\*)?:(?:\*\*)?\s")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
 
@@ -77,10 +73,6 @@ def _units(lines: list[str], first_line: int) -> list[tuple[int, int, str]]:
     for start, end, text in units:
         said = SPEAKER.match(text)
         label = f"{said.group(1)}: " if said and not said.group(1)[0].islower() else ""
-        if said and out and len(text[said.end() :].encode()) < MIN_SENTENCE_BYTES:
-            first, _, before = out[-1]  # "Maya: Haha, same." alone is mostly a name: it joins the line above
-            out[-1] = (first, end, f"{before}\n{text}")
-            continue
         out.extend((start, end, s if i == 0 else label + s) for i, s in enumerate(_sentences(text)))
     return out
 
