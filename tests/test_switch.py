@@ -49,9 +49,10 @@ def test_the_default_3x_database_is_left_and_the_index_goes_beside_it(home: Path
     assert snapshot(old) == before  # untouched: no file added, changed or removed
 
 
-def _hook(home: Path, project: Path, event: str) -> dict[str, object]:
+def _hook(home: Path, project: Path, event: str, *, watch: bool = False) -> dict[str, object]:
     env = make_env(home)
-    env.update(MEMSEARCH_NO_WATCH="1")
+    if not watch:
+        env.update(MEMSEARCH_NO_WATCH="1")
     out = subprocess.run(
         [sys.executable, "-m", "memsearch_fast.agents.main", "claude-code", event],
         input=json.dumps({"cwd": str(project), "session_id": "s"}),
@@ -72,6 +73,36 @@ def test_session_start_says_where_the_index_goes_once(home: Path, tmp_path: Path
     assert "3.x" in first and "leaves it as it is" in first
     second = str(_hook(home, project, "session-start")["systemMessage"])
     assert "milvus: ~/.memsearch/milvus-fast.db" in second and "3.x" not in second
+
+
+@pytest.mark.slow(reason="builds a Milvus Lite 3.x database and starts the resident service from a hook")
+def test_a_switchers_session_start_leases_its_memory_on_the_new_database(home: Path, tmp_path: Path) -> None:
+    """SessionStart registers the project's memory with the service of the database the
+    index went to (``milvus-fast.db``), not with the 3.x one, and writes nothing beside it."""
+    import time
+
+    from memsearch_fast.serve import client
+
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    state = home / ".memsearch"
+    old = state / "milvus.db"
+    before = snapshot(old)
+    _hook(home, project, "session-start", watch=True)
+    fast = str(state / "milvus-fast.db")
+    memory = str((project / ".memsearch" / "memory").resolve())
+
+    def leased() -> bool:
+        st = client.status(fast)
+        return bool(st) and any(r["root"] == memory for r in st["roots"])
+
+    deadline = time.monotonic() + 60
+    while not leased() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leased(), "the memory folder is not watched"
+    assert snapshot(old) == before
+    assert sorted(p.name for p in state.iterdir() if p.name.startswith("milvus.db")) == ["milvus.db"]
+    _hook(home, project, "session-end", watch=True)
 
 
 @pytest.mark.slow(reason="builds a Milvus Lite 3.x database and runs the CLI and hooks beside it")

@@ -197,10 +197,11 @@ def open_stream(db_path: str, request: dict[str, Any]) -> Stream | None:
 
 def served_database(cfg: Settings) -> str | None:
     """The local database whose service may take this configuration's work, or None."""
+    from memsearch_fast.lite.fallback import effective_uri
     from memsearch_fast.lite.settings import lite_mode
     from memsearch_fast.store.compat import is_local_uri
 
-    uri = str(cfg.milvus.uri)
+    uri = effective_uri(str(cfg.milvus.uri))  # the switch away from a 3.x database, as every command makes it
     if cfg.milvus.token or not is_local_uri(uri) or lite_mode() != "server" or cfg.embedding.provider != "onnx":
         return None
     return str(Path(uri).expanduser().resolve())
