@@ -128,12 +128,15 @@ def test_registered_roots_are_watched_once_and_indexed_with_the_services_model(
     assert st is not None and [m["dir"] for m in st["models"]] == [str(model_dir.resolve())]  # one model
     shown = status_cli(db, "-j")
     assert shown["running"] and shown["pid"] == lite_state.read_state(str(db))["pid"] and shown["rss_mb"] > 0
+    assert shown["rss_mb"] == pytest.approx(shown["server_rss_mb"] + shown["engine_rss_mb"], abs=0.2)
+    assert shown["server_rss_mb"] > 0 and shown["engine_rss_mb"] > 0
     assert shown["uptime_s"] >= 0 and shown["queue"] == 0 and len(shown["models"]) == 1
     [root] = shown["roots"]
     assert root["root"] == str(notes) and root["collection"] == "notes" and root["last_run"]["embedded"] == 1
     assert sorted((x["holder"], x["pid"]) for x in root["leases"]) == [("one", os.getpid()), ("two", None)]
     text = status_cli(db)
     assert f"pid {shown['pid']}" in text and str(notes) in text and "lease one" in text
+    assert "(service " in text and " MB, engine " in text  # each process's share said
 
     assert client.release(str(db), "one")
     assert [x["holder"] for x in roots(db)[0]["leases"]] == ["two"]  # the other lease keeps it

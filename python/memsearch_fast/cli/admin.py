@@ -100,8 +100,10 @@ def service_info(db_path: str) -> dict[str, Any]:
     st = server_status(db_path)
     if st is None:
         return {"database": db_path, "running": False}
-    pids = [p for p in (st.get("pid"), st.get("engine_pid")) if isinstance(p, int)]
-    rss = [r for r in (_rss_kb(p) for p in dict.fromkeys(pids)) if r is not None]
+    server_kb = _rss_kb(st["pid"]) if isinstance(st.get("pid"), int) else None
+    engine_pid = st.get("engine_pid")
+    engine_kb = _rss_kb(engine_pid) if isinstance(engine_pid, int) and engine_pid != st.get("pid") else None
+    rss = [r for r in (server_kb, engine_kb) if r is not None]
     started = st.get("started")
     info: dict[str, Any] = {
         "database": db_path,
@@ -109,13 +111,23 @@ def service_info(db_path: str) -> dict[str, Any]:
         "pid": st.get("pid"),
         "engine": st.get("engine"),
         "engine_pid": st.get("engine_pid"),
-        "rss_mb": round(sum(rss) / 1024, 1) if rss else None,
+        "rss_mb": round(sum(rss) / 1024, 1) if rss else None,  # both processes together
+        "server_rss_mb": round(server_kb / 1024, 1) if server_kb is not None else None,
+        "engine_rss_mb": round(engine_kb / 1024, 1) if engine_kb is not None else None,
         "uptime_s": round(time.time() - started, 1) if isinstance(started, (int, float)) else None,
         "idle_timeout_s": st.get("idle_timeout"),
     }
     served = client.status(db_path)
     info.update(served if served is not None else {"models": None, "roots": None, "queue": None})
     return info
+
+
+def _rss_line(info: dict[str, Any]) -> str:
+    """Both processes' resident memory, and each one's: the engine holds the loaded collections."""
+    server, engine = info.get("server_rss_mb"), info.get("engine_rss_mb")
+    if server is None or engine is None:
+        return f"{info['rss_mb']} MB"
+    return f"{info['rss_mb']} MB (service {server} MB, engine {engine} MB)"
 
 
 def _format_service(info: dict[str, Any]) -> str:
@@ -125,7 +137,7 @@ def _format_service(info: dict[str, Any]) -> str:
         return f"No service running for {info['database']}."
     lines = [
         f"Service for {info['database']}: pid {info['pid']} (engine pid {info['engine_pid']}, {info['engine']})",
-        f"  RSS {info['rss_mb']} MB, up {info['uptime_s']:.0f} s, exits after {info['idle_timeout_s']:.0f} s idle",
+        f"  RSS {_rss_line(info)}, up {info['uptime_s']:.0f} s, exits after {info['idle_timeout_s']:.0f} s idle",
     ]
     if info.get("roots") is None:
         lines.append("  (its service socket does not answer: another installation, or starting)")
