@@ -444,3 +444,23 @@ def test_sigterm_ends_an_index_started_with_sigint_ignored(
     assert 0 < again["embedded"] < again["chunks"] and again["failed"] == []
     stats = ok(run(["stats", "--milvus-uri", str(db)], env)).stdout
     assert f"Total indexed chunks: {again['chunks']}" in stats
+
+
+@pytest.mark.slow(reason="indexes with the real model through the CLI, then asks status")
+def test_index_and_status_say_when_the_database_outgrows_milvus_lite(
+    env: dict[str, str], tmp_path: Path, db: Path, model_dir: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Size\n\nThe index of this note is small.\n", encoding="utf-8")
+    args = ["--milvus-uri", str(db), "-m", str(model_dir)]
+    quiet = ok(run(["index", str(notes), *args], env))
+    assert "Milvus Lite keeps all of it in memory" not in quiet.stderr  # far below the size
+    small = dict(env, MEMSEARCH_LITE_WARN_GB="0.000001")  # 1 KB: this database is past it
+    loud = ok(run(["index", str(notes), *args], small))
+    said = [line for line in loud.stderr.splitlines() if "Milvus Lite keeps all of it in memory" in line]
+    assert len(said) == 1 and str(db) in said[0] and "--milvus-uri http://" in said[0], loud.stderr
+    status = ok(run(["status", "--milvus-uri", str(db)], small)).stdout
+    assert "Milvus Lite keeps all of it in memory" in status
+    shown = json.loads(ok(run(["status", "--milvus-uri", str(db), "-j"], small)).stdout)
+    assert "docs/scale.md" in shown["size_note"]

@@ -188,5 +188,11 @@ def status(
         info: dict[str, Any] = {"database": uri, "running": False, "local": False}
         typer.echo(display.to_json(info) if json_output else f"{uri} is a Milvus server: no local service.")
         return
-    info = service_info(str(Path(uri).expanduser().resolve()))
-    typer.echo(display.to_json(info) if json_output else _format_service(info))
+    from memsearch_fast.lite.size import too_large
+
+    db_path = str(Path(uri).expanduser().resolve())
+    info = service_info(db_path)
+    note = too_large(db_path)
+    if note:
+        info["size_note"] = note
+    typer.echo(display.to_json(info) if json_output else "\n".join(filter(None, [_format_service(info), note])))

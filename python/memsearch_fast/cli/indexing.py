@@ -86,8 +86,21 @@ def index(
         typer.echo(display.format_index_report(report))
     for line in display.format_failures(report):
         err(line)
+    _size_note(cfg)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _size_note(cfg: Any) -> None:
+    """One line when the local database has grown past what Milvus Lite serves well."""
+    from pathlib import Path
+
+    from memsearch_fast.lite.size import too_large
+    from memsearch_fast.store.compat import is_local_uri
+
+    uri = str(cfg.milvus.uri)  # the switch away from a 3.x database applied (cli.options.settings)
+    if is_local_uri(uri) and (note := too_large(str(Path(uri).expanduser().resolve()))):
+        err(note)
 
 
 def _index_here(
