@@ -27,6 +27,7 @@ from tests.helpers.cli import make_env, ok, run
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.shared.exceptions import McpError  # noqa: E402
 
 TRANSCRIPT = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "claude-code.jsonl"
 SESSION = "5f0c2a9e-7d41-4c8e-9b1a-3e6f2d8c0a57"
@@ -243,7 +244,9 @@ def test_bad_arguments_are_one_line_errors_and_the_server_goes_on(
     assert client.error("memory_search", {"query": QUERY, "top_k": 0})
     assert client.error("memory_search", {"query": QUERY, "budget": "lots"})
     assert client.error("memory_get", {"path": str(corpus.notes / "deploy.md"), "start": 0})
-    assert client.error("memory_nothing", {})
+    with pytest.raises(McpError) as unknown:  # a protocol error, as the MCP specification asks
+        client.call("memory_nothing", {})
+    assert unknown.value.error.code == -32602 and "memory_nothing" in unknown.value.error.message
     assert "unknown argument" in client.error("memory_expand", {"chunk_hash": "x", "section": False})
     assert "missing argument: query" in client.error("memory_search", {})
 
@@ -369,13 +372,17 @@ def test_project_serves_the_collection_the_hooks_write(corpus: Corpus, tmp_path:
 
 
 def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path: Path, model_dir: Path) -> None:
-    """JSON-RPC 2.0: an unparsable line → -32700, no method → -32600, an unknown method → -32601;
-    the server answers each and goes on."""
+    """JSON-RPC 2.0: an unparsable line → -32700, no method or an id that is no string or
+    number → -32600, an unknown method → -32601, params that are no object → -32602; the
+    server answers each and goes on."""
     lines = [
         "this is not json",
         json.dumps({"jsonrpc": "2.0", "id": 7}),
         json.dumps({"jsonrpc": "2.0", "id": 8, "method": "no/such/method"}),
         json.dumps({"jsonrpc": "2.0", "method": "notifications/nothing"}),  # a notification: no answer
+        json.dumps({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": 10, "method": "tools/list", "params": [1, 2]}),
         json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
     ]
     answers: list[dict[str, Any]] = []
@@ -402,7 +409,7 @@ def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path:
             proc.stdin.write("".join(line + "\n" for line in lines))
             proc.stdin.flush()  # left open: a client waits for its answers
             deadline = time.monotonic() + 60
-            while len(answers) < 4 and select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))[0]:
+            while len(answers) < 7 and select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))[0]:
                 line = proc.stdout.readline()
                 if not line:
                     break
@@ -415,8 +422,44 @@ def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path:
         (None, -32700),
         (7, -32600),
         (8, -32601),
+        (None, -32600),  # an id that is an object or null: no notification, an invalid request
+        (None, -32600),
+        (10, -32602),  # params as an array
         (9, None),
     ], answers
     assert answers[-1]["result"] == {}
     assert all(a["jsonrpc"] == "2.0" for a in answers)
     assert "Traceback" not in (tmp_path / "err.log").read_text()
+
+
+@pytest.mark.slow(reason="starts the MCP server as a subprocess with the real model")
+def test_a_request_in_hand_when_stdin_ends_is_answered(corpus: Corpus) -> None:
+    """A client that sends its last request and closes stdin still gets the answer: the
+    server stops once what it was asked is answered (a search here, which first loads
+    the model: well after stdin has ended)."""
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "memory_search", "arguments": {"query": QUERY, "top_k": 1}},
+            }
+        ),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "memsearch_fast", "mcp", *corpus.common],
+        input="".join(line + "\n" for line in lines),  # then stdin ends
+        capture_output=True,
+        env=corpus.env,
+        text=True,
+        timeout=180,
+    )
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == [1, 2], done.stdout
+    assert not answers[2]["result"].get("isError"), answers[2]
+    assert json.loads(answers[2]["result"]["content"][0]["text"]), "no hit"
+    assert "Traceback" not in done.stderr

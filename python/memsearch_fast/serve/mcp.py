@@ -418,7 +418,7 @@ async def serve(open_memsearch: Callable[[], Any], *, missing: str) -> None:
     out = _claim_stdout()
     warm = asyncio.create_task(tools.warm_up())
     try:
-        async with stdio_transport(out) as (read, write):
+        async with stdio_transport(out, frozenset(t.name for t in TOOLS)) as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
         warm.cancel()

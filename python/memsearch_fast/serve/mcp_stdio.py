@@ -4,8 +4,11 @@ The SDK's stdio transport drops a line it cannot parse or validate, and its
 server answers an unknown method with -32602; a client waiting for its answer
 then hangs or is misled. Here an unparsable line is answered with -32700, an
 object that is neither a request, a notification nor a response with -32600,
-and a request for a method the SDK does not know with -32601. Everything else
-goes to the SDK's server unchanged.
+a request for a method the SDK does not know with -32601, a request whose id is
+no string or number with -32600 (id null), params that are no object and a call
+of a tool not served with -32602. Requests still running when stdin ends are
+answered before the server stops. Everything else goes to the SDK's server
+unchanged.
 """
 
 from __future__ import annotations
@@ -33,13 +36,20 @@ def _request_methods() -> frozenset[str]:
 
 
 def _rpc_error(id_: Any, code: int, message: str) -> str:
-    valid = isinstance(id_, (str, int)) and not isinstance(id_, bool)
-    return json.dumps({"jsonrpc": "2.0", "id": id_ if valid else None, "error": {"code": code, "message": message}})
+    error = {"code": code, "message": message}
+    return json.dumps({"jsonrpc": "2.0", "id": id_ if _valid_id(id_) else None, "error": error})
 
 
-def check_line(line: str, methods: frozenset[str]) -> types.JSONRPCMessage | str | None:
+def _valid_id(id_: Any) -> bool:
+    return isinstance(id_, (str, int)) and not isinstance(id_, bool)
+
+
+def check_line(
+    line: str, methods: frozenset[str], tools: frozenset[str] = frozenset()
+) -> types.JSONRPCMessage | str | None:
     """A client's line as a message for the SDK, or the error to answer it with (a JSON line),
-    or None (nothing to do: a blank line, an invalid notification)."""
+    or None (nothing to do: a blank line, an invalid notification). *tools*: the tools
+    served (a call of another is -32602, as the MCP specification asks)."""
     if not line.strip():
         return None
     try:
@@ -51,8 +61,15 @@ def check_line(line: str, methods: frozenset[str]) -> types.JSONRPCMessage | str
     method, has_id = raw.get("method"), "id" in raw
     if method is None and not ("result" in raw or "error" in raw):
         return _rpc_error(raw.get("id"), -32600, "Invalid Request")
+    if has_id and method is not None and not _valid_id(raw["id"]):
+        return _rpc_error(None, -32600, "Invalid Request: id must be a string or a number")  # not a notification
     if has_id and isinstance(method, str) and methods and method not in methods:
         return _rpc_error(raw["id"], -32601, f"Method not found: {method}")
+    params = raw.get("params")
+    if has_id and isinstance(method, str) and params is not None and not isinstance(params, dict):
+        return _rpc_error(raw["id"], -32602, "Invalid params: params must be an object")
+    if has_id and method == "tools/call" and tools and isinstance(params, dict) and params.get("name") not in tools:
+        return _rpc_error(raw["id"], -32602, f"Unknown tool: {params.get('name')}")
     try:
         return types.JSONRPCMessage.model_validate(raw)
     except ValueError:
@@ -63,25 +80,42 @@ def _dump(message: SessionMessage) -> str:
     return message.message.model_dump_json(by_alias=True, exclude_none=True)
 
 
+#: Seconds the requests in hand at the end of stdin may take to be answered.
+DRAIN_S = 120.0
+
+
+def _answered(item: Any) -> Any:
+    """The id a line written out answers (a response or an error), or None."""
+    root = getattr(getattr(item, "message", None), "root", None)
+    return root.id if isinstance(root, (types.JSONRPCResponse, types.JSONRPCError)) else None
+
+
 @contextlib.asynccontextmanager
-async def stdio_transport(out: IO[str]) -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_transport(out: IO[str], tools: frozenset[str] = frozenset()) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's stdio transport, but a bad line is answered as JSON-RPC 2.0 says (the SDK's
-    own drops it, and a client waiting for that answer hangs)."""
+    own drops it, and a client waiting for that answer hangs), and the requests in hand
+    when stdin ends are answered before the server stops (the SDK's drops them)."""
     stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
     stdout = anyio.wrap_file(out)
     methods = _request_methods()
     to_server, read = anyio.create_memory_object_stream[Any](0)
     write, outgoing = anyio.create_memory_object_stream[Any](0)
+    pending: set[Any] = set()  # ids of the requests sent to the server and not answered yet
 
     async def reader(errors: Any) -> None:
         with contextlib.suppress(anyio.ClosedResourceError):
             async with to_server, errors:
                 async for line in stdin:
-                    checked = check_line(line, methods)
+                    checked = check_line(line, methods, tools)
                     if isinstance(checked, str):
                         await errors.send(checked)
                     elif checked is not None:
+                        if isinstance(checked.root, types.JSONRPCRequest):
+                            pending.add(checked.root.id)
                         await to_server.send(SessionMessage(checked))
+                with anyio.move_on_after(DRAIN_S):  # stdin ended: the answers in hand first
+                    while pending:
+                        await anyio.sleep(0.02)
 
     async def writer() -> None:
         with contextlib.suppress(anyio.ClosedResourceError):
@@ -90,6 +124,7 @@ async def stdio_transport(out: IO[str]) -> AsyncIterator[tuple[Any, Any]]:
                     text = item if isinstance(item, str) else _dump(item)
                     await stdout.write(text + "\n")
                     await stdout.flush()
+                    pending.discard(_answered(item))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader, write.clone())
