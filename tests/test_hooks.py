@@ -684,8 +684,9 @@ def test_last_turn_of_recorded_transcripts() -> None:
 
 
 def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None:
-    """Skill bodies and command wrappers (``isMeta``) and a compaction's summary (``isCompactSummary``)
-    are user records Claude Code writes itself: the turn is the user's prompt before them."""
+    """Skill bodies and command wrappers (``isMeta``), a compaction's summary (``isCompactSummary``)
+    and a subagent's prompt (``isSidechain``) are user records Claude Code writes itself: the turn
+    is the user's prompt before them."""
     from memsearch_fast.agents import turns
 
     def user(uuid: str, text: str, **flags: bool) -> dict[str, Any]:
@@ -702,6 +703,8 @@ def test_agent_written_user_records_are_never_the_prompt(tmp_path: Path) -> None
         user("compact", "This session is being continued from a previous conversation.", isCompactSummary=True),
         user("u1", "recall what we decided about the cache keys"),
         user("meta", "Base directory for this skill: /plugins/memory-recall ...", isMeta=True),
+        # An older layout: the prompt a subagent got, written after the user's own.
+        user("side", "Search the journals for the cache key decision", isSidechain=True),
         reply("a1", "We chose sha256 keys."),
     ]
     path = tmp_path / "meta.jsonl"

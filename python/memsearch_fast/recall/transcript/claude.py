@@ -7,8 +7,9 @@ blocks) or the ``tool_result`` blocks answering earlier ``tool_use`` ids, in
 which case any text beside them is not a prompt and is dropped. Every other
 record (``summary``, ``system``, ``file-history-snapshot``, progress and
 queue records) is metadata and shows nothing. A turn's id is the record's
-``uuid``, the id that journal anchors name. User records marked ``isMeta``
-or ``isCompactSummary`` are the agent's own text: shown, never a prompt.
+``uuid``, the id that journal anchors name. User records marked ``isMeta``,
+``isCompactSummary`` or ``isSidechain`` (a subagent's prompt, which an older
+layout writes after the user's) are the agent's own text: shown, never a prompt.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _user(record: dict[str, Any], content: Any) -> list[Event]:
                     events.append(Result(key, clip(as_text(block.get("content", "")))))
         return events
     text = as_text(content).strip()
-    meta = record.get("isMeta") is True or record.get("isCompactSummary") is True
+    meta = any(record.get(flag) is True for flag in ("isMeta", "isCompactSummary", "isSidechain"))
     return [NewTurn(Turn("user", record.get("uuid", ""), text, meta=meta))] if text else []
 
 
