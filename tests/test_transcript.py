@@ -852,3 +852,25 @@ def test_opencode_session_database_is_read_by_its_anchor(tmp_path: Path) -> None
         one_line_error(ours(str(db), "--turn", "msg_ffff")) == "Error: no OpenCode turn or session matches 'msg_ffff'"
     )
     assert db.read_bytes() == before  # opened read-only
+
+
+def test_exchange_shows_the_whole_turn_a_journal_anchor_names() -> None:
+    """Claude Code writes each of a reply's blocks as its own record, so ``--context 1``
+    around a prompt cuts the answer; ``--exchange`` shows the prompt and every record up
+    to the next prompt, and counts ``--context`` in exchanges."""
+
+    def window(*flags: str) -> list[str]:
+        out = ours(str(CLAUDE), "--turn", "a1c3e5f7-0001", *flags, "-j")
+        assert out.returncode == 0, out.stderr
+        return [t["uuid"][:13] for t in json.loads(out.stdout)]
+
+    # The reply's four records, then a command wrapper (``isMeta``: the agent's text, no prompt).
+    records = ["a1c3e5f7-0001", "a1c3e5f7-0003", "a1c3e5f7-0004", "a1c3e5f7-0006", "b7e2d4c6-0008", "d4f6a8b0-0010"]
+    assert window("--context", "1") == records[:2]  # the prompt and one record of its reply
+    assert window("--exchange", "--context", "0") == records  # the whole turn, up to the next prompt
+    # One exchange on each side: the next prompt's comes whole.
+    shown = window("-x", "-c", "1")
+    assert shown[: len(records)] == records
+    assert shown[len(records) :] == ["d4f6a8b0-0011", "d4f6a8b0-0012", "d4f6a8b0-0014", "e5a7c9e1-0018"]
+    text = ours(str(CLAUDE), "--turn", "a1c3e5f7-0001", "--exchange", "--context", "0").stdout
+    assert "client_max_" in text and text.count("### User") == 2  # the prompt and the wrapper

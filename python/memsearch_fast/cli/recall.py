@@ -239,6 +239,14 @@ def transcript(
             help="Turns of context to show before/after --turn.",
         ),
     ] = 3,
+    exchange: Annotated[
+        bool,
+        typer.Option(
+            "--exchange",
+            "-x",
+            help="Show --turn's whole exchange (its prompt and every reply record) and count --context in exchanges.",
+        ),
+    ] = False,
     json_output: JsonOutput = False,
 ) -> None:
     """Show original conversation turns, with tool calls, from a session transcript.
@@ -252,8 +260,8 @@ def transcript(
 
     if json_output:
         # Streamed: a long session is written turn by turn, never held whole.
-        transcripts.write_json(path, sys.stdout.write, turn=turn, context=context)
+        transcripts.write_json(path, sys.stdout.write, turn=turn, context=context, exchange=exchange)
         sys.stdout.write("\n")
         sys.stdout.flush()
     else:
-        typer.echo(transcripts.show_text(path, turn=turn, context=context))
+        typer.echo(transcripts.show_text(path, turn=turn, context=context, exchange=exchange))

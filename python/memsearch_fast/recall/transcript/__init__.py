@@ -47,9 +47,12 @@ __all__ = [
 PathArg: TypeAlias = str | os.PathLike[str]
 
 
-def select(path: PathArg, turn: str | None = None, context: int = 3) -> Iterable[Turn]:
+def select(path: PathArg, turn: str | None = None, context: int = 3, *, exchange: bool = False) -> Iterable[Turn]:
     """The turns to show: the window around the first turn whose id matches *turn*,
     else (no *turn*, or no turn matches it) every turn, read as they are consumed.
+    With *exchange*, the window is that turn's whole exchange (its prompt and every
+    record up to the next prompt) and *context* counts exchanges (an OpenCode session
+    keeps a reply in one message: its window is the same either way).
 
     Raises :class:`TranscriptError` (or OSError) when the file cannot be shown.
     """
@@ -61,7 +64,7 @@ def select(path: PathArg, turn: str | None = None, context: int = 3) -> Iterable
         return opencode.select(Path(path).expanduser(), turn, context)
     turns = Turns.open(path)
     if turn and turns.has_ids:
-        found = render.window(turns, turn, context)
+        found = (render.exchange_window if exchange else render.window)(turns, turn, context)
         if found is not None:
             return found
     return turns
@@ -76,11 +79,18 @@ def _is_database(path: PathArg) -> bool:
         return False
 
 
-def show_text(path: PathArg, turn: str | None = None, context: int = 3) -> str:
+def show_text(path: PathArg, turn: str | None = None, context: int = 3, *, exchange: bool = False) -> str:
     """The transcript as text (at most :data:`MAX_RENDER_CHARS`, then a cut mark)."""
-    return render.text(select(path, turn, context))
+    return render.text(select(path, turn, context, exchange=exchange))
 
 
-def write_json(path: PathArg, write: Callable[[str], object], turn: str | None = None, context: int = 3) -> None:
+def write_json(
+    path: PathArg,
+    write: Callable[[str], object],
+    turn: str | None = None,
+    context: int = 3,
+    *,
+    exchange: bool = False,
+) -> None:
     """The transcript as a JSON array, handed to *write* a turn at a time."""
-    render.write_json(select(path, turn, context), write)
+    render.write_json(select(path, turn, context, exchange=exchange), write)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from memsearch_fast.recall.transcript.records import Turn
@@ -38,6 +38,40 @@ def window(turns: Iterable[Turn], wanted: str, context: int) -> list[Turn] | Non
         return None
     finally:
         _close(rest)
+
+
+def _is_prompt(turn: Turn) -> bool:
+    return turn.role == "user" and not turn.meta
+
+
+def _exchanges(turns: Iterable[Turn]) -> Generator[list[Turn], None, None]:
+    """The turns grouped by exchange: a prompt and every record after it up to the next."""
+    current: list[Turn] = []
+    for turn in turns:
+        if current and _is_prompt(turn):
+            yield current
+            current = []
+        current.append(turn)
+    if current:
+        yield current
+
+
+def exchange_window(turns: Iterable[Turn], wanted: str, context: int) -> list[Turn] | None:
+    """The whole exchange holding the first turn matching *wanted*, with up to *context*
+    exchanges each side, or None: Claude Code writes each of a reply's blocks (its text,
+    each tool call) as a record of its own, so records cut a turn anywhere."""
+    before: deque[list[Turn]] = deque(maxlen=context)
+    source = iter(turns)
+    rest = _exchanges(source)
+    try:
+        for exchange in rest:
+            if any(matches(turn, wanted) for turn in exchange):
+                return [t for ex in (*before, exchange, *itertools.islice(rest, context)) for t in ex]
+            before.append(exchange)
+        return None
+    finally:
+        rest.close()
+        _close(source)
 
 
 def _block(turn: Turn) -> str:
