@@ -443,3 +443,28 @@ def _squatted(tmp_path: Path, shared: Path, squat: Path, home: Path, monkeypatch
     with pytest.raises(StoreUnavailableError) as err:
         lite_sockets.runtime_dir()
     assert "MEMSEARCH_LITE_MODE=embedded" in str(err.value) and "TMPDIR" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a database of another user needs root to make")
+def test_a_database_another_user_made_first_is_refused(dbdir: Path, tmp_path: Path) -> None:
+    """In a shared directory another user creates the database first: indexing into it
+    would hand them the notes, and their rows would come up in searches. The CLI refuses
+    it in one line, and the file stays as it was."""
+    from tests.helpers.cli import make_env, one_line_error, run
+
+    db = dbdir / "memsearch-demo.db"
+    store = MilvusStore(str(db), dimension=DIM)
+    store.close()
+    lite_broker.stop_server(str(db))
+    os.chown(db, 65534, 65534)
+    before = db.stat()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Secret\n\nThe vault code is 4242.\n", encoding="utf-8")
+    env = make_env(tmp_path / "home")
+    for args in (["index", str(notes)], ["search", "vault code"]):
+        line = one_line_error(run([*args, "--milvus-uri", str(db)], env, timeout=120), "another user (uid 65534)")
+        assert str(db) in line
+    after = db.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_uid) == (before.st_size, before.st_mtime_ns, 65534)
+    assert lite_state.read_state(str(db)) is None  # no server started on it

@@ -174,13 +174,23 @@ def check_parent(db_path: str) -> bool:
 
 
 def check_layout(db_path: str) -> None:
-    """Refuse a database written by the other Milvus Lite generation, with advice;
-    refuse a path that is no database at all (an empty file or directory) with
-    what it is. Each refusal is an :class:`UnusableDatabaseError` (final)."""
+    """Refuse a database another user owns; refuse one written by the other Milvus
+    Lite generation, with advice; refuse a path that is no database at all (an empty
+    file or directory) with what it is. Each refusal is an
+    :class:`UnusableDatabaseError` (final)."""
     major = milvus_lite_major()
     if major is None:
         raise StoreUnavailableError("milvus-lite is not installed; install it or use a Milvus server URI")
     p = Path(db_path)
+    with contextlib.suppress(OSError):
+        owner = p.stat().st_uid
+        if owner != os.geteuid():
+            # One made first in a shared directory by someone else: they could read what is
+            # indexed into it and plant rows that come up in searches.
+            raise UnusableDatabaseError(
+                f"{db_path} belongs to another user (uid {owner}); refusing to use it: "
+                "choose a database path of your own (the default is ~/.memsearch/milvus.db)"
+            )
     if major >= 3 and p.is_file():
         if _is_sqlite(p):
             raise UnusableDatabaseError(
