@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import os
 import socket
 import stat
@@ -468,3 +469,35 @@ def test_a_database_another_user_made_first_is_refused(dbdir: Path, tmp_path: Pa
     after = db.stat()
     assert (after.st_size, after.st_mtime_ns, after.st_uid) == (before.st_size, before.st_mtime_ns, 65534)
     assert lite_state.read_state(str(db)) is None  # no server started on it
+
+
+@pytest.mark.slow(reason="three CLI processes with the real model share one server")
+def test_clients_with_other_temp_dirs_share_the_live_server(dbdir: Path, tmp_path: Path, model_dir: Path) -> None:
+    """The server's socket lies under the $TMPDIR of the client that started it; a client
+    with another one (or none, as an MCP host starts its servers) finds it through the
+    record instead of taking the live server for dead, killing it and starting its own."""
+    import shutil
+    import tempfile
+
+    from tests.helpers.cli import make_env, ok, run
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe falcon gateway listens on port 4242.\n", encoding="utf-8")
+    db = dbdir / "m.db"
+    own = Path(tempfile.mkdtemp(prefix="mst-", dir="/tmp"))  # short: a socket path holds ~107 bytes
+    try:
+        first = make_env(tmp_path / "home")
+        first["TMPDIR"] = str(own)
+        other = {k: v for k, v in first.items() if k != "TMPDIR"}  # the system's /tmp
+        args = ["--milvus-uri", str(db), "-m", str(model_dir)]
+        ok(run(["index", str(notes), *args], first))
+        pid = lite_state.read_state(str(db))["pid"]
+        assert str(own) in lite_state.read_state(str(db))["address"]
+        for env in (other, first, other):
+            hits = json.loads(ok(run(["search", "which port does the falcon gateway use", "-j", *args], env)).stdout)
+            assert "4242" in hits[0]["content"]
+            assert lite_state.read_state(str(db))["pid"] == pid and pid_alive(pid), "the live server was replaced"
+    finally:
+        lite_broker.stop_server(str(db))
+        shutil.rmtree(own, ignore_errors=True)

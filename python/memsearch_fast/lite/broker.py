@@ -33,7 +33,7 @@ from memsearch_fast.lite.settings import (
     idle_timeout,
 )
 from memsearch_fast.lite.sidecars import flock, make_parent, open_sidecar, relocated, sidecar_paths
-from memsearch_fast.lite.sockets import address_uri, search_socket, socket_path
+from memsearch_fast.lite.sockets import address_uri, search_socket, server_socket
 from memsearch_fast.lite.state import read_state
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _cleanup(db_path: str, st: dict[str, Any]) -> None:
     if isinstance(engine_pid, int) and is_engine_of(engine_pid, db_path):
         terminate(engine_pid)  # a 2.x engine orphaned where parent-death signals do not exist
     if isinstance(pid, int) and pid > 0 and not pid_alive(pid):
-        sock = socket_path(db_path, pid)
+        sock = server_socket(db_path, pid, st.get("address"))
         for path in (sock, search_socket(sock)):  # the engine's socket and the search service's
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(os.lstat(path).st_mode):

@@ -16,7 +16,7 @@ from memsearch_fast._os import pid_alive
 from memsearch_fast.errors import StoreError, one_line
 from memsearch_fast.lite.settings import HOST, SERVER_MARKS
 from memsearch_fast.lite.sidecars import open_sidecar, sidecar_paths
-from memsearch_fast.lite.sockets import socket_file, socket_path
+from memsearch_fast.lite.sockets import server_socket, socket_file
 from memsearch_fast.lite.state import record_address, serves_current_database
 
 
@@ -154,7 +154,7 @@ def verify_server(db_path: str, st: dict[str, Any], timeout: float = 1.0) -> tup
     assert isinstance(pid, int)
     port = served[1]
     if port is None:
-        sock = socket_path(db_path, pid)
+        sock = server_socket(db_path, pid, st.get("address"))
         try:
             creds = peer_credentials(sock, timeout)
         except OSError as exc:

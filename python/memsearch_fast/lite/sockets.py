@@ -61,7 +61,7 @@ def socket_path(db_path: str, pid: int) -> str:
     the socket of its successor; sun_path holds ~107 bytes, so long temp
     dirs fall back to /tmp.
     """
-    name = f"{hashlib.sha256(db_path.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}-{pid}.sock"
+    name = _name(db_path, pid)
     problem = ""
     for d in _socket_dirs():
         path = d / name
@@ -73,6 +73,33 @@ def socket_path(db_path: str, pid: int) -> str:
         except OSError as exc:
             problem = one_line(exc)
     raise StoreUnavailableError(f"no private directory for the Milvus Lite server's socket: {problem}{_WAY_OUT}")
+
+
+def _name(db_path: str, pid: int) -> str:
+    return f"{hashlib.sha256(db_path.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}-{pid}.sock"
+
+
+def server_socket(db_path: str, pid: int, address: object) -> str:
+    """The unix socket of server *pid* for *db_path*: the one its record's *address*
+    names when that has the socket's name and lies in a private (0700) directory of
+    this user, else where this process would put it (:func:`socket_path`).
+
+    A server puts its socket under its own ``$TMPDIR``; a client started with
+    another one (an MCP host passes none) looked under its own, found nothing, and
+    took the live server for dead. The caller still checks who accepts on it.
+    """
+    path = socket_file(address) if isinstance(address, str) else None
+    if path and os.path.basename(path) == _name(db_path, pid) and _is_private(Path(path).parent):
+        return path
+    return socket_path(db_path, pid)
+
+
+def _is_private(d: Path) -> bool:
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not stat.S_IMODE(st.st_mode) & 0o077
 
 
 def search_socket(engine_socket: str) -> str:

@@ -95,13 +95,13 @@ def server_record(db_path: str) -> dict[str, Any] | None:
 
 def _connect(db_path: str, timeout: float) -> socket.socket | None:
     """A connection to the database's verified service (this user's, the recorded pid), or None."""
-    from memsearch_fast.lite.sockets import socket_path
+    from memsearch_fast.lite.sockets import server_socket
 
     st = server_record(db_path)
     if st is None:
         return None
     pid = st["pid"]
-    path = search_socket(socket_path(db_path, pid))
+    path = search_socket(server_socket(db_path, pid, st.get("address")))
     if st["search"] != "unix:" + path:
         return None
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
