@@ -12,15 +12,14 @@ root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
 watch`` of the same root (the database given as the same resolved path)
 finds it taken, and a watcher here waits while such a process watches.
 
-A lease names its holder (a session id) and, where
-known, the holder's pid. It lapses when that process is gone (its pid and
-start time no longer match) or after :data:`DEFAULT_LEASE_S` seconds without
-renewal (``MEMSEARCH_WATCH_LEASE_S``). Hooks renew at their events (at most every 30 s), so a
-session in use keeps its root; a session idle longer is re-registered at its
-next event, and the first run of the new watcher catches up with what
-changed meanwhile. A root whose last lease lapsed or was released is
-unwatched after its run in hand is written. While any root is watched the
-service counts as active, so it does not exit idle.
+A lease names its holder (a session id) and, where known, its pid. It lapses
+when that process is gone or after :data:`DEFAULT_LEASE_S` seconds without
+renewal (``MEMSEARCH_WATCH_LEASE_S``); hooks renew at their events (at most
+every 30 s), and a session idle longer is re-registered at its next event.
+A root whose last lease lapsed or was released is unwatched after its run in
+hand is written; one whose path now leads through a link loses its leases
+and rows (:mod:`.root_guard`). While any root is watched the service counts
+as active, so it does not exit idle.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast.serve import root_guard
 from memsearch_fast.serve.follow import Follower
 from memsearch_fast.serve.models import Models
 
@@ -405,14 +405,15 @@ class Registry:
         loop = asyncio.get_running_loop()
 
         # A run that waits for another writer says so to the clients that follow the root.
-        def waiting(line: str) -> None:
-            loop.call_soon_threadsafe(self._publish, w, {"event": "waiting", "message": line})
-
-        ms.on_wait = waiting
+        ms.on_wait = lambda line: loop.call_soon_threadsafe(self._publish, w, {"event": "waiting", "message": line})
 
         async def run() -> Any:
             w.state = "queued"
             async with self.turn(w.collection):
+                if refused := await asyncio.to_thread(root_guard.refused, ms, w.root):  # as the hooks check it
+                    w.leases.clear()
+                    w.stop.set()
+                    raise RuntimeError(refused)
                 w.state = "indexing"
                 try:
                     with self.models.lend(ms, str(w.settings["model_dir"]), str(w.settings["model_name"])):
