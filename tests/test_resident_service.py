@@ -566,3 +566,19 @@ async def _done(task: Any) -> None:
     import asyncio
 
     await asyncio.wait([task])
+
+
+@pytest.mark.slow(reason="starts the resident service")
+def test_a_lease_cannot_ask_to_last_for_ever(served, db, model_dir, tmp_path):
+    """A lease without a pid lives by its seconds alone: one asking for ever (or for years)
+    would keep the service up for good, so it gets at most an hour between renewals."""
+    from memsearch_fast.serve.leases import MAX_LEASE_S
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for asked, got in ((float("inf"), 6.0), (1e12, MAX_LEASE_S), ("soon", 6.0), (30, 30.0)):
+        reply = client.send_lease(str(db), {**lease(model_dir, notes, "h", None), "ttl": asked}, start=True)
+        assert reply is not None and reply["ok"] and reply["lease_s"] == got, (asked, reply)
+        [root] = roots(db)
+        assert root["leases"][0]["expires_in"] <= got
+    assert client.release(str(db), "h")

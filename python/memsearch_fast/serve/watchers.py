@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.serve import root_guard
 from memsearch_fast.serve.follow import Follower
+from memsearch_fast.serve.leases import Lease, pid_start, ttl_of
 from memsearch_fast.serve.models import Models
 
 if TYPE_CHECKING:
@@ -50,36 +51,6 @@ DEFAULT_LEASE_S = 120.0
 CHECK_S = 1.0
 #: How long stopping the service waits for the runs in hand.
 STOP_WAIT_S = 30.0
-
-
-def pid_start(pid: int) -> str | None:
-    """The start time of *pid* (clock ticks since boot), None when it is gone: a
-    pid reused by another process is another holder."""
-    from memsearch_fast._os import pid_alive
-
-    if not pid_alive(pid):
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[19]
-    except (OSError, IndexError):
-        return "?"  # alive, start unknown (no /proc)
-
-
-@dataclass
-class Lease:
-    holder: str
-    pid: int | None
-    started: str | None
-    ttl: float
-    expires: float  # monotonic
-
-    def lapsed(self, now: float) -> str:
-        if now >= self.expires:
-            return "not renewed"
-        if self.pid is not None and pid_start(self.pid) != self.started:
-            return f"pid {self.pid} exited"
-        return ""
 
 
 @dataclass
@@ -306,7 +277,7 @@ class Registry:
         started = pid_start(pid) if pid is not None else None
         if pid is not None and started is None:
             return {"error": f"pid {pid} is not running"}
-        ttl = float(req.get("ttl") or self.lease_s)
+        ttl = ttl_of(req.get("ttl"), self.lease_s)
         roots = [str(r) for r in req["roots"]]
         if not roots or not all(os.path.isabs(r) for r in roots):
             return {"error": "roots must be absolute paths"}
