@@ -59,7 +59,6 @@ def index_run(db_path: str, request: dict[str, Any], progress: Any) -> Any:
     stream = client.open_stream(db_path, request)
     if stream is None:
         return None
-    calls = ("start", "files_done", "chunks_embedded", "spans_done")
     interrupted = False
     with stream:
         while True:
@@ -78,18 +77,26 @@ def index_run(db_path: str, request: dict[str, Any], progress: Any) -> Any:
             if data is None:
                 continue
             kind = data.pop("event", None)
-            if kind == "progress" and data.get("call") in calls:
-                getattr(progress, str(data["call"]), lambda *_: None)(*data.get("args") or [])
-            elif kind == "waiting":
-                err(str(data.get("message")))
+            if kind in ("progress", "waiting"):
+                _show(kind, data, progress)
             elif kind == "report":
                 return IndexReport.from_dict(data)
+            elif kind == "cancelled" and data.get("service") == "stopping" and not interrupted:
+                return None  # the service is stopping (SIGTERM): this process carries on, as after kill -9
             elif kind == "cancelled":
                 raise KeyboardInterrupt
             elif kind == "failed":
                 fail(str(data.get("error")))
             elif kind is None and data.get("unsupported"):
                 return None  # a service of another installation
+
+
+def _show(kind: str, data: dict[str, Any], progress: Any) -> None:
+    """A run's progress drawn here, or its wait for another writer said."""
+    if kind == "waiting":
+        err(str(data.get("message")))
+    elif data.get("call") in ("start", "files_done", "chunks_embedded", "spans_done"):
+        getattr(progress, str(data["call"]), lambda *_: None)(*data.get("args") or [])
 
 
 def watch_request(cfg: Any, roots: list[str], files: FileOptions, description: str | None) -> tuple[str, Any] | None:

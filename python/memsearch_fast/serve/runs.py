@@ -73,7 +73,8 @@ async def run(registry: Registry, req: dict[str, Any], events: queue.Queue[dict[
                 report = await ms.index_with_report(force=bool(req.get("force")), progress=Relay(events))
         events.put({"event": "report", **report.as_dict()})
     except asyncio.CancelledError:
-        events.put({"event": "cancelled"})
+        # Cancelled by the client, or by the service stopping: then the client carries on by itself.
+        events.put({"event": "cancelled", **({"service": "stopping"} if registry.closing else {})})
     except Exception as exc:  # noqa: BLE001 - the client says it in one line
         events.put({"event": "failed", "error": describe(exc)})
     finally:

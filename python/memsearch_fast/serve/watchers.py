@@ -165,6 +165,11 @@ class Registry:
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
 
+    @property
+    def closing(self) -> bool:
+        """Whether the service is stopping (a run cancelled now was not cancelled by its client)."""
+        return self._stopped
+
     def stop(self) -> None:
         """Stop every watcher after its run in hand; idempotent."""
         if self._stopped or not self._thread.is_alive():
