@@ -165,3 +165,23 @@ def test_only_the_default_path_is_redirected(tmp_path: Path, monkeypatch: pytest
     assert fallback.effective_uri("~/.memsearch/milvus.db") == fallback.FALLBACK_URI
     assert fallback.effective_uri(str(tmp_path / ".memsearch" / "milvus.db")) == fallback.FALLBACK_URI
     assert not os.path.exists(tmp_path / ".memsearch" / "milvus-fast.db.switched")
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["enabled", "disabled"])
+def test_session_start_names_the_04_plugin_left_enabled_once(tmp_path: Path, model_dir: Path, on: bool) -> None:
+    """memsearch 0.4's Claude Code plugin still enabled beside ours stops every Milvus Lite
+    engine at its events: SessionStart says so once, with the command that disables it."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(
+        json.dumps({"enabledPlugins": {"memsearch@memsearch-plugins": on, "memsearch-fast@memsearch-fast": True}}),
+        encoding="utf-8",
+    )
+    (home / ".memsearch").mkdir()
+    (home / ".memsearch" / "config.toml").write_text(f'[embedding]\nmodel = "{model_dir}"\n', encoding="utf-8")
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    first = str(_hook(home, project, "session-start")["systemMessage"])
+    said = "claude plugin disable memsearch@memsearch-plugins"
+    assert (said in first) == on and "ERROR" not in first, first
+    assert said not in str(_hook(home, project, "session-start")["systemMessage"])  # once

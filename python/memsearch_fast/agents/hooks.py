@@ -145,6 +145,11 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
 
         note = tell_once("hook")
         line += f" | {note}" if note else ""
+    if platform == "claude-code":
+        from memsearch_fast.agents import legacy
+
+        note = legacy.tell_once(project.project_dir)
+        line += f" | {note}" if note else ""
     memory = Path(project.memory_dir)
     memory.mkdir(parents=True, exist_ok=True)
     session = _str(payload, "session_id")
