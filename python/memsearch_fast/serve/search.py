@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import give_back_memory
 from memsearch_fast.config.tuning import DEFAULT_TOP_K, env_off
-from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, server_record
+from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
 from memsearch_fast.serve.client import peer as _peer
 from memsearch_fast.serve.models import Models, fingerprint
 
@@ -168,41 +168,12 @@ def _render(ms: Any, hits: list[dict[str, Any]], render: dict[str, Any]) -> str:
     )
 
 
-#: Connections read at once, each in a thread of its own.
-READERS = 64
-#: Seconds a client has to send its whole request (a line), and to take the reply.
-REQUEST_S = 10.0
-
-
-def _request_line(conn: socket.socket, seconds: float) -> bytes | None:
-    """The request line sent on *conn* within *seconds* in all, or None (too slow, too
-    long, or closed before a whole line)."""
-    deadline = time.monotonic() + seconds
-    buf = bytearray()
-    while not buf.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        conn.settimeout(left)
-        try:
-            part = conn.recv(65536)
-        except TimeoutError:
-            return None
-        if not part:
-            return None if not buf else bytes(buf)
-        buf += part
-        if len(buf) > LINE_LIMIT:
-            return None
-    return bytes(buf)
-
-
 class Service:
     """Answers search requests for one database on a unix socket, in a thread.
 
     ``engine_uri`` is where the server's own engine listens; ``touch`` is
     called per request so searches count as activity for the idle timeout.
-    Each connection is read in a thread of its own within :data:`REQUEST_S`;
-    requests run one at a time; the client connection to the engine is
+    Requests run one at a time; the client connection to the engine is
     closed after each, so an idle service holds no connection, and the
     models go after ``MEMSEARCH_SEARCH_UNLOAD_S`` (300) seconds without a
     search. A database known to be damaged is left to the searching process,
@@ -245,10 +216,7 @@ class Service:
             os.unlink(path)
         self._listener.bind(path)
         os.chmod(path, 0o600)
-        self._listener.listen(socket.SOMAXCONN)
-        #: Requests are answered one at a time; each connection is read in a thread of its own.
-        self._lock = threading.Lock()
-        self._readers = threading.BoundedSemaphore(READERS)
+        self._listener.listen(16)
         self._thread = threading.Thread(target=self._serve, name="search-service", daemon=True)
 
     @property
@@ -284,41 +252,23 @@ class Service:
             try:
                 conn, _ = self._listener.accept()
             except TimeoutError:
-                with self._lock:
-                    if self._instances and time.monotonic() - self._last > self._unload_after:
-                        self._unload()
-                    elif self.models.unload_idle():  # the watchers' runs have borrowed none lately
-                        give_back_memory()
+                if self._instances and time.monotonic() - self._last > self._unload_after:
+                    self._unload()
+                elif self.models.unload_idle():  # the watchers' runs have borrowed none lately
+                    give_back_memory()
                 continue
             except OSError:
                 return
-            if not self._readers.acquire(timeout=REQUEST_S):  # READERS connections still sending
-                conn.close()
-                continue
-            threading.Thread(target=self._handle, args=(conn,), name="search-request", daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        """Read one connection's request within :data:`REQUEST_S`, then answer it (one at a
-        time): a client that connects and sends nothing, or a byte now and then, holds
-        its own thread, not the service."""
-        kept = False
-        try:
-            peer = _peer(conn)
-            if peer is not None and peer[1] != os.geteuid():
-                return
-            line = _request_line(conn, REQUEST_S)
-            if line is None:
-                return
-            conn.settimeout(REQUEST_S)  # the reply's writes
-            with self._lock:
-                self._last = time.monotonic()
-                kept = self._answer(conn, peer, line)
-        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
-            logger.warning("search request failed: %s", exc)
-        finally:
-            self._readers.release()
-            if not kept:
-                conn.close()
+            conn.settimeout(10)
+            self._last = time.monotonic()
+            kept = False
+            try:
+                kept = self._answer(conn)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
+                logger.warning("search request failed: %s", exc)
+            finally:
+                if not kept:
+                    conn.close()
 
     def _unload(self) -> None:
         """Drop the searchers and the models after a quiet spell: a server kept
@@ -330,8 +280,14 @@ class Service:
         self.models.unload_idle()
         give_back_memory()
 
-    def _answer(self, conn: socket.socket, peer: tuple[int, int] | None, line: bytes) -> bool:
+    def _answer(self, conn: socket.socket) -> bool:
         """Answer one request; True when the connection was handed on (a ``watch.follow``)."""
+        peer = _peer(conn)
+        if peer is not None and peer[1] != os.geteuid():
+            return False
+        line = read_line(conn)
+        if len(line) > LINE_LIMIT:
+            return False
         req = json.loads(line.decode("utf-8"))
         streamed = self._streamed(req)
         if streamed == "watch.follow":
