@@ -74,3 +74,23 @@ def test_a_root_replaced_by_a_link_is_dropped_not_followed(
         assert not any("diary" in s or s.startswith(str(memory)) for s in sources), sources
     finally:
         broker.stop_server(str(db))
+
+
+def test_a_root_is_unsafe_once_its_path_leads_through_a_link(tmp_path: Path) -> None:
+    from memsearch_fast.serve.root_guard import unsafe_root
+
+    project = tmp_path / "proj"
+    root = project / ".memsearch" / "memory"
+    root.mkdir(parents=True)
+    assert unsafe_root(str(root)) == ""
+    assert unsafe_root(str(tmp_path / "gone")) == ""  # a root that is gone is left to the watch loop
+    private = tmp_path / "private"
+    private.mkdir()
+    root.rmdir()
+    root.symlink_to(private, target_is_directory=True)  # the folder itself now a link
+    assert "symbolic link" in unsafe_root(str(root))
+    root.unlink()
+    root.mkdir()
+    (project / ".memsearch").rename(tmp_path / "elsewhere")  # a folder above it now a link
+    (project / ".memsearch").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert unsafe_root(str(root)) == "now leads through a symbolic link"
