@@ -21,6 +21,7 @@ import pytest
 from memsearch_fast.lite import state as lite_state
 from memsearch_fast.serve import client
 from tests.helpers.harness import ids_by_source
+from tests.helpers.lease import lease
 from tests.helpers.watcher import Watcher
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
@@ -36,23 +37,6 @@ def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for k in ("MEMSEARCH_LITE_MODE", "MEMSEARCH_SEARCH_SERVICE", "MEMSEARCH_SEARCH_UNLOAD_S"):
         monkeypatch.delenv(k, raising=False)
     (tmp_path / "home").mkdir()
-
-
-def lease(model_dir: Path, root: Path, holder: str, pid: int | None, collection: str = "notes") -> dict[str, Any]:
-    return {  # the model named as a hook or the CLI names it (serve.client.model_of)
-        "op": "watch.lease",
-        "collection": collection,
-        "roots": [str(root)],
-        "model_dir": str(model_dir.resolve()),
-        "model_name": os.path.abspath(model_dir),
-        "max_chunk_size": 1500,
-        "overlap_lines": 2,
-        "ignore_files": [],
-        "exclude": [],
-        "debounce_ms": 200,
-        "holder": holder,
-        "pid": pid,
-    }
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -451,14 +435,11 @@ def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, mo
         broker.stop_server(str(fresh))
 
 
-@pytest.mark.slow(reason="indexes 400 KB in the service to interrupt it mid-run")
-def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, model_dir, tmp_path, monkeypatch):
-    """SIGTERM (or Ctrl-C) of a `memsearch index` that the service runs: the service
-    writes and flushes what was embedded, the CLI exits 130; the next run finishes it."""
+def _embedding_in_the_service(db: Path, model_dir: Path, notes: Path) -> subprocess.Popen[str]:
+    """A `memsearch index` of 400 KB that the service (its model loaded by a search) runs,
+    once its progress shows chunks being embedded."""
     from tests.helpers.corpus import write_corpus
 
-    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
-    notes = tmp_path / "notes"
     (notes / "a.md").parent.mkdir()
     (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
     assert index_cli(db, model_dir, notes).returncode == 0
@@ -469,12 +450,19 @@ def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, mo
         [sys.executable, "-m", "memsearch_fast.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
-    progressed = False
-    for line in proc.stderr:  # progress as JSON lines: interrupt once chunks are being embedded
+    for line in proc.stderr:  # progress as JSON lines
         if line.startswith("{") and json.loads(line).get("embedded", 0) > 0:
-            progressed = True
-            break
-    assert progressed
+            return proc
+    raise AssertionError("no chunk was embedded")
+
+
+@pytest.mark.slow(reason="indexes 400 KB in the service to interrupt it mid-run")
+def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, model_dir, tmp_path, monkeypatch):
+    """SIGTERM (or Ctrl-C) of a `memsearch index` that the service runs: the service
+    writes and flushes what was embedded, the CLI exits 130; the next run finishes it."""
+    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
+    notes = tmp_path / "notes"
+    proc = _embedding_in_the_service(db, model_dir, notes)
     proc.send_signal(signal.SIGTERM)
     _, errors = proc.communicate(timeout=120)
     assert proc.returncode == 130, errors[-2000:]
@@ -491,23 +479,9 @@ def test_an_index_run_whose_service_is_stopped_carries_on_in_process(served, db,
     """SIGTERM to the service (an update, a logout) while it runs a `memsearch index`:
     the service writes what it embedded and stops; the CLI finishes the run itself
     (as after kill -9 of the service), exit 0, every chunk indexed."""
-    from tests.helpers.corpus import write_corpus
-
     monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
     notes = tmp_path / "notes"
-    (notes / "a.md").parent.mkdir()
-    (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
-    assert index_cli(db, model_dir, notes).returncode == 0
-    search(db, model_dir, "alpha")  # the service loads the model
-    write_corpus(notes / "more", total_bytes=400_000, seed=3)
-    argv = ["index", str(notes), "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memsearch_fast.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:  # progress as JSON lines: stop the service once chunks are being embedded
-        if line.startswith("{") and json.loads(line).get("embedded", 0) > 0:
-            break
+    proc = _embedding_in_the_service(db, model_dir, notes)
     os.kill(lite_state.read_state(str(db))["pid"], signal.SIGTERM)
     _out, errors = proc.communicate(timeout=300)
     assert proc.returncode == 0, errors[-2000:]

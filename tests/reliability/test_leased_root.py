@@ -14,6 +14,7 @@ import pytest
 from memsearch_fast.lite import broker
 from memsearch_fast.serve import client
 from memsearch_fast.store import MilvusStore
+from tests.helpers.lease import lease
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server is POSIX-only")
 
@@ -49,20 +50,7 @@ def test_a_root_replaced_by_a_link_is_dropped_not_followed(
     private.mkdir()
     (private / "diary.md").write_text("# Diary\n\nThe vault code is 9931.\n", encoding="utf-8")
     db = short_tmp / "m.db"
-    request = {
-        "op": "watch.lease",
-        "collection": "notes",
-        "roots": [str(memory)],
-        "model_dir": str(model_dir.resolve()),
-        "model_name": os.path.abspath(model_dir),
-        "max_chunk_size": 1500,
-        "overlap_lines": 2,
-        "ignore_files": [],
-        "exclude": [],
-        "debounce_ms": 200,
-        "holder": "session",
-        "pid": os.getpid(),
-    }
+    request = lease(model_dir, memory, "session", os.getpid())
     try:
         assert client.send_lease(str(db), request, start=True)["ok"]
         assert _wait(lambda: str(memory / "2026-11-28.md") in _sources(db)), "the root was never indexed"
