@@ -474,22 +474,6 @@ def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, mo
     assert done["embedded"] < done["chunks"]  # what the interrupted run wrote is not embedded again
 
 
-@pytest.mark.slow(reason="indexes 400 KB in the service and stops the service mid-run")
-def test_an_index_run_whose_service_is_stopped_carries_on_in_process(served, db, model_dir, tmp_path, monkeypatch):
-    """SIGTERM to the service (an update, a logout) while it runs a `memsearch index`:
-    the service writes what it embedded and stops; the CLI finishes the run itself
-    (as after kill -9 of the service), exit 0, every chunk indexed."""
-    monkeypatch.setenv("MEMSEARCH_LITE_IDLE_TIMEOUT", "120")
-    notes = tmp_path / "notes"
-    proc = _embedding_in_the_service(db, model_dir, notes)
-    os.kill(lite_state.read_state(str(db))["pid"], signal.SIGTERM)
-    _out, errors = proc.communicate(timeout=300)
-    assert proc.returncode == 0, errors[-2000:]
-    assert "interrupted" not in errors
-    again = index_cli(db, model_dir, notes)
-    assert again.returncode == 0 and json.loads(again.stdout)["changed"] == 0  # nothing left to do
-
-
 @pytest.mark.slow(reason="starts the resident service and waits on its leases and idle timeout")
 def test_an_index_run_cancelled_while_it_waits_for_the_writer_lets_the_lock_go(
     served, db, model_dir, tmp_path, monkeypatch

@@ -244,6 +244,8 @@ def transcript(
         typer.Option(
             "--exchange",
             "-x",
+            # Not in --help, which stays memsearch 0.4.23's word for word; README describes it.
+            hidden=True,
             help="Show --turn's whole exchange (its prompt and every reply record) and count --context in exchanges.",
         ),
     ] = False,
