@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -260,6 +261,10 @@ def test_index_search_expand_stats_reindex_reset(
 
     text = ok(run(["search", "deploy key rotation", "-k", "3", *model, *common], env)).stdout
     assert "--- Result 1 (score: " in text and "Source: " in text and "Heading: Session 10:02" in text
+    # The plain output names the next step for every hit, short ones included.
+    hashes = re.findall(r"run 'memsearch expand ([0-9a-f]+)'", text)
+    assert len(hashes) == text.count("--- Result ") > 0
+    assert "Heading: Session 10:02" in ok(run(["expand", hashes[0], *common], env)).stdout
 
     # Expand: text, JSON with a parsed anchor, chunk-only view, unknown hash.
     shown = ok(run(["expand", top["chunk_hash"], *common], env)).stdout
@@ -290,6 +295,12 @@ def test_index_search_expand_stats_reindex_reset(
     assert stats["chunks"] == total and stats["files"] == 3 and stats["dimension"] == 384
     assert stats["collection"] == "memsearch_chunks"
     assert f"Total indexed chunks: {total}" in ok(run(["stats", *common], env)).stdout
+    # Sentence vectors: one definition, the same number in the index report and in stats.
+    embedded, reused, spanned = map(
+        int, re.search(r"sentence vectors: (\d+) embedded, (\d+) reused, in (\d+) chunks?;", first.stdout).groups()
+    )
+    assert (stats["span_vectors"], stats["span_chunks"]) == (embedded + reused, spanned) and spanned > 0
+    assert f"Sentence vectors: {embedded + reused} (in {spanned} chunk" in ok(run(["stats", *common], env)).stdout
 
     # Re-index: nothing to do.
     again = _index([str(notes), *model, *common], env)

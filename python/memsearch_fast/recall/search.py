@@ -45,7 +45,9 @@ def to_json(data: Any) -> str:
 
 
 def format_search(results: list[dict[str, Any]]) -> str:
-    """Hits as memsearch 0.4.23 prints them; long ones end with an expand hint."""
+    """Hits as memsearch 0.4.23 prints them; long ones end with its expand hint, and
+    the others with one too (0.4.23 shows a hash only when it cuts the text, so its
+    plain output gave no way to the next step of recall)."""
     if not results:
         return "No results found."
     return "\n".join(hit_block(i, r) for i, r in enumerate(results, 1))
@@ -64,6 +66,7 @@ def hit_block(i: int, r: dict[str, Any]) -> str:
         out.append(f"  ... [truncated, run 'memsearch expand {r.get('chunk_hash', '')}' for full content]")
     else:
         out.append(content)
+        out.append(f"  [run 'memsearch expand {r.get('chunk_hash', '')}' for the whole section]")
     return "\n".join(out)
 
 
