@@ -395,7 +395,8 @@ class MemSearch:
         if not store.exists:
             return None
         counts = {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
-        return {**counts, "span_vectors": store.spans.count()}  # loads them: a damaged part is reported too
+        spans, spanned = store.spans.counts()  # loads them: a damaged part is reported too
+        return {**counts, "span_vectors": spans, "span_chunks": spanned}
 
     def drop(self, *, on_wait: Callable[[str], None] | None = None) -> bool:
         """Drop the collection; False when there was none. Waits for a running

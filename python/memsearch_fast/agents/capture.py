@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error, log_info
 from memsearch_fast.agents.project import check_folder
+from memsearch_fast.recall.search import plural
 
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
@@ -168,5 +169,5 @@ def index(where: Path, job: Job, log: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - the entry is written; the watcher or next run indexes it
         log_error(where, f"capture: indexing {log} failed: {exc}")
         return 1
-    log_info(where, f"captured {job.event} of session {job.session} into {log.name} ({count} chunks indexed)")
+    log_info(where, f"captured {job.event} of session {job.session} into {log.name} ({plural(count, 'chunk')} indexed)")
     return 0

@@ -256,14 +256,18 @@ def _spans(report: Any) -> list[str]:
     sp = getattr(report, "spans", None)
     if sp is None or not (sp.chunks or sp.removed):
         return []
-    return [f"  spans:   {sp.embedded} embedded, {sp.reused} reused, for {sp.chunks} chunks; {sp.removed} removed"]
+    return [
+        f"  sentence vectors: {sp.embedded} embedded, {sp.reused} reused, "
+        f"in {_plural(sp.chunks, 'chunk')}; {sp.removed} removed"
+    ]
 
 
 def _reads(report: Any) -> str:
     """Files read and chunked, against those the manifest let the run skip unread."""
     if report.manifest:
-        return f"{report.read} read, {max(0, report.files - report.read)} skipped unread (manifest)"
-    return f"{report.read} read (no usable manifest: a full run, which writes one)"
+        skipped = max(0, report.files - report.read)
+        return f"{_plural(report.read, 'file')} read, {skipped} unchanged since the last run skipped unread"
+    return f"{_plural(report.read, 'file')} read (a full run: no record of a previous run to trust)"
 
 
 def printable(text: str) -> str:
@@ -319,7 +323,11 @@ def format_stats(stats: dict[str, Any]) -> str:
     lines = [
         f"Total indexed chunks: {stats['chunks']}",
         f"Files: {stats['files']}",
-        *([f"Span vectors: {stats['span_vectors']}"] if stats.get("span_vectors") else []),
+        *(
+            [f"Sentence vectors: {stats['span_vectors']} (in {_plural(stats.get('span_chunks', 0), 'chunk')})"]
+            if stats.get("span_vectors")
+            else []
+        ),
         f"Dimension: {stats['dimension'] if stats['dimension'] is not None else '-'}",
         f"Collection: {stats['collection']}",
         f"URI: {stats['uri']}",

@@ -17,6 +17,7 @@ import typer
 from memsearch_fast.cli.app import err, fail
 from memsearch_fast.cli.options import FileOptions
 from memsearch_fast.config.tuning import env_off
+from memsearch_fast.recall.search import plural as _plural
 
 #: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
 #: even where the database's service could watch for it.
@@ -298,9 +299,9 @@ class Events:
 
 def report_line(report: Any) -> str:
     return (
-        f"indexed: {report.changed} changed of {report.files} files ({report.read} read, "
-        + (f"{max(0, report.files - report.read)} skipped by the manifest" if report.manifest else "full run")
-        + f"), {report.embedded} chunks embedded, "
-        f"{report.reused} reused, {report.deleted} deleted, {report.sources_removed} files removed "
+        f"indexed: {report.changed} changed of {_plural(report.files, 'file')} ({report.read} read, "
+        + (f"{max(0, report.files - report.read)} unchanged skipped unread" if report.manifest else "full run")
+        + f"), {_plural(report.embedded, 'chunk')} embedded, "
+        f"{report.reused} reused, {report.deleted} deleted, {_plural(report.sources_removed, 'file')} removed "
         f"({report.seconds:.2f} s)"
     )

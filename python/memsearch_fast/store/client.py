@@ -187,12 +187,12 @@ class StoreClient:
             )
         return StoreError(f"Milvus {op} failed on {self._display}: {msg}")
 
-    def _count_in(self, collection: str) -> int:
-        """Rows of *collection*, by ``count(*)`` (metadata row counts lag)."""
+    def _count_in(self, collection: str, where: str = "") -> int:
+        """Rows of *collection* (those *where* holds), by ``count(*)`` (metadata row counts lag)."""
         rows = self._call(
             "count",
             lambda c: c.query(
-                collection_name=collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+                collection_name=collection, filter=where, output_fields=["count(*)"], consistency_level="Strong"
             ),
         )
         return int(rows[0]["count(*)"]) if rows else 0
