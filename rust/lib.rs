@@ -275,9 +275,15 @@ fn check_max_chunk_size(max_chunk_size: i64) -> PyResult<usize> {
 
 /// What `scan_paths` returns: files, `(path, reason)` errors (path "" when
 /// an error concerns no path), and incomplete directories.
-type ScanReturn = (Vec<Py<ScannedFile>>, Vec<(OsString, String)>, Vec<PathBuf>);
+type ScanReturn = (
+    Vec<Py<ScannedFile>>,
+    Vec<(OsString, String)>,
+    Vec<PathBuf>,
+    Vec<(PathBuf, u64)>,
+);
 
-/// Scans roots; returns `(files, errors, incomplete directories)` — each
+/// Scans roots; returns `(files, errors, incomplete directories, hidden
+/// entries skipped that hold markdown with their markdown files)` — each
 /// error a `(path, reason)` pair, the reason one line; files under an
 /// incomplete directory may exist.
 #[pyfunction]
@@ -322,7 +328,7 @@ fn scan_paths(
             (path.into_os_string(), reason)
         })
         .collect();
-    Ok((files, errors, outcome.incomplete))
+    Ok((files, errors, outcome.incomplete, outcome.hidden))
 }
 
 /// Splits markdown text into chunks (see `memsearch_fast.chunk_markdown`).

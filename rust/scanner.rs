@@ -67,7 +67,16 @@ pub struct ScanOutcome {
     /// Directories that could not be listed: files under them may exist,
     /// so nothing under them may be treated as deleted.
     pub incomplete: Vec<PathBuf>,
+    /// Hidden entries skipped that hold markdown, each with its count of
+    /// markdown files: a hidden file of a wanted extension (1), or a hidden
+    /// directory (`.git` aside) with such files under it, counted within
+    /// `HIDDEN_BUDGET` entries (a lower bound past it).
+    pub hidden: Vec<(PathBuf, u64)>,
 }
+
+/// Entries of hidden directories the scan looks at, at most, to count the
+/// markdown it skips there (a cache folder may hold millions).
+const HIDDEN_BUDGET: usize = 20_000;
 
 /// Checks `exclude` patterns up front, so a typo fails the scan instead of
 /// silently skipping a whole root (which would look like deleted files).
@@ -243,6 +252,8 @@ struct Collector<'a> {
     files: Vec<Found>,
     errors: Vec<ScanError>,
     incomplete: Vec<PathBuf>,
+    hidden: Vec<(PathBuf, u64)>,
+    hidden_budget: usize,
 }
 
 impl Collector<'_> {
@@ -290,6 +301,52 @@ impl Collector<'_> {
         });
     }
 
+    fn wanted(&self, path: &Path) -> bool {
+        self.opts.extensions.contains(&suffix_lower(path))
+    }
+
+    /// A hidden entry the walk skips: counted when it holds markdown, so the
+    /// run can say what it left out.
+    fn note_hidden(&mut self, path: PathBuf, ft: Option<fs::FileType>, matcher: &RootMatcher) {
+        let is_dir = ft.is_some_and(|t| t.is_dir());
+        if (matcher.enabled() && matcher.is_ignored(&path, is_dir))
+            || path.file_name() == Some(".git".as_ref())
+        {
+            return;
+        }
+        let found = if is_dir {
+            self.count_markdown(&path)
+        } else {
+            u64::from(ft.is_some_and(|t| t.is_file()) && self.wanted(&path))
+        };
+        if found > 0 {
+            self.hidden.push((path, found));
+        }
+    }
+
+    /// Markdown files under `dir`, directory links not followed, within the budget.
+    fn count_markdown(&mut self, dir: &Path) -> u64 {
+        let mut found = 0;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if self.hidden_budget == 0 {
+                    return found;
+                }
+                self.hidden_budget -= 1;
+                match entry.file_type() {
+                    Ok(t) if t.is_dir() => stack.push(entry.path()),
+                    Ok(t) if t.is_file() && self.wanted(&entry.path()) => found += 1,
+                    _ => {}
+                }
+            }
+        }
+        found
+    }
+
     fn walk(&mut self, root: &Path) {
         let mut matcher = match RootMatcher::new(root, self.opts) {
             Ok(m) => m,
@@ -322,6 +379,7 @@ impl Collector<'_> {
                 };
                 let name = entry.file_name();
                 if self.opts.ignore_hidden && is_hidden(&name) {
+                    self.note_hidden(entry.path(), entry.file_type().ok(), &matcher);
                     continue;
                 }
                 let path = entry.path();
@@ -362,6 +420,8 @@ pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
         files: Vec::new(),
         errors: Vec::new(),
         incomplete: Vec::new(),
+        hidden: Vec::new(),
+        hidden_budget: HIDDEN_BUDGET,
     };
     for raw in roots {
         let root = match fs::canonicalize(raw) {
@@ -382,6 +442,7 @@ pub fn scan(roots: &[PathBuf], opts: &ScanOptions) -> ScanOutcome {
         files: c.files,
         errors: c.errors,
         incomplete: c.incomplete,
+        hidden: c.hidden,
     }
 }
 
@@ -412,6 +473,33 @@ mod tests {
             .into_iter()
             .map(ScanError::into_parts)
             .collect()
+    }
+
+    #[test]
+    fn hidden_markdown_is_counted_not_indexed() {
+        let dir = temp_dir("hidden");
+        fs::create_dir_all(dir.join(".github/workflows")).unwrap();
+        fs::create_dir_all(dir.join(".git/refs")).unwrap();
+        fs::create_dir_all(dir.join(".cache")).unwrap();
+        fs::write(dir.join(".github/CONTRIBUTING.md"), "# c\n").unwrap();
+        fs::write(dir.join(".github/workflows/notes.md"), "# n\n").unwrap();
+        fs::write(dir.join(".github/ci.yml"), "x: 1\n").unwrap();
+        fs::write(dir.join(".git/refs/HEAD.md"), "# g\n").unwrap();
+        fs::write(dir.join(".cache/blob.bin"), "x").unwrap();
+        fs::write(dir.join(".draft.md"), "# d\n").unwrap();
+        fs::write(dir.join("note.md"), "# hi\n").unwrap();
+        let outcome = scan(std::slice::from_ref(&dir), &options(&[]));
+        let root = fs::canonicalize(&dir).unwrap();
+        assert_eq!(outcome.files.len(), 1);
+        let mut hidden = outcome.hidden.clone();
+        hidden.sort();
+        assert_eq!(
+            hidden,
+            vec![(root.join(".draft.md"), 1), (root.join(".github"), 2)]
+        );
+        let excluded = scan(std::slice::from_ref(&dir), &options(&[".github/"]));
+        assert_eq!(excluded.hidden, vec![(root.join(".draft.md"), 1)]);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -99,9 +99,15 @@ def test_one_chunk_is_singular_and_a_heading_only_file_is_new(cli_env: dict[str,
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "one.md").write_text("# One\n\nOne paragraph.\n", encoding="utf-8")
+    (notes / ".github").mkdir()
+    (notes / ".github" / "CONTRIBUTING.md").write_text("# How to help\n\nRun the tests.\n", encoding="utf-8")
     db = tmp_path / "db" / "m.db"
     out = ok(run(["index", str(notes), "--milvus-uri", str(db)], cli_env)).stdout
     assert out.startswith("Indexed 1 chunk.\n"), out
+    # The hidden rule's leftovers are said, with the way to index them.
+    assert "  hidden:  1 markdown file skipped in hidden folders and files (.github); " in out, out
+    named = ok(run(["index", str(notes), str(notes / ".github"), "--milvus-uri", str(db)], cli_env)).stdout
+    assert named.startswith("Indexed 1 chunk.\n") and "hidden:" not in named, named
 
     only = tmp_path / "only"
     only.mkdir()

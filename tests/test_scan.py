@@ -70,6 +70,24 @@ def test_hidden_entries_can_be_included(tree: Path) -> None:
     assert ".hidden.md" in names(files, tree) and ".git/x.md" in names(files, tree)
 
 
+def test_hidden_markdown_skipped_is_counted_unless_named_as_a_root(tree: Path) -> None:
+    """A run says what the hidden rule left out (``.git`` aside), and a hidden
+    folder named as a root is indexed, not counted as skipped."""
+    from memsearch_fast.index.scan import scan
+
+    touch(tree / ".github" / "CONTRIBUTING.md")
+    touch(tree / ".github" / "workflows" / "notes.md")
+    touch(tree / ".github" / "ci.yml")
+    touch(tree / "sub" / ".cache" / "blob.bin")
+    real = os.path.realpath(tree)
+    found = scan([tree])
+    assert found.hidden == {os.path.join(real, ".github"): 2, os.path.join(real, ".hidden.md"): 1}
+    both = scan([tree, tree / ".github"])
+    assert both.hidden == {os.path.join(real, ".hidden.md"): 1}
+    assert {"CONTRIBUTING.md", "notes.md"} <= {os.path.basename(f.path) for f in both.files}
+    assert scan([tree], exclude=[".github/"]).hidden == {os.path.join(real, ".hidden.md"): 1}
+
+
 def test_explicit_file_is_always_eligible(tree: Path) -> None:
     files = same_as_reference([tree / ".hidden.md", tree / "notes.txt"], exclude=["*.md"])
     assert names(files, tree) == [".hidden.md"]

@@ -264,7 +264,7 @@ class MemSearch:
         finally:
             if opening is not None:  # whatever opened is then closed by close()
                 await asyncio.to_thread(opening.wait)
-        report.failed[:0] = [(e.path, e.reason) for e in found.errors]
+        report.failed[:0], report.hidden = [(e.path, e.reason) for e in found.errors], found.hidden
         return report
 
     def _creates_database(self, manifest: Any) -> bool:
@@ -395,8 +395,7 @@ class MemSearch:
         if not store.exists:
             return None
         counts = {"chunks": store.count(), "files": store.count_sources(), "dimension": store.dimension}
-        spans, spanned = store.spans.counts()  # loads them: a damaged part is reported too
-        return {**counts, "span_vectors": spans, "span_chunks": spanned}
+        return {**counts, **store.spans.counts()}  # loads them: a damaged part is reported too
 
     def drop(self, *, on_wait: Callable[[str], None] | None = None) -> bool:
         """Drop the collection; False when there was none. Waits for a running

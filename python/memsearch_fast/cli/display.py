@@ -7,6 +7,7 @@ terminal without ``--quiet``), so other commands never pay for it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -245,6 +246,7 @@ def format_index_report(report: Any) -> str:
             f"({report.chunks} in scanned files)",
             f"  sources: {report.sources_removed} removed",
             *_spans(report),
+            *_hidden(report),
             f"  reads:   {_reads(report)}",
             f"  time:    {report.seconds:.2f} s",
         ]
@@ -260,6 +262,25 @@ def _spans(report: Any) -> list[str]:
         f"  sentence vectors: {sp.embedded} embedded, {sp.reused} reused, "
         f"in {_plural(sp.chunks, 'chunk')}; {sp.removed} removed"
     ]
+
+
+def _hidden(report: Any) -> list[str]:
+    """What the scan left out by rule (hidden folders and files), and how to index it."""
+    paths = list(getattr(report, "hidden", None) or {})
+    hidden = [os.path.basename(h) for h in paths]
+    if not hidden:
+        return []
+    shown = ", ".join(printable(h) for h in hidden[:3]) + (f" and {len(hidden) - 3} more" if len(hidden) > 3 else "")
+    return [
+        f"  hidden:  {_plural(sum(report.hidden.values()), 'markdown file')} skipped in hidden folders and files "
+        f"({shown}); name one as a path to index it (memsearch index PATH {printable(_near(paths[0]))})"
+    ]
+
+
+def _near(path: str) -> str:
+    """*path* relative to the working directory when it lies under it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def _reads(report: Any) -> str:

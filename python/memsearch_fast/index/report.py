@@ -31,6 +31,8 @@ class IndexReport:
     manifest: bool = False
     #: The span pass (:mod:`memsearch_fast.index.span_pass`); None when it did not run.
     spans: SpanReport | None = None
+    #: Hidden entries the scan skipped that hold markdown, and the markdown files under them.
+    hidden: dict[str, int] = field(default_factory=dict)
 
     @property
     def indexed(self) -> int:
@@ -67,6 +69,7 @@ class IndexReport:
             "read": self.read,
             "manifest": self.manifest,
             "spans": None if self.spans is None else dataclasses.asdict(self.spans),
+            "hidden": dict(self.hidden),
             "seconds": round(self.seconds, 3),
         }
 

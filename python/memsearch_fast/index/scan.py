@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,12 +45,15 @@ class ScanError(NamedTuple):
 
 @dataclass
 class ScanResult:
-    """Files found, paths that could not be used, and directories that could
-    not be listed (files under them may still exist: never prune there)."""
+    """Files found, paths that could not be used, directories that could
+    not be listed (files under them may still exist: never prune there), and
+    the hidden entries skipped that hold markdown (a run says it left them out)."""
 
     files: list[ScannedFile]
     errors: list[ScanError]
     incomplete: list[str]
+    #: Each with its markdown files (counted within a budget of entries: at least this many).
+    hidden: dict[str, int] = field(default_factory=dict)
 
 
 def scan(
@@ -66,14 +69,26 @@ def scan(
     An invalid `exclude` pattern raises ValueError before anything is walked.
     """
     roots = [os.path.expanduser(os.fspath(p)) for p in paths]
-    files, errors, incomplete = _scan_paths(
+    files, errors, incomplete, hidden = _scan_paths(
         roots,
         [e.lower() for e in extensions],
         ignore_hidden,
         list(normalize_ignore_file_names(ignore_files)),
         [str(p) for p in exclude],
     )
-    return ScanResult(files, [ScanError(path, reason) for path, reason in errors], [os.fspath(d) for d in incomplete])
+    return ScanResult(
+        files,
+        [ScanError(path, reason) for path, reason in errors],
+        [os.fspath(d) for d in incomplete],
+        {os.fspath(h): n for h, n in hidden if not any(_within(r, os.fspath(h)) for r in roots)},
+    )
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether *path* (a root given, as the user wrote it) is *folder* or lies under it:
+    a hidden folder named as a root is indexed, not skipped."""
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def scan_paths(

@@ -340,13 +340,13 @@ class SpanStore:
         """Span rows (0 without the collection)."""
         return self.store._count_in(self.collection) if self.exists else 0
 
-    def counts(self) -> tuple[int, int]:
+    def counts(self) -> dict[str, int]:
         """Span vectors and the chunks they belong to, as an index report counts
         them: a chunk's own vector (row 0) is not a span."""
         if not self.exists:
-            return 0, 0
+            return {"span_vectors": 0, "span_chunks": 0}
         spans = self.store._count_in(self.collection, SPANS_ONLY)
-        return spans, self.store._count_in(self.collection, 'text_hash == ""')
+        return {"span_vectors": spans, "span_chunks": self.store._count_in(self.collection, 'text_hash == ""')}
 
     def scan_rows(self) -> int:
         """The span rows at their cost to Lite's scan, in float32 rows: a float16
