@@ -169,6 +169,9 @@ def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: P
         assert p.returncode == 0, err[-2000:]
     paths = {out.strip().splitlines()[-1] for out, _ in outs}
     assert paths == {str(cache / "all-MiniLM-L6-v2")}
+    # The one that converts says so in one line; the one that waited for it says nothing.
+    said = sorted(err.count("Converting the all-MiniLM-L6-v2 checkpoint to ONNX, once") for _, err in outs)
+    assert said == [0, 1], [err[-500:] for _, err in outs]
     leftovers = [p.name for p in cache.iterdir() if p.name != "all-MiniLM-L6-v2" and not p.name.endswith(".lock")]
     assert leftovers == []
     model_file = cache / "all-MiniLM-L6-v2" / "onnx" / "model.onnx"

@@ -205,7 +205,17 @@ def _packaged_default_archive() -> Path | None:
 
 
 def _convert_archive(archive: Path, root: Path, key: str) -> Path:
-    return import_model(archive, name=key, cache_dir=root, replace=False)
+    return import_model(archive, name=key, cache_dir=root, replace=False, announce=True)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a closed or broken stream never fails the conversion."""
+    import sys
+
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path | None:
@@ -227,7 +237,7 @@ def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path |
     except Exception:  # noqa: BLE001 - as above
         return None
     if any(snapshot.glob("*.safetensors")):
-        return import_model(snapshot, name=key, cache_dir=root, replace=False)
+        return import_model(snapshot, name=key, cache_dir=root, replace=False, announce=True)
     return None
 
 
@@ -279,8 +289,11 @@ def import_model(
     replace: bool = True,
 ) -> Path:
     """Convert the checkpoint at *src* (a directory or a .zip of one) into the model cache.
+    announce: bool = False,
 
     Writes ``onnx/model.onnx`` (fp32), ``onnx/model_quantized.onnx`` (int8,
+    With *announce*, a line on stderr says so when the conversion happens (a first run
+    converts the default model: seconds that would otherwise pass unexplained).
     when *quantize*), ``tokenizer.json``, ``1_Pooling/config.json`` and
     ``sentence_bert_config.json`` to ``<cache_dir>/<name>/`` and returns that
     directory; the onnx provider then finds the model by *name*.
@@ -301,6 +314,8 @@ def import_model(
 
         if source.is_dir():
             convert_checkpoint(source, out, quantize=quantize)
+        if announce:
+            _say(f"Converting the {model_name} checkpoint to ONNX, once (5-15 s); later runs load it from {root}.")
             return
         with tempfile.TemporaryDirectory(prefix=".extract-", dir=root) as tmp:
             with zipfile.ZipFile(source) as archive:
