@@ -26,7 +26,7 @@ quietly() {
     if (( rc != 0 )); then
         tail -n 40 "$log" >&2
         rm -f "$log"
-        die "$1 failed (exit $rc); its last lines are above"
+        die "'$*' failed (exit $rc); its last lines are above"
     fi
     rm -f "$log"
     printf '   done in %d s\n' "$((SECONDS - start))" >&2
@@ -41,6 +41,8 @@ check_prerequisites() {
     command -v cargo >/dev/null || [[ -x "$HOME/.cargo/bin/cargo" ]] \
         || die "no Rust toolchain: install it from https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh)"
     [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
+    cargo --version >/dev/null 2>&1 \
+        || die "cargo is installed but does not run (rustup with no default toolchain?): run 'rustup default stable'"
     command -v cc >/dev/null || command -v gcc >/dev/null || command -v clang >/dev/null \
         || die "no C compiler (cc): install one (Debian/Ubuntu: apt install build-essential)"
 }
