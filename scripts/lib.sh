@@ -11,15 +11,16 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Runs "$@" quietly, printing a line every 30 s so a long build is seen to live;
 # on failure, its output is shown.
 quietly() {
-    local log start pid rc=0
+    local log start pid rc=0 next=30
     log="$(mktemp)"
     start=$SECONDS
     "$@" >"$log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
         sleep 1
-        if (( (SECONDS - start) % 30 == 0 )) && kill -0 "$pid" 2>/dev/null; then
+        if (( SECONDS - start >= next )) && kill -0 "$pid" 2>/dev/null; then
             printf '   ... still working (%d s)\n' "$((SECONDS - start))" >&2
+            next=$((next + 30))
         fi
     done
     wait "$pid" || rc=$?
