@@ -78,11 +78,9 @@ def bullets(answer: str) -> list[str]:
 
 
 def _timeout() -> float:
-    try:
-        value = float(os.environ.get("MEMSEARCH_SUMMARIZE_TIMEOUT", ""))
-    except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return value if value > 0 else DEFAULT_TIMEOUT_S
+    from memsearch_fast.config import environment
+
+    return environment.number("MEMSEARCH_SUMMARIZE_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
 def summarize(cfg: Settings, job: Job) -> list[str]:

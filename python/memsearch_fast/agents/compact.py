@@ -19,7 +19,6 @@ the placeholder is replaced literally, so other braces in a prompt are text.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -142,11 +141,9 @@ def summarize(
 
 
 def part_chars() -> int:
-    try:
-        value = int(os.environ.get("MEMSEARCH_COMPACT_PART_CHARS", ""))
-    except ValueError:
-        return DEFAULT_PART_CHARS
-    return value if value >= 1000 else DEFAULT_PART_CHARS
+    from memsearch_fast.config import environment
+
+    return environment.integer("MEMSEARCH_COMPACT_PART_CHARS", DEFAULT_PART_CHARS)
 
 
 def write(output_dir: Path, summary: str, now: datetime | None = None) -> Path:

@@ -30,7 +30,7 @@ from memsearch_fast import __version__
 from memsearch_fast.agents import journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
-from memsearch_fast.config.tuning import env_on
+from memsearch_fast.config import environment
 from memsearch_fast.errors import MemsearchError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ Output = dict[str, Any]
 
 
 def disabled() -> bool:
-    return env_on("MEMSEARCH_DISABLE") or bool(os.environ.get("MEMSEARCH_IN_STOP_WORKER"))
+    return environment.flag("MEMSEARCH_DISABLE") or environment.flag("MEMSEARCH_IN_STOP_WORKER")
 
 
 def read_payload(fd: int = 0, deadline_s: float = STDIN_DEADLINE_S) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def session_start(platform: str, payload: Mapping[str, Any], project: Project) -
 
 
 def _watching() -> bool:
-    return not env_on("MEMSEARCH_NO_WATCH")
+    return not environment.flag("MEMSEARCH_NO_WATCH")
 
 
 def _renew(payload: Mapping[str, Any], project: Project) -> None:
@@ -437,10 +437,7 @@ class DeadlineExceeded(MemsearchError):
 
 
 def _deadline(event: str) -> float:
-    try:
-        value = float(os.environ.get("MEMSEARCH_HOOK_DEADLINE", ""))
-    except ValueError:
-        value = 0.0
+    value = environment.number("MEMSEARCH_HOOK_DEADLINE")  # 0: each event's own
     return value if value > 0 else DEADLINES_S.get(event, DEFAULT_DEADLINE_S)
 
 

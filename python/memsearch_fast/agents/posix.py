@@ -20,5 +20,7 @@ MESSAGE = (
 
 def unsupported() -> str:
     """The one-line reason the hooks cannot run on this system; '' when they can."""
-    name = os.environ.get("MEMSEARCH_TEST_OS_NAME") or os.name
+    from memsearch_fast.config import environment
+
+    name = environment.text("MEMSEARCH_TEST_OS_NAME") or os.name
     return "" if name == "posix" else MESSAGE

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from memsearch_fast._os import UnsafePathError, check_dir, check_file, is_inside
+from memsearch_fast.config import environment
 
 #: A Windows drive path (``C:/…`` or ``C:\\…``) is absolute wherever it is read.
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
@@ -89,7 +90,7 @@ def locate(cwd: str | None = None, env: Mapping[str, str] | None = None) -> Proj
     start = absolute(start)
     top = None if _DRIVE.match(start) else git_top(start)
     project_dir = top or start
-    explicit = env.get("MEMSEARCH_DIR", "").strip()
+    explicit = environment.text("MEMSEARCH_DIR", env).strip()
     if explicit:
         memsearch_dir = absolute(os.path.expanduser(explicit), project_dir if not _DRIVE.match(project_dir) else None)
         collection = collection_name(memsearch_dir)

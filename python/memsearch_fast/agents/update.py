@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from memsearch_fast.config.tuning import env_on
+from memsearch_fast.config import environment
 
 CACHE = "~/.memsearch/cache/update-check.json"
 #: How long an answer of the index (or its failure) is kept before asking again.
@@ -83,7 +83,7 @@ def plugin_version(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
     root = env.get("CLAUDE_PLUGIN_ROOT", "")
     if root:
         return _manifest_version(os.path.join(root, ".claude-plugin", "plugin.json"))
-    root = env.get("MEMSEARCH_PLUGIN_ROOT", "")
+    root = environment.text("MEMSEARCH_PLUGIN_ROOT", env)
     if not root:
         return ""
     return _manifest_version(os.path.join(root, "package.json")) or _clone_version(root)
@@ -116,7 +116,7 @@ def index_version(url: str, now: float | None = None) -> str:
     entry = _read_cache()
     checked = entry.get("checked_at")
     fresh = entry.get("url") == url and isinstance(checked, (int, float)) and 0 <= now - checked < MAX_AGE_S
-    if not fresh and not env_on("MEMSEARCH_OFFLINE"):
+    if not fresh and not environment.flag("MEMSEARCH_OFFLINE"):
         _write_cache({"url": url, "checked_at": now, "pending": True})  # one refresh per 24 h, even if it fails
         _start_refresh(url)
         return ""
@@ -143,7 +143,7 @@ def hint(installed: str) -> str:
         shipped = plugin_version()
         if shipped and newer(shipped, installed):
             return f"update: the plugin is v{shipped}, the installed package v{installed}; {REINSTALL}"
-        url = os.environ.get("MEMSEARCH_UPDATE_URL", "").strip()
+        url = environment.text("MEMSEARCH_UPDATE_URL").strip()
         if url:
             latest = index_version(url)
             if latest and newer(latest, installed):

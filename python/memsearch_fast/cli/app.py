@@ -101,6 +101,13 @@ def _is_cli_signal(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("typer", "click")
 
 
+def _debug() -> bool:
+    """``MEMSEARCH_DEBUG`` is set: errors keep their traceback."""
+    from memsearch_fast.config import environment
+
+    return environment.flag("MEMSEARCH_DEBUG")
+
+
 def guard(func: _F) -> _F:
     """Turn any error into one line on stderr and Ctrl-C into exit 130."""
 
@@ -109,7 +116,7 @@ def guard(func: _F) -> _F:
         try:
             return func(*args, **kwargs)
         except KeyboardInterrupt:
-            if os.environ.get("MEMSEARCH_DEBUG"):
+            if _debug():
                 raise
             err(INTERRUPTED_MESSAGE)
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -118,7 +125,7 @@ def guard(func: _F) -> _F:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(1) from None
         except Exception as exc:
-            if _is_cli_signal(exc) or os.environ.get("MEMSEARCH_DEBUG"):
+            if _is_cli_signal(exc) or _debug():
                 raise
             fail(describe(exc))
 
@@ -190,12 +197,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         app(args=list(argv) if argv is not None else None, prog_name="memsearch")
     except KeyboardInterrupt:
-        if os.environ.get("MEMSEARCH_DEBUG"):
+        if _debug():
             raise
         err(INTERRUPTED_MESSAGE)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
-        if os.environ.get("MEMSEARCH_DEBUG"):
+        if _debug():
             raise
         err(f"Error: {describe(exc)}")
         sys.exit(1)

@@ -16,7 +16,7 @@ import typer
 
 from memsearch_fast.cli.app import err, fail
 from memsearch_fast.cli.options import FileOptions
-from memsearch_fast.config.tuning import env_off
+from memsearch_fast.config import environment
 from memsearch_fast.recall.search import plural as _plural
 
 #: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
@@ -35,7 +35,7 @@ def index_request(
     the model this run would load (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
 
-    if env_off(ENV_INDEX_SERVICE):
+    if not environment.flag(ENV_INDEX_SERVICE):
         return None
     prepared = client.run_settings(cfg, ignore_files=files.ignore_file, exclude=files.exclude)
     if prepared is None or client.server_record(prepared[0]) is None:
@@ -105,7 +105,7 @@ def watch_request(cfg: Any, roots: list[str], files: FileOptions, description: s
     exactly as this process would (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
 
-    if env_off(ENV_SERVICE):
+    if not environment.flag(ENV_SERVICE):
         return None
     prepared = client.lease_request(
         cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude

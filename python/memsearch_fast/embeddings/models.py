@@ -23,14 +23,16 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from memsearch_fast.config import environment
 from memsearch_fast.config.schema import DEFAULT_MODELS
-from memsearch_fast.config.tuning import env_on
 from memsearch_fast.errors import ModelConversionError, ModelNotFoundError
 
 DEFAULT_MODEL = DEFAULT_MODELS["onnx"]  # set in memsearch_fast.config
 DEFAULT_HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 MODELS_DIR_ENV = "MEMSEARCH_MODELS_DIR"
-OFFLINE_ENVS = ("MEMSEARCH_OFFLINE", "HF_HUB_OFFLINE")
+#: Hugging Face's own switch counts too (read by the same words).
+OFFLINE_ENV = "MEMSEARCH_OFFLINE"
+HF_OFFLINE_ENV = "HF_HUB_OFFLINE"
 
 # Python package shipping the default checkpoint, and the archive inside it.
 _PACKAGED_DEFAULT = ("all_minilm_l6_v2", "model.zip")
@@ -59,7 +61,7 @@ def models_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The model cache root: *cache_dir*, else ``$MEMSEARCH_MODELS_DIR``, else ``~/.memsearch/models``."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    env = os.environ.get(MODELS_DIR_ENV)
+    env = environment.text(MODELS_DIR_ENV)
     if env:
         return Path(env).expanduser()
     return Path.home() / ".memsearch" / "models"
@@ -96,7 +98,7 @@ def is_model_dir(path: Path) -> bool:
 def is_offline(offline: bool | None = None) -> bool:
     if offline is not None:
         return offline
-    return any(env_on(v) for v in OFFLINE_ENVS)
+    return environment.flag(OFFLINE_ENV) or environment.switched(os.environ.get(HF_OFFLINE_ENV))
 
 
 def _is_repo_id(raw: str) -> bool:
@@ -212,10 +214,8 @@ def _say(line: str) -> None:
     """One line on stderr; a closed or broken stream never fails the conversion."""
     import sys
 
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path | None:
@@ -287,13 +287,13 @@ def import_model(
     cache_dir: str | os.PathLike[str] | None = None,
     quantize: bool = True,
     replace: bool = True,
+    announce: bool = False,
 ) -> Path:
     """Convert the checkpoint at *src* (a directory or a .zip of one) into the model cache.
-    announce: bool = False,
-
-    Writes ``onnx/model.onnx`` (fp32), ``onnx/model_quantized.onnx`` (int8,
     With *announce*, a line on stderr says so when the conversion happens (a first run
     converts the default model: seconds that would otherwise pass unexplained).
+
+    Writes ``onnx/model.onnx`` (fp32), ``onnx/model_quantized.onnx`` (int8,
     when *quantize*), ``tokenizer.json``, ``1_Pooling/config.json`` and
     ``sentence_bert_config.json`` to ``<cache_dir>/<name>/`` and returns that
     directory; the onnx provider then finds the model by *name*.
@@ -312,10 +312,10 @@ def import_model(
         # numpy/onnx/tokenizers load only when a model is actually converted.
         from memsearch_fast.embeddings.convert import checkpoint_root, convert_checkpoint
 
-        if source.is_dir():
-            convert_checkpoint(source, out, quantize=quantize)
         if announce:
             _say(f"Converting the {model_name} checkpoint to ONNX, once (5-15 s); later runs load it from {root}.")
+        if source.is_dir():
+            convert_checkpoint(source, out, quantize=quantize)
             return
         with tempfile.TemporaryDirectory(prefix=".extract-", dir=root) as tmp:
             with zipfile.ZipFile(source) as archive:

@@ -85,9 +85,7 @@ DEFAULT_MAX_FILE_MB = 16
 
 def max_file_limit() -> int:
     """The per-file limit in bytes (0: none), from ``MEMSEARCH_MAX_FILE_MB``."""
-    raw = os.environ.get("MEMSEARCH_MAX_FILE_MB", "").strip()
-    try:
-        mb = float(raw) if raw else DEFAULT_MAX_FILE_MB
-    except ValueError:
-        mb = DEFAULT_MAX_FILE_MB
-    return max(0, int(mb * (1 << 20)))
+    from memsearch_fast.config import environment
+
+    mb = environment.number("MEMSEARCH_MAX_FILE_MB", DEFAULT_MAX_FILE_MB)  # below 0: 0 (none)
+    return int(mb * (1 << 20))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memsearch_fast._core import content_hash
-from memsearch_fast.config.tuning import env_off
+from memsearch_fast.config import environment
 from memsearch_fast.index.spans import spans
 from memsearch_fast.store.spans import span_row
 
@@ -47,7 +47,7 @@ _FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"
 
 def enabled() -> bool:
     """``MEMSEARCH_SPANS=0`` writes no spans (search then ranks by chunk vectors alone)."""
-    return not env_off("MEMSEARCH_SPANS")
+    return environment.flag("MEMSEARCH_SPANS")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memsearch_fast._os import pid_alive
+from memsearch_fast.config import environment
 from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, one_line
 from memsearch_fast.lite.process import (
     endpoint_open,
@@ -29,7 +30,6 @@ from memsearch_fast.lite.settings import (
     ENV_MODE,
     ENV_START,
     SERVER_MARK,
-    env_seconds,
     idle_timeout,
 )
 from memsearch_fast.lite.sidecars import flock, make_parent, open_sidecar, relocated, sidecar_paths
@@ -58,7 +58,7 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
     reach its idle exit between being found and being connected to.
     """
     db_path = str(Path(db_path).expanduser().resolve())
-    start_timeout = start_timeout or env_seconds(ENV_START, DEFAULT_START_TIMEOUT)
+    start_timeout = start_timeout or environment.number(ENV_START, DEFAULT_START_TIMEOUT)
     make_parent(db_path)
     try:
         return _attach_locked(db_path, connect, start_timeout)

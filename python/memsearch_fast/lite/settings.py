@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
+from memsearch_fast.config import environment
+
 logger = logging.getLogger(__name__)
 
 
@@ -34,7 +36,7 @@ SERVER_MARKS = (SERVER_MARK, "memsearch_fast.lite.server")
 
 def lite_mode() -> str:
     """``server`` (shared through one process) or ``embedded`` (in this process)."""
-    mode = os.environ.get(ENV_MODE, "").strip().lower()
+    mode = environment.text(ENV_MODE).strip().lower()
     if mode in ("server", "embedded"):
         return mode
     if mode:
@@ -42,13 +44,5 @@ def lite_mode() -> str:
     return "server" if os.name == "posix" else "embedded"
 
 
-def env_seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 def idle_timeout() -> float:
-    return env_seconds(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)
+    return environment.number(ENV_IDLE, DEFAULT_IDLE_TIMEOUT)

@@ -20,10 +20,9 @@ ENV = "MEMSEARCH_LITE_WARN_GB"
 
 
 def warn_bytes() -> int:
-    try:
-        return max(0, int(float(os.environ[ENV]) * 1e9))
-    except (KeyError, ValueError):
-        return WARN_BYTES
+    from memsearch_fast.config import environment
+
+    return int(environment.number(ENV, WARN_BYTES / 1e9) * 1e9)  # below 0: 0 (none)
 
 
 def too_large(db_path: str) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -39,15 +38,6 @@ DEFAULT_LOADED = 3
 MAX_PERIOD_S = 30.0
 #: A collection past the cap is released no sooner than this after its last use.
 MIN_IDLE_S = 2.0
-
-
-def _env_number(name: str, default: float) -> float:
-    """A number of 0 or more from the environment; *default* when unset or unusable."""
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value >= 0 else default
 
 
 def _base(name: str) -> str:
@@ -88,12 +78,14 @@ class Keeper:
     @classmethod
     def from_env(cls, engine_uri: str, db_path: str, busy: Callable[[str], bool]) -> Keeper:
         """A keeper with ``MEMSEARCH_ENGINE_IDLE_S`` and ``MEMSEARCH_ENGINE_LOADED`` (0 turns either off)."""
+        from memsearch_fast.config import environment
+
         return cls(
             engine_uri,
             db_path,
-            _env_number(ENV_IDLE, DEFAULT_IDLE_S),
+            environment.number(ENV_IDLE, DEFAULT_IDLE_S),
             busy,
-            int(_env_number(ENV_LOADED, DEFAULT_LOADED)),
+            environment.integer(ENV_LOADED, DEFAULT_LOADED),
         )
 
     def start(self) -> Keeper:

@@ -33,12 +33,12 @@ def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[],
     user: no work on their behalf)."""
     if sock is None:
         return None
-    from memsearch_fast.lite.settings import env_seconds
+    from memsearch_fast.config import environment
     from memsearch_fast.serve import search
     from memsearch_fast.serve.models import Models
     from memsearch_fast.serve.watchers import Registry
 
-    models = Models(env_seconds(search.ENV_UNLOAD, search.DEFAULT_UNLOAD_S))
+    models = Models(environment.number(search.ENV_UNLOAD, search.DEFAULT_UNLOAD_S))
     try:
         service = search.Service(search_socket(sock), uri, touch, db_path, models=models)
     except OSError as exc:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import give_back_memory
-from memsearch_fast.config.tuning import DEFAULT_TOP_K, env_off
+from memsearch_fast.config import environment
+from memsearch_fast.config.tuning import DEFAULT_TOP_K
 from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
 from memsearch_fast.serve.client import peer as _peer
 from memsearch_fast.serve.models import Models, fingerprint
@@ -68,7 +69,7 @@ def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[st
     db_path = served_database(cfg)
     if db_path is None or cfg.reranker.model:
         return None
-    if env_off(ENV_SWITCH):
+    if not environment.flag(ENV_SWITCH):
         return None
     # Resolved here, as this process would (its directory, its environment);
     # never downloaded here: a missing model is this process's job.
@@ -192,8 +193,6 @@ class Service:
     ) -> None:
         from collections import OrderedDict
 
-        from memsearch_fast.lite.settings import env_seconds
-
         self.path = path
         #: The watched roots (:class:`memsearch_fast.serve.watchers.Registry`), answered on this socket too.
         self.watchers = watchers
@@ -202,7 +201,7 @@ class Service:
         self._engine_uri = engine_uri
         self._db_path = db_path
         self._touch = touch
-        self._unload_after = env_seconds(ENV_UNLOAD, DEFAULT_UNLOAD_S)
+        self._unload_after = environment.number(ENV_UNLOAD, DEFAULT_UNLOAD_S)
         self.models = models if models is not None else Models(self._unload_after)
         self._instances: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: What :meth:`busy` reads from the keeper's thread: a copy the socket thread replaces whole.

@@ -108,13 +108,13 @@ class Registry:
         touch: Callable[[], None],
         used: Callable[[str], None] = lambda _collection: None,
     ) -> None:
-        from memsearch_fast.lite.settings import env_seconds
+        from memsearch_fast.config import environment
 
         self.db_path = db_path
         self.models = models
         self._touch = touch
         self._used = used  # a run keeps its collection loaded in the engine (.keeper)
-        self.lease_s = env_seconds(ENV_LEASE, DEFAULT_LEASE_S)
+        self.lease_s = environment.number(ENV_LEASE, DEFAULT_LEASE_S)
         self._watched: dict[tuple[Any, ...], Watched] = {}
         self._followers: list[Follower] = []
         #: ``memsearch index`` runs started here (:mod:`.runs`), and those in hand.

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from memsearch_fast._os import file_stamp
-from memsearch_fast.config.tuning import env_off
+from memsearch_fast.config import environment
 from memsearch_fast.store.copy_rows import FIELDS, Copy, Rows
 from memsearch_fast.store.search import MAX_TOP_K
 from memsearch_fast.store.span_copy import held_directions, read_spans
@@ -75,22 +75,15 @@ SAVED_WAIT_S = 15.0
 
 
 def enabled() -> bool:
-    return not env_off(ENV_SWITCH)
-
-
-def _env_rows(name: str, default: int) -> int:
-    try:
-        return max(0, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
+    return environment.flag(ENV_SWITCH)
 
 
 def min_rows() -> int:
-    return _env_rows(ENV_MIN_ROWS, DEFAULT_MIN_ROWS)
+    return environment.integer(ENV_MIN_ROWS, DEFAULT_MIN_ROWS)
 
 
 def max_rows() -> int:
-    return _env_rows(ENV_MAX_ROWS, DEFAULT_MAX_ROWS)
+    return environment.integer(ENV_MAX_ROWS, DEFAULT_MAX_ROWS)
 
 
 def _worth_a_copy(store: Any) -> bool:

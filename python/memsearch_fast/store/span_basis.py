@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,8 +99,9 @@ def fit(vectors: Any, dims: int | None = None) -> Basis | None:
     """The *dims* directions of most energy of *vectors* (None when they are too few
     to fit on, or no more dimensions than that)."""
     if dims is None:
-        raw = os.environ.get(ENV_DIMS, "").strip()
-        dims = int(raw) if raw.isdigit() else DIMS
+        from memsearch_fast.config import environment
+
+        dims = environment.integer(ENV_DIMS, DIMS)
     k = dims
     if k <= 0:
         return None

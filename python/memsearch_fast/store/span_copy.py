@@ -315,10 +315,9 @@ def _dct(k: int) -> np.ndarray:
 def shortlist(k: int) -> int:
     """How many chunks, nearest by sign bits, are scored with the codes for the *k*
     best: :data:`SHORTLIST` (or ``MEMSEARCH_SPAN_SHORTLIST``; 0 scores them all)."""
-    import os
+    from memsearch_fast.config import environment
 
-    raw = os.environ.get(ENV_SHORTLIST, "").strip()
-    n = int(raw) if raw.isdigit() else SHORTLIST
+    n = environment.integer(ENV_SHORTLIST, SHORTLIST)
     return max(k, n) if n else 0
 
 

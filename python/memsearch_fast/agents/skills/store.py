@@ -73,8 +73,10 @@ def resolve_roots(project_dir: str | Path | None = None, memsearch_dir: str | Pa
     The project is the current directory; the memsearch directory is
     ``$MEMSEARCH_DIR`` (relative to the project) or ``<project>/.memsearch``.
     """
+    from memsearch_fast.config import environment
+
     project = Path(project_dir or os.getcwd()).expanduser().resolve()
-    raw = memsearch_dir or os.environ.get("MEMSEARCH_DIR")
+    raw = memsearch_dir or environment.text("MEMSEARCH_DIR")
     if not raw:
         # The project's own folder came with its repository: the hooks' rules apply.
         from memsearch_fast.agents.project import Project, UnsafeProjectError, guard
