@@ -121,6 +121,45 @@ def test_one_chunk_is_singular_and_a_heading_only_file_is_new(cli_env: dict[str,
     broker.stop_server(str(fresh))
 
 
+def test_a_first_run_that_fails_at_its_first_embedding_leaves_nothing(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """An endpoint that refuses every embedding: the first run's database, its side
+    files and its server go with the failure; a database that holds chunks stays."""
+    from tests.helpers.llm import KEY, FakeLLMServer
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nSome text to embed.\n", encoding="utf-8")
+    where = tmp_path / "db"
+    where.mkdir()
+    db = where / "m.db"
+    server = FakeLLMServer()  # /v1/embeddings is not one of its endpoints: 404
+    try:
+        remote = ["-p", "openai", "--base-url", server.url + "/v1", "--api-key", KEY, "--milvus-uri", str(db)]
+        proc = run(["index", str(notes), *remote], cli_env, timeout=120)
+        one_line_error(proc, "Error:")
+        assert any(r["path"] == "/v1/embeddings" for r in server.requests)  # it got as far as embedding
+        assert sorted(p.name for p in where.iterdir()) == []
+        serving = [p for p in Path("/proc").glob("[0-9]*") if str(db).encode() in _cmdline(p)]
+        assert serving == [], serving
+        # A database with chunks in it is kept when a later run fails.
+        ok(run(["index", str(notes), "--milvus-uri", str(db)], cli_env))
+        (notes / "b.md").write_text("# B\n\nMore text.\n", encoding="utf-8")
+        assert run(["index", str(notes), *remote], cli_env, timeout=120).returncode != 0
+        assert db.is_file()
+    finally:
+        server.close()
+        from memsearch_fast.lite import broker
+
+        broker.stop_server(str(db))
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_a_missing_openai_key_is_said_before_anything_is_made(cli_env: dict[str, str], tmp_path: Path) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()

@@ -124,7 +124,7 @@ def _index_here(
     try:
         # The writer lock covers the scan: a run that waited indexes the tree
         # as the run before it left it.
-        with _sigterm_as_sigint(), writer.writer(), _no_stray_lock(ms.uri, writer.lock_path):
+        with _sigterm_as_sigint(), writer.writer(), _nothing_left_by_a_failed_first_run(ms, writer.lock_path):
             return run(ms.index_with_report(force=force, progress=progress))
     finally:
         progress.finish()
@@ -224,6 +224,50 @@ def _no_stray_lock(uri: str, lock_path: Path) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.unlink(lock_path)
         raise
+
+
+@contextlib.contextmanager
+def _nothing_left_by_a_failed_first_run(ms: Any, lock_path: Path) -> Iterator[None]:
+    """A run that creates its local database and fails before it writes a chunk
+    (no network, a rejected key, Ctrl-C while the model loads) leaves no
+    database, side file or server behind: nothing the user got value from. A
+    run that wrote some chunks keeps them (the next run completes the index),
+    and so does a database another collection has begun to use meanwhile."""
+    from memsearch_fast.store.compat import is_local_uri
+
+    db = Path(ms.uri).expanduser()
+    fresh = is_local_uri(ms.uri) and not os.path.lexists(db)
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            if os.path.lexists(db):
+                with contextlib.suppress(Exception):
+                    _discard_if_empty(ms, db)
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
+        raise
+
+
+def _discard_if_empty(ms: Any, db: Path) -> None:
+    import glob
+
+    from memsearch_fast.lite import broker
+    from memsearch_fast.lite.sidecars import sidecar_paths
+
+    store = ms.store
+    ours = {ms.collection, ms.collection + "_spans"}
+    others = set(store._call("list", lambda c: c.list_collections())) - ours
+    if others or (store.exists and store.count()):
+        return
+    ms.close()
+    real = str(db.resolve())
+    broker.stop_server(real)
+    escaped = glob.escape(str(db))
+    leftovers = [real, *sidecar_paths(real).values(), str(db.with_name(f".{db.name}.lock"))]
+    for path in [*leftovers, *glob.glob(escaped + ".manifest-*"), *glob.glob(escaped + ".copy-*")]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 @contextlib.contextmanager
