@@ -92,6 +92,29 @@ def test_search_is_answered_by_the_server_exactly_as_in_process(env, db, model_d
 
 
 @pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
+def test_expand_and_stats_are_answered_by_the_service_exactly_as_in_process(env, db, model_dir, corpus):
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    hits = json.loads(cli(env, db, model_dir, "search", "which port does the gateway listen on", "-j").stdout)
+    own_env = dict(env, MEMSEARCH_SEARCH_SERVICE="0")
+    for args in (
+        ["expand", hits[0]["chunk_hash"]],
+        ["expand", hits[0]["chunk_hash"], "-j", "--no-section"],
+        ["expand", hits[0]["chunk_hash"], "-n", "1"],
+        ["stats"],
+        ["stats", "-j"],
+    ):
+        model = model_dir if args[0] == "expand" else None  # stats takes no model
+        fast = cli(env, db, model, *args, importtime=True)
+        assert fast.returncode == 0 and not imported(fast.stderr, "pymilvus"), (args, fast.stderr[-2000:])
+        own = cli(own_env, db, model, *args, importtime=True)
+        assert own.returncode == 0 and imported(own.stderr, "pymilvus"), (args, own.stderr[-2000:])
+        assert fast.stdout == own.stdout, args
+    # An unknown chunk: this process answers, with its own error.
+    unknown = cli(env, db, model_dir, "expand", "0123456789abcdef")
+    assert unknown.returncode != 0 and "chunk not found: 0123456789abcdef" in unknown.stderr
+
+
+@pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_the_default_model_is_answered_under_its_recorded_name(env, db, corpus):
     env = dict(env, MEMSEARCH_OFFLINE="1")  # the default model from its packaged checkpoint
     assert cli(env, db, None, "index", str(corpus), "-q").returncode == 0

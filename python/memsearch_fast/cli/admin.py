@@ -25,13 +25,16 @@ def stats(
 ) -> None:
     """Show statistics about the index."""
     from memsearch_fast.cli import display
+    from memsearch_fast.serve import reads
 
     cfg = settings(milvus)
-    ms = memsearch(cfg)
-    try:
-        counts = ms.stats()
-    finally:
-        ms.close()
+    counts = reads.ask(cfg, "stats")
+    if counts is None:  # no service, or an answer this process gives with its reason
+        ms = memsearch(cfg)
+        try:
+            counts = ms.stats()
+        finally:
+            ms.close()
     if counts is None:
         fail(missing_collection(cfg))
     info = {

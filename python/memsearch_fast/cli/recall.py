@@ -167,17 +167,20 @@ def expand(
     transcript).
     """
     from memsearch_fast.cli import display
+    from memsearch_fast.serve import reads
 
     cfg = settings(milvus, embedding)
-    ms = memsearch(cfg)
-    try:
-        result = ms.expand(chunk_hash, section=section, lines=lines)
-        if result is None:
-            if not ms.collection_exists():
-                fail(missing_collection(cfg))
-            fail(f"chunk not found: {chunk_hash}")
-    finally:
-        ms.close()
+    result = reads.ask(cfg, "expand", chunk_hash=chunk_hash, section=section, lines=lines)
+    if result is None:  # no service, or an answer this process gives with its reason
+        ms = memsearch(cfg)
+        try:
+            result = ms.expand(chunk_hash, section=section, lines=lines)
+            if result is None:
+                if not ms.collection_exists():
+                    fail(missing_collection(cfg))
+                fail(f"chunk not found: {chunk_hash}")
+        finally:
+            ms.close()
     warning = result.pop("warning", None)
     if warning:
         err(f"warning: {warning}")

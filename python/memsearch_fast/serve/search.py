@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from memsearch_fast._os import give_back_memory
 from memsearch_fast.config import environment
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
+from memsearch_fast.serve import reads
 from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
 from memsearch_fast.serve.client import peer as _peer
 from memsearch_fast.serve.models import Models, fingerprint
@@ -334,6 +335,11 @@ class Service:
             return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
         if isinstance(op, str) and op.startswith("watch.") and self.watchers is not None:
             return dict(self.watchers.handle(req))
+        if op in reads.OPS:
+            self._touch()
+            if self._damaged():
+                return {"unsupported": "damaged"}
+            return reads.answer(self._engine_uri, self._db_path, req)
         if op != "search":
             return {"unsupported": "request"}
         return self._search(req)
