@@ -5,7 +5,8 @@ of a second (two for ``stats``) importing pymilvus and connecting to the Lite
 engine. Where the database's service already runs (a session has searched, a
 root is watched), it answers them on its socket as it answers searches
 (:mod:`memsearch_fast.serve.search`): the CLI sends one JSON line and prints
-the result as it would have printed its own. The service is never started
+the result as it would have printed its own (``MEMSEARCH_SEARCH_SERVICE=0``
+turns it off, as for searches). The service is never started
 for them, and any reply but a result (no service, an error, an unknown chunk,
 a missing collection) sends the CLI back to its own path, which says why.
 """
@@ -27,13 +28,12 @@ def ask(cfg: Settings, op: str, timeout: float = 30.0, **args: Any) -> dict[str,
     ``stats``), or None when this process must answer it itself."""
     from memsearch_fast.config import environment
     from memsearch_fast.serve.client import call, served_database
-    from memsearch_fast.serve.search import ENV_SWITCH
 
     try:
         db_path = served_database(cfg)
     except Exception:  # noqa: BLE001 - this process answers and says why
         return None
-    if db_path is None or not environment.flag(ENV_SWITCH) or server_record(db_path) is None:
+    if db_path is None or not environment.flag("MEMSEARCH_SEARCH_SERVICE") or server_record(db_path) is None:
         return None
     request = {"v": VERSION, "op": op, "code": code_id(), "collection": cfg.milvus.collection, **args}
     reply = call(db_path, request, timeout)
