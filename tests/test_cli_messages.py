@@ -68,6 +68,81 @@ def test_progress_never_shows_more_embedded_than_queued_and_gives_an_eta(
     assert lines[-1]["eta_s"] == 0 and lines[-1]["embedded"] == lines[-1]["chunks"] == report.embedded
 
 
+class PacedProvider:
+    """Vectors from the text's hash, at a cost in time proportional to its
+    characters on one worker: a model's cost, without its noise on a busy machine."""
+
+    model_name, dimension, batch_size, workers = "paced", 384, 32, 1
+    SECONDS_PER_CHAR = 80e-6
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        import numpy as np
+
+        async with self._lock:
+            await asyncio.sleep(sum(map(len, texts)) * self.SECONDS_PER_CHAR)
+        out = []
+        for t in texts:
+            v = np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(384)
+            out.append((v / np.linalg.norm(v)).tolist())
+        return out
+
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
+
+@pytest.mark.slow(reason="an index run of 12 s, timed")
+def test_the_eta_follows_the_work_on_files_of_mixed_sizes(tmp_path: Path) -> None:
+    """Files of a few bytes to 60 KB, interleaved: from a fifth of the run on, the ETA is
+    within 30 % of the time that really remains (and the share done follows the clock)."""
+    import random
+
+    from memsearch_fast.cli.display import JsonProgress
+    from memsearch_fast.index import run_index
+    from memsearch_fast.index.scan import scan_paths
+    from memsearch_fast.store import MilvusStore
+
+    rng = random.Random(7)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    sizes = [1] * 12 + [15] * 10 + [120] * 3
+    rng.shuffle(sizes)
+    for i, sections in enumerate(sizes):
+        body = "".join(
+            f"## Part {j}\n\n"
+            + " ".join(f"Detail {k} of part {j} in file {i}." for k in range(rng.randint(1, 14)))
+            + "\n\n"
+            for j in range(sections)
+        )
+        (notes / f"{i:03d}.md").write_text(f"# File {i}\n\n{body}", encoding="utf-8")
+    stamps: list[tuple[float, dict]] = []
+
+    class Stamped(io.StringIO):
+        def write(self, text: str) -> int:
+            stamps.extend((time.monotonic(), json.loads(line)) for line in text.splitlines() if line)
+            return len(text)
+
+    store = MilvusStore(str(tmp_path / "m.db"), dimension=384)
+    try:
+        start = time.monotonic()
+        asyncio.run(run_index(store, PacedProvider(), scan_paths([notes]), progress=JsonProgress(Stamped(), 0)))
+        end = time.monotonic()
+    finally:
+        store.close()
+    wall = end - start
+    checked = 0
+    for at, line in stamps:
+        real = end - at
+        if at - start < 0.2 * wall or real < 1.0:
+            continue
+        checked += 1
+        assert line["eta_s"] == pytest.approx(real, rel=0.3), (round(at - start, 1), line, round(real, 1))
+        assert line["done"] == pytest.approx((at - start) / wall, abs=0.2), (round(at - start, 1), line)
+    assert checked >= 6, (checked, wall)
+
+
 def test_the_bar_shows_an_eta_once_chunks_are_embedded() -> None:
     from memsearch_fast.cli.display import RichProgress
 

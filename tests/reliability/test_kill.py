@@ -246,7 +246,7 @@ def test_a_file_that_vanishes_after_the_scan_is_one_failure(tmp_path: Path, mode
     db = tmp_path / "m.db"
 
     class DeleteAfterScan(NullProgress):
-        def start(self, files: int) -> None:
+        def start(self, files: int, size: int = 0) -> None:
             victim.unlink()
 
     try:

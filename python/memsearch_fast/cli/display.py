@@ -30,27 +30,63 @@ from memsearch_fast.recall.search import token_counter as token_counter
 class _Counts:
     """What a run has done so far, and the ETA both progress forms show.
 
-    Files count when they are read (or skipped as unchanged), with the chunks
-    they queued for embedding; the ETA assumes the files still to come queue
-    as many chunks per file as those done, embedded at the rate so far. Until
-    a chunk is embedded it is unknown (None), and 0 once every file is read
-    and every queued chunk embedded.
+    The work is the bytes of text the model reads (``Progress.work``), not
+    chunks or files: chunks differ a hundredfold in length, the embed stage
+    takes them sorted by length and a long one as its spans, and files are
+    read well ahead of the model. The work still to come is what is queued
+    plus what the files not yet read will queue (their bytes at the work per
+    byte of the files read so far), done at the rate since the first text
+    was queued. Until some work is done the ETA is unknown (None), and 0 once
+    every file is read and every queued chunk embedded. A run that reports
+    no work (a service of an older version) is measured in chunks and files.
     """
 
     def __init__(self) -> None:
         self.files = self.files_done = self.chunks = self.embedded = 0
+        self.size = self.size_done = self.text = self.text_done = 0
         self.started = 0.0
+        self.queued_at: float | None = None
+
+    def read(self, files: int, chunks: int, size: int) -> None:
+        self.files_done += files
+        self.chunks += chunks
+        self.size_done += size
+
+    def work(self, queued: int, done: int, now: float) -> None:
+        self.text += queued
+        self.text_done += done
+        if queued and self.queued_at is None:
+            self.queued_at = now
 
     def rate(self, now: float) -> float:
         return self.embedded / max(now - self.started, 1e-6)
 
+    def fraction(self) -> float:
+        """The share of the run's work done (files read, before anything is queued)."""
+        expected = self.expected()
+        if expected:
+            return min(1.0, (self.text_done if self.text else self.embedded) / expected)
+        return self.files_done / self.files if self.files else 1.0
+
+    def expected(self) -> float:
+        """The work of the whole run: bytes of text (chunks, when no work is reported)."""
+        if not self.text:
+            return self.chunks / self.files_done * self.files if self.files_done else 0.0
+        if self.files_done >= self.files:
+            return float(self.text)
+        if self.size and self.size_done:
+            return self.text + self.text / self.size_done * max(0, self.size - self.size_done)
+        return self.text / max(self.files_done, 1) * self.files
+
     def eta(self, now: float) -> float | None:
-        expected = self.chunks / self.files_done * self.files if self.files_done else 0.0
-        left = max(0.0, expected - self.embedded)
+        done = self.text_done if self.text else self.embedded
+        left = max(0.0, self.expected() - done)
         if not left and self.files_done >= self.files:
             return 0.0
-        rate = self.rate(now)
-        return round(left / rate, 1) if rate > 0 else None
+        if done <= 0:
+            return None
+        took = now - (self.queued_at if self.queued_at is not None else self.started)
+        return round(left * max(took, 1e-6) / done, 1)
 
 
 def _clock(seconds: float | None) -> str:
@@ -65,12 +101,12 @@ class RichProgress:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            TaskProgressColumn(),
             TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
             TextColumn("ETA {task.fields[eta]}"),
@@ -82,27 +118,32 @@ class RichProgress:
         self._spans_started = 0.0
         self._counts = _Counts()
 
-    def start(self, files: int) -> None:
-        self._counts.files = files
+    def start(self, files: int, size: int = 0) -> None:
+        self._counts.files, self._counts.size = files, size
         self._counts.started = time.perf_counter()
-        self._task = self._progress.add_task("indexing", total=files, detail="files read", eta="estimating")
+        # The bar is the share of the work done (characters embedded), in thousandths.
+        self._task = self._progress.add_task("indexing", total=1000, detail="", eta="estimating")
         self._progress.start()
 
-    def files_done(self, files: int, chunks: int) -> None:
-        self._counts.files_done += files
-        self._counts.chunks += chunks
-        self._update(advance=files)
+    def files_done(self, files: int, chunks: int, size: int = 0) -> None:
+        self._counts.read(files, chunks, size)
+        self._update()
 
     def chunks_embedded(self, n: int) -> None:
         self._counts.embedded += n
         self._update()
 
-    def _update(self, advance: int = 0) -> None:
+    def work(self, queued: int, done: int) -> None:
+        self._counts.work(queued, done, time.perf_counter())
+        self._update()
+
+    def _update(self) -> None:
         c, now = self._counts, time.perf_counter()
         self._progress.update(
             self._task,
-            advance=advance,
-            detail=f"files read, {c.embedded}/{c.chunks} chunks embedded ({c.rate(now):.0f}/s)",
+            completed=round(c.fraction() * 1000),
+            detail=f"{c.files_done}/{c.files} files read, {c.embedded}/{c.chunks} chunks embedded "
+            f"({c.rate(now):.0f}/s)",
             eta=_clock(c.eta(now)),
         )
 
@@ -123,8 +164,9 @@ class JsonProgress:
     """Progress for tools: a JSON line on stderr at most every ``interval`` seconds.
 
     ``{"event": "progress", "files_done", "files", "chunks", "embedded",
-    "chunks_per_s", "eta_s"}``: files read, the chunks they queued for
-    embedding, those embedded, and the ETA of :class:`_Counts`; during the span
+    "chunks_per_s", "done", "eta_s"}``: files read, the chunks they queued for
+    embedding, those embedded, the share of the work done and the ETA of
+    :class:`_Counts`; during the span
     pass also ``span_chunks_done`` and ``span_chunks``.
     """
 
@@ -135,17 +177,20 @@ class JsonProgress:
         self._spans: tuple[int, int] | None = None
         self._last = 0.0
 
-    def start(self, files: int) -> None:
-        self._counts.files = files
+    def start(self, files: int, size: int = 0) -> None:
+        self._counts.files, self._counts.size = files, size
         self._counts.started = self._last = time.perf_counter()
 
-    def files_done(self, files: int, chunks: int) -> None:
-        self._counts.files_done += files
-        self._counts.chunks += chunks
+    def files_done(self, files: int, chunks: int, size: int = 0) -> None:
+        self._counts.read(files, chunks, size)
         self._maybe_emit()
 
     def chunks_embedded(self, n: int) -> None:
         self._counts.embedded += n
+        self._maybe_emit()
+
+    def work(self, queued: int, done: int) -> None:
+        self._counts.work(queued, done, time.perf_counter())
         self._maybe_emit()
 
     def spans_done(self, done: int, total: int) -> None:
@@ -173,6 +218,7 @@ class JsonProgress:
             "chunks": c.chunks,
             "embedded": c.embedded,
             "chunks_per_s": round(c.rate(now), 1),
+            "done": round(c.fraction(), 4),
             "eta_s": c.eta(now),
         }
         if self._spans is not None:  # the span pass, after the chunks: chunks given their span vectors

@@ -96,7 +96,7 @@ def _show(kind: str, data: dict[str, Any], progress: Any) -> None:
     """A run's progress drawn here, or its wait for another writer said."""
     if kind == "waiting":
         err(str(data.get("message")))
-    elif data.get("call") in ("start", "files_done", "chunks_embedded", "spans_done"):
+    elif data.get("call") in ("start", "files_done", "chunks_embedded", "work", "spans_done"):
         getattr(progress, str(data["call"]), lambda *_: None)(*data.get("args") or [])
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast._core import Chunk, clean_content_for_embedding, content_hash
 from memsearch_fast.index.spans import spans as spans_of
+
+if TYPE_CHECKING:
+    from memsearch_fast.embeddings import EmbeddingProvider
 
 #: Chunks the embed stage sorts by length before cutting them into batches:
 #: chunks of similar length share a batch, so the provider pads little.
@@ -51,6 +54,21 @@ class Pending:
     chunk: Chunk
     vector: list[float] | None = None
     spans: list[SpanVector] | None = None
+
+
+def embed_batch_size(provider: EmbeddingProvider) -> int:
+    """Cross-file batches of a few provider batches: enough to keep the
+    provider's workers busy, small enough that little work is lost when a
+    run is interrupted. Padding is kept low by the embed stage's sort window
+    (``EMBED_SORT_WINDOW``), not by larger batches."""
+    own = int(getattr(provider, "batch_size", 0) or 32)
+    return max(32, min(512, own * 4))
+
+
+def embed_in_flight(provider: EmbeddingProvider) -> int:
+    """One batch per worker the provider really runs, plus one queued so a
+    worker that finishes never waits for the next batch to be packed."""
+    return max(1, int(getattr(provider, "workers", 1) or 1)) + 1
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -95,8 +113,12 @@ class EmbedStage:
         hold: bool = False,
         spans: bool = False,
         known: Callable[[list[str]], Awaitable[dict[str, Any]]] | None = None,
+        on_work: Callable[[int, int], None] | None = None,
     ) -> None:
         self._embed = embed
+        # (queued, done): UTF-8 bytes of texts queued, and of texts embedded or that took
+        # a stored vector; progress measures the run in them.
+        self._on_work = on_work or (lambda queued, done: None)
         self._deliver = deliver
         self.batch_size = max(1, batch_size)
         # A whole number of batches: no short batch in the middle of a run.
@@ -129,6 +151,7 @@ class EmbedStage:
         """Queue items; waits when `in_flight` batches are already running."""
         self._raise_failure()
         ready: list[Pending] = []
+        queued = 0
         for p in items:
             h = p.chunk.content_hash
             done = self._delivered.get(h)
@@ -141,7 +164,8 @@ class EmbedStage:
                 later.append(p)
                 continue
             self._waiting[h] = []
-            self._queue(p)
+            queued += self._queue(p)
+        self._on_work(queued, 0)
         if ready:
             self.shared += len(ready)
             await self._deliver(ready)
@@ -149,8 +173,9 @@ class EmbedStage:
             window, self._buffer = self._buffer[: self.window], self._buffer[self.window :]
             await self._launch_sorted(window)
 
-    def _queue(self, p: Pending) -> None:
-        """Buffer *p*'s texts: its spans' (with spans on, for a long chunk), or its own.
+    def _queue(self, p: Pending) -> int:
+        """Buffer *p*'s texts: its spans' (with spans on, for a long chunk), or its own;
+        returns their UTF-8 bytes.
 
         UTF-8 length tracks token count better than characters (a CJK
         character is a token, an English word of five letters about one).
@@ -161,11 +186,13 @@ class EmbedStage:
             p.spans = [SpanVector(s.index, s.start_line, s.end_line, content_hash(s.text)) for s in parts]
             if parts:
                 self._left[id(p)] = len(parts)
-                self._buffer.extend((len(s.text.encode()), s.text, p, i) for i, s in enumerate(parts))
-                return
+                texts = [(len(s.text.encode()), s.text, p, i) for i, s in enumerate(parts)]
+                self._buffer.extend(texts)
+                return sum(n for n, *_ in texts)
         t = embedding_text(c)
         self._left[id(p)] = 1
         self._buffer.append((len(t.encode()), t, p, -1))
+        return self._buffer[-1][0]
 
     async def _take_known(self, entries: list[_Text]) -> list[_Text]:
         """Spans whose text has a stored vector take it; the rest are returned."""
@@ -179,14 +206,17 @@ class EmbedStage:
             return entries
         rest: list[_Text] = []
         out: list[Pending] = []
+        spared = 0
         for e in entries:
-            _, _, p, slot = e
+            size, _, p, slot = e
             v = known.get(p.spans[slot].text_hash) if slot >= 0 and p.spans is not None else None
             if v is None:
                 rest.append(e)
             else:
                 self.span_reused += 1
+                spared += size
                 self._arrived(p, slot, v, out, read=False)
+        self._on_work(0, spared)
         if out:
             await self._deliver(out)
         return rest
@@ -233,24 +263,27 @@ class EmbedStage:
             entries = await self._take_known(entries)
         # One text, one embedding: a line repeated across chunks is sent once.
         owners: dict[str, list[tuple[Pending, int]]] = {}
-        for _, t, p, slot in sorted(entries, key=_first):
+        sizes: dict[str, int] = {}
+        for size, t, p, slot in sorted(entries, key=_first):
             owners.setdefault(t, []).append((p, slot))
+            sizes[t] = size
         texts = list(owners)
         for i in range(0, len(texts), self.batch_size):
             part = texts[i : i + self.batch_size]
-            await self._launch([owners[t] for t in part], part)
+            await self._launch([owners[t] for t in part], part, sum(sizes[t] * len(owners[t]) for t in part))
 
-    async def _launch(self, batch: list[list[tuple[Pending, int]]], texts: list[str]) -> None:
+    async def _launch(self, batch: list[list[tuple[Pending, int]]], texts: list[str], work: int) -> None:
         await self._slots.acquire()
-        task = asyncio.create_task(self._run(batch, texts))
+        task = asyncio.create_task(self._run(batch, texts, work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[list[tuple[Pending, int]]], texts: list[str]) -> None:
+    async def _run(self, batch: list[list[tuple[Pending, int]]], texts: list[str], work: int) -> None:
         try:
             vectors = await self._embed(texts)
             if len(vectors) != len(batch):
                 raise RuntimeError(f"embedding provider returned {len(vectors)} vectors for {len(batch)} texts")
+            self._on_work(0, work)
             out: list[Pending] = []
             for owners, v in zip(batch, vectors, strict=True):
                 for p, slot in owners:

@@ -33,7 +33,7 @@ from memsearch_fast.errors import one_line
 from memsearch_fast.index.chunk import chunk_files
 from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
-from memsearch_fast.index.embed import EmbedStage, Pending
+from memsearch_fast.index.embed import EmbedStage, Pending, embed_batch_size, embed_in_flight
 from memsearch_fast.index.protocol import IndexStore
 from memsearch_fast.index.report import IndexReport, NullProgress, Progress
 from memsearch_fast.index.span_pass import SpanReport
@@ -47,21 +47,6 @@ logger = logging.getLogger(__name__)
 #: recorded without its mtime, so the next run reads it again: a second write
 #: within the file system's timestamp granularity would keep size and mtime.
 MANIFEST_RACY_SECONDS = 2.0
-
-
-def _embed_batch_size(provider: EmbeddingProvider) -> int:
-    """Cross-file batches of a few provider batches: enough to keep the
-    provider's workers busy, small enough that little work is lost when a
-    run is interrupted. Padding is kept low by the embed stage's sort window
-    (``index.embed.EMBED_SORT_WINDOW``), not by larger batches."""
-    own = int(getattr(provider, "batch_size", 0) or 32)
-    return max(32, min(512, own * 4))
-
-
-def _embed_in_flight(provider: EmbeddingProvider) -> int:
-    """One batch per worker the provider really runs, plus one queued so a
-    worker that finishes never waits for the next batch to be packed."""
-    return max(1, int(getattr(provider, "workers", 1) or 1)) + 1
 
 
 async def run_index(
@@ -185,8 +170,12 @@ class _Run:
         # timestamp's granularity: its stat is not recorded (read next time).
         self.racy_after = time.time() - MANIFEST_RACY_SECONDS
         report, store, progress = self.report, self.store, self.progress
-        progress.start(len(self.files))
+        self.sizes = {os.fspath(f): int(getattr(f, "size", 0) or 0) for f in self.files}
         paths = await self._plan()
+        # The work ahead: the bytes of the files to read (those the manifest skips cost nothing).
+        progress.start(len(self.files), sum(self.sizes.get(p, 0) for p in paths))
+        if report.unchanged:
+            progress.files_done(report.unchanged, 0)
         spans = self._spans_on()
         self.upsert = UpsertStage(
             store,
@@ -199,12 +188,13 @@ class _Run:
         self.embed = EmbedStage(
             self.provider.embed,
             self._deliver,
-            batch_size=_embed_batch_size(self.provider),
-            in_flight=_embed_in_flight(self.provider),
+            batch_size=embed_batch_size(self.provider),
+            in_flight=embed_in_flight(self.provider),
             hold=True,
             spans=spans,
             # An edited chunk's unchanged spans are stored (a new database has none).
             known=self._known_spans if spans and not self.new_store and not self.force else None,
+            on_work=getattr(progress, "work", None),  # optional in a caller's own progress
         )
         failed = True
         try:
@@ -360,8 +350,6 @@ class _Run:
                 report.unchanged += 1
             else:
                 paths.append(path)
-        if report.unchanged:
-            self.progress.files_done(report.unchanged, 0)
         if not self.force:
             self.donors.defer(lambda: b"".join(e.packed() for e in old.values()))
         return paths, vanished(old, self.roots, unlisted=self.unlisted, seen=seen)
@@ -443,14 +431,15 @@ class _Run:
                     learn.append(plan.source)
         # Progress counts a batch when it is planned, before the stages' queues
         # may hold it back: its files are read, its chunks queued for embedding.
+        size = sum(self.sizes.get(fc.path, 0) for fc in batch)
         if self.force:
-            self.progress.files_done(len(batch), len(to_place))
+            self.progress.files_done(len(batch), len(to_place), size)
             await self.embed.add(to_place)
         else:
             await self.donors.learn(self.store, learn)
             reused, to_embed = await self.donors.resolve(self.store, to_place)
             report.reused += len(reused)
-            self.progress.files_done(len(batch), len(to_embed))
+            self.progress.files_done(len(batch), len(to_embed), size)
             await self.upsert.add(reused)
             await self.embed.add(to_embed)
 

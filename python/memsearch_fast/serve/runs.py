@@ -43,14 +43,17 @@ class Relay:
     def _put(self, call: str, *args: int) -> None:
         self._events.put({"event": "progress", "call": call, "args": list(args)})
 
-    def start(self, files: int) -> None:
-        self._put("start", files)
+    def start(self, files: int, size: int = 0) -> None:
+        self._put("start", files, size)
 
-    def files_done(self, files: int, chunks: int) -> None:
-        self._put("files_done", files, chunks)
+    def files_done(self, files: int, chunks: int, size: int = 0) -> None:
+        self._put("files_done", files, chunks, size)
 
     def chunks_embedded(self, n: int) -> None:
         self._put("chunks_embedded", n)
+
+    def work(self, queued: int, done: int) -> None:
+        self._put("work", queued, done)
 
     def spans_done(self, done: int, total: int) -> None:
         self._put("spans_done", done, total)
