@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import os
+import pty
 import shutil
 import struct
 import subprocess
@@ -135,6 +136,21 @@ def test_int8_model_quantizes_every_weight_matmul(converted: Path) -> None:
     assert (onnx_dir / "model_quantized.onnx").stat().st_size < (onnx_dir / "model.onnx").stat().st_size
 
 
+def _drain(master: int) -> str:
+    """What was written to a pseudo-terminal whose writers have all exited."""
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: no writer is left
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 @needs_model
 @pytest.mark.slow(reason="converts the checkpoint to ONNX and quantizes it")
 def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: Path) -> None:
@@ -158,13 +174,15 @@ def test_default_model_converted_once_from_package(checkpoint: Path, tmp_path: P
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg.parent), str(PACKAGE_PARENT)])}
+    # stderr a terminal, as a person's: the one that converts says so there.
+    ttys = [pty.openpty() for _ in range(2)]
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
+        for _, slave in ttys
     ]
-    outs = [p.communicate(timeout=240) for p in procs]
+    for _, slave in ttys:
+        os.close(slave)
+    outs = [(p.communicate(timeout=240)[0], _drain(master)) for p, (master, _) in zip(procs, ttys, strict=True)]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
     paths = {out.strip().splitlines()[-1] for out, _ in outs}

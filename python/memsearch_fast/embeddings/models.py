@@ -211,11 +211,13 @@ def _convert_archive(archive: Path, root: Path, key: str) -> Path:
 
 
 def _say(line: str) -> None:
-    """One line on stderr; a closed or broken stream never fails the conversion."""
+    """One line on stderr when a person watches it (a terminal: not a hook's log, a
+    pipe or a test's one-line error); a closed or broken stream never fails the conversion."""
     import sys
 
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if sys.stderr.isatty():
+            print(line, file=sys.stderr, flush=True)
 
 
 def _from_hub(repo_id: str, root: Path, key: str, *, local_only: bool) -> Path | None:
