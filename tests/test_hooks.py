@@ -815,6 +815,47 @@ def test_pre_compact_captures_what_stop_did_not_and_never_blocks(env: Env) -> No
 
 
 @pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
+def test_a_turn_compacted_before_it_ends_keeps_one_entry(env: Env) -> None:
+    """PreCompact mid-turn writes the running turn's notes; that turn's Stop then
+    replaces them in the same entry instead of journaling the turn twice."""
+    pairs = [(f"question number {i} about the billing service", f"answer {i}") for i in range(2)]
+    env.answers(NOTES.format(topic="first turn"))
+    env.json_hook("claude-code", "stop", stop_payload("mid", session_file(env, "mid", pairs[:1])))
+    env.captured(1)
+    transcript = session_file(env, "mid", pairs)  # the second turn, still running when compaction hits
+    env.answers(NOTES.format(topic="half of the second turn"))
+    env.json_hook("claude-code", "pre-compact", {**stop_payload("mid", transcript), "trigger": "auto"})
+    env.captured(2)
+    env.answers(NOTES.format(topic="whole second turn"))
+    env.json_hook("claude-code", "stop", stop_payload("mid", transcript))
+    env.captured(3)
+    text = env.log_text()
+    assert text.count("turn:mid-u1 ") == 1 and text.count("turn:mid-u0 ") == 1, text
+    assert "whole second turn" in text and "half of the second turn" not in text, text
+    assert text.count("### ") == 2 and text.count("## Session ") == 1, text
+
+
+def test_merge_replaces_a_turns_notes_or_extends_an_entry_of_several_turns(tmp_path: Path) -> None:
+    from memsearch_fast.agents import journal
+
+    log = tmp_path / "2026-11-28.md"
+    journal.append(log, "10:00", journal.Anchor("s", "t0", "/t.jsonl"), ["- zero"])
+    journal.append(log, "10:05", journal.Anchor("s", "t1", "/t.jsonl"), ["- one, half done"])
+    journal.append(log, "10:09", journal.Anchor("other", "t1", "/o.jsonl"), ["- another session"])
+    journal.merge(log, "10:10", journal.Anchor("s", "t1", "/t.jsonl"), ["- one, done"], into="t1")
+    text = log.read_text(encoding="utf-8")
+    assert "- one, done" in text and "half done" not in text and text.count("### ") == 3, text
+    assert text.index("- one, done") < text.index("- another session")  # in place
+    # A PreCompact entry anchored to an earlier turn it also covered: extended, not replaced.
+    journal.merge(log, "10:20", journal.Anchor("s", "t2", "/t.jsonl"), ["- two"], into="t0")
+    text = log.read_text(encoding="utf-8")
+    assert "- zero\n- two\n" in text and "turn:t2 " not in text and text.count("### ") == 3, text
+    # No such entry: appended, as a new entry.
+    journal.merge(log, "10:30", journal.Anchor("s", "t3", "/t.jsonl"), ["- three"], into="t9")
+    assert log.read_text(encoding="utf-8").count("### ") == 4
+
+
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")
 def test_full_loop_start_stop_search_expand_transcript(env: Env) -> None:
     """SessionStart → Stop ×3 → search finds the three entries → expand shows their
     anchors → transcript returns the original turns."""

@@ -51,6 +51,8 @@ class Job:
     date: str  # YYYY-MM-DD, when the turn ended
     now: str  # HH:MM
     anchor_kind: str = "transcript"  # "db": *transcript* is the host's session database
+    #: The turn a PreCompact's entry is anchored to when it covered this turn: the notes go there.
+    into: str = ""
 
     def save(self, folder: Path) -> Path:
         import tempfile
@@ -142,7 +144,10 @@ def run(job_file: Path) -> int:
     try:
         check_folder(job.memsearch_dir)  # as SessionStart found it: no link has appeared since
         anchor = journal.Anchor(job.session, job.turn, job.transcript, job.anchor_kind or "transcript")
-        journal.append(log, job.now, anchor, notes)
+        if job.into:
+            journal.merge(log, job.now, anchor, notes, into=job.into)
+        else:
+            journal.append(log, job.now, anchor, notes)
     except OSError as exc:
         log_error(where, f"capture: cannot append to {log}: {exc}")
         return 1

@@ -98,6 +98,31 @@ def append(log: Path, now: str, anchor: Anchor, bullets: Sequence[str]) -> None:
         os.close(fd)  # releases the lock
 
 
+def merge(log: Path, now: str, anchor: Anchor, bullets: Sequence[str], *, into: str) -> None:
+    """Write a turn's notes into the entry anchored to turn *into* of the same session
+    (a PreCompact's, written while the turn was still running), so a turn keeps one
+    entry: they replace that entry's notes when it is about this turn alone, and
+    extend them when it also covers earlier turns. Appended when there is no such entry."""
+    pattern = re.compile(rf"^<!-- session:{re.escape(_field(anchor.session))} turn:{re.escape(_field(into))} ", re.M)
+    fd = _locked(log)
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            old = f.read().decode("utf-8", "replace")
+        found = pattern.search(old) if anchor.session and into else None
+        if found is None:
+            fd_text = entry_text(now, anchor, bullets, heading=f"session:{_field(anchor.session)} " not in old)
+            write_all(fd, fd_text.encode("utf-8"))
+            return
+        start = old.index("\n", found.start()) + 1  # the notes begin after the anchor's line
+        end = re.compile(r"^#", re.M).search(old, start)
+        stop = end.start() if end is not None else len(old)
+        kept = old[start:stop].rstrip("\n") + "\n" if into != anchor.turn and old[start:stop].strip() else ""
+        new = old[:start] + kept + "\n".join([*bullets, "", ""]) + old[stop:].lstrip("\n")
+        write_atomic(log, new.encode("utf-8"), mode=os.fstat(fd).st_mode & 0o777)
+    finally:
+        os.close(fd)
+
+
 def rewrite(log: Path, change: Callable[[str], str]) -> None:
     """Replace *log* with ``change(old text)`` atomically (a hidden temp file
     renamed over it) while holding the lock appenders take."""

@@ -26,6 +26,7 @@ class Excerpt(NamedTuple):
     turn_id: str  # the id of the (first) user turn it covers
     text: str
     turns: int  # user turns covered
+    last_id: str = ""  # the id of the newest user turn it covers
 
 
 def _is_prompt(turn: Turn) -> bool:
@@ -105,4 +106,4 @@ def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[st
         return None
     text, kept = _bounded([render(s, agent) for s in found])
     first = found[len(found) - kept]  # the anchor names the oldest turn the notes are about
-    return Excerpt(str(first[0].uuid or ""), text, kept)
+    return Excerpt(str(first[0].uuid or ""), text, kept, str(found[-1][0].uuid or ""))
