@@ -114,6 +114,33 @@ def test_expand_and_stats_are_answered_by_the_service_exactly_as_in_process(env,
     assert unknown.returncode != 0 and "chunk not found: 0123456789abcdef" in unknown.stderr
 
 
+@pytest.mark.slow(reason="starts the search service through the CLI and kills its engine")
+def test_a_killed_engine_is_started_again_and_the_search_in_hand_answered(env, db, model_dir, corpus):
+    """memsearch 0.4's hooks kill every Milvus Lite engine of the user: the server starts
+    its engine again on the same socket, and the service answers the search it holds."""
+    import signal
+
+    query = ["search", "which port does the gateway listen on", "-j", "-k", "2"]
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    first = cli(env, db, model_dir, *query)
+    st = lite_state.read_state(str(db))
+    assert first.returncode == 0 and st is not None
+    for _ in range(2):
+        os.kill(st["engine_pid"], signal.SIGKILL)
+        again = cli(env, db, model_dir, *query, importtime=True)
+        assert again.returncode == 0 and not imported(again.stderr, "pymilvus"), again.stderr[-2000:]
+        assert json.loads(again.stdout) == json.loads(first.stdout)
+        now = lite_state.read_state(str(db))
+        assert now is not None and now["pid"] == st["pid"] and now["engine_pid"] != st["engine_pid"]
+        assert lite_process.pid_alive(now["engine_pid"])
+        st = now
+    # Writes go on: an edit indexed after the kill is found.
+    (corpus / "2026-01-04.md").write_text("# Jan 4\n\n## 08:00\n\nThe quota service caps uploads at 7 GiB.\n")
+    assert cli(env, db, model_dir, "index", str(corpus), "-q").returncode == 0
+    hits = json.loads(cli(env, db, model_dir, "search", "upload quota cap", "-j", "-k", "1").stdout)
+    assert "7 GiB" in hits[0]["content"]
+
+
 @pytest.mark.slow(reason="starts the search service through the CLI and waits on it")
 def test_the_default_model_is_answered_under_its_recorded_name(env, db, corpus):
     env = dict(env, MEMSEARCH_OFFLINE="1")  # the default model from its packaged checkpoint

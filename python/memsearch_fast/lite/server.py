@@ -129,13 +129,14 @@ def serve(
     if isinstance(engine, Lite3Engine):  # 2.x tokenises in its C++ engine
         threading.Thread(target=_warm_analyzer, daemon=True).start()
     damaged = ""
+    held = [engine]  # the engine now serving: a killed one is started again
     try:
-        damaged = _run(db_path, pid, engine, activity, idle, stop, db_id, log_offset)
+        damaged = _run(db_path, pid, held, activity, idle, stop, db_id, log_offset, service)
     finally:
         remove_state_if(db_path, pid)
         if service is not None:
             service.stop()
-        engine.stop()
+        held[0].stop()
         if damaged:
             damage.mark(db_path, damaged)  # once the engine has let go of the file
     return 0
@@ -213,25 +214,42 @@ def _record_ready(
 def _run(
     db_path: str,
     pid: int,
-    engine: Engine,
+    held: list[Engine],
     activity: Activity,
     idle: float,
     stop: threading.Event,
     db_id: list[int] | None,
     log_offset: int,
+    service: Any = None,
 ) -> str:
     """Serve until signalled, idle, or one of the reasons of :func:`_must_exit`;
     returns the engine's statement of damage, or ""."""
+    engine = held[0]
     started = time.monotonic()
     last_client = started
     poll = max(0.05, min(1.0, idle / 4))
     sock = socket_file(engine.address)
     sock_id = _inode(sock) if sock else None
     watch_log = _LogWatch(db_path, log_offset)
+    revived: list[float] = []
     while not stop.wait(poll):
         if engine.dead():
-            logger.error("engine for %s exited", db_path)
-            return ""
+            # Killed from outside (memsearch 0.4's hooks kill every Milvus Lite engine
+            # of the user): start it again where clients find it, a few times a minute at most.
+            damaged = watch_log.damage()
+            if damaged:
+                logger.error("%s", damage.message(db_path, damaged))
+                return damaged
+            revived = [t for t in revived if time.monotonic() - t < REVIVE_WINDOW_S]
+            again = _revive(db_path, engine) if len(revived) < REVIVE_MAX else None
+            if again is None:
+                logger.error("engine for %s exited", db_path)
+                return ""
+            revived.append(time.monotonic())
+            held[0] = engine = again
+            sock_id = _inode(sock) if sock else None
+            _record_ready(db_path, pid, engine, db_id, idle, log_offset, service)
+            continue
         damaged = watch_log.damage()
         if damaged:
             # A collection the engine could load only in part: serve nothing more.
@@ -250,6 +268,26 @@ def _run(
         if _idle_exit(db_path, pid, engine, activity, idle):
             return ""
     return ""
+
+
+#: Engines started again after a kill, at most, within this many seconds: past
+#: that something kills them as they start, and the server makes way instead.
+REVIVE_MAX = 5
+REVIVE_WINDOW_S = 60.0
+
+
+def _revive(db_path: str, dead: Engine) -> Engine | None:
+    """A new engine of the 2.x kind on the address the dead one listened on (the
+    record, the clients and the service's socket stay); None when it cannot start."""
+    if not isinstance(dead, Lite2Engine):
+        return None  # a 3.x engine runs in this process: it does not die alone
+    logger.warning("engine for %s was killed; starting it again", db_path)
+    dead.stop()  # its lock and socket
+    try:
+        return Lite2Engine(db_path, dead.address)
+    except Exception as exc:  # noqa: BLE001 - reported, and the server makes way
+        logger.error("cannot start the engine for %s again: %s", db_path, one_line(exc))
+        return None
 
 
 def _gone(db_path: str, sock: str | None, sock_id: tuple[int, int] | None, db_id: list[int] | None) -> bool:

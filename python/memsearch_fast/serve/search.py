@@ -345,7 +345,7 @@ class Service:
         return self._search(req)
 
     def _search(self, req: dict[str, Any]) -> dict[str, Any]:
-        from memsearch_fast.errors import one_line
+        from memsearch_fast.errors import StoreUnavailableError, one_line
 
         self._touch()
         self._used(str(req["collection"]))
@@ -354,26 +354,44 @@ class Service:
         model_dir, model_name = str(req["model_dir"]), str(req["model_name"])
         ms = self._instance(str(req["collection"]), model_dir, model_name)
         try:
-            if not ms.collection_exists():
-                return {"missing": True}
-            with self.models.lend(ms, model_dir, model_name):
-                hits = self._run(
-                    ms.search(
-                        str(req["query"]),
-                        top_k=int(req["top_k"]),
-                        source_prefix=req.get("source_prefix"),
-                        explain=bool(req.get("explain")),
-                    )
-                )
-                if self._damaged():  # the engine found damage while loading: the process reports it
-                    return {"unsupported": "damaged"}
-                return {"text": _render(ms, hits, req.get("render") or {})}
+            try:
+                return self._search_with(ms, req, model_dir, model_name)
+            except StoreUnavailableError:
+                # The engine went away under it (killed from outside): the server
+                # starts it again on the same socket within seconds; once more then.
+                if not self._engine_back():
+                    raise
+                ms.close_store()
+                return self._search_with(ms, req, model_dir, model_name)
         except Exception as exc:  # noqa: BLE001 - the client searches itself and reports it
             return {"error": one_line(exc)}
         finally:
             ms.close_store()
             self._touch()
             self._used(str(req["collection"]))
+
+    def _search_with(self, ms: Any, req: dict[str, Any], model_dir: str, model_name: str) -> dict[str, Any]:
+        if not ms.collection_exists():
+            return {"missing": True}
+        with self.models.lend(ms, model_dir, model_name):
+            query, explain = str(req["query"]), bool(req.get("explain"))
+            hits = self._run(
+                ms.search(query, top_k=int(req["top_k"]), source_prefix=req.get("source_prefix"), explain=explain)
+            )
+            if self._damaged():  # the engine found damage while loading: the process reports it
+                return {"unsupported": "damaged"}
+            return {"text": _render(ms, hits, req.get("render") or {})}
+
+    def _engine_back(self, wait: float = 10.0) -> bool:
+        """Whether the engine listens again within *wait* seconds."""
+        from memsearch_fast.lite.process import endpoint_open
+
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if endpoint_open(self._engine_uri.removeprefix("http://"), timeout=0.2):
+                return True
+            time.sleep(0.2)
+        return False
 
     def _used(self, collection: str) -> None:
         if self.keeper is not None:
