@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -949,6 +950,92 @@ def test_codex_install_replaces_the_reference_hooks_and_registers_pre_compact(en
     assert backup == before
     assert "replaced memsearch 0.4's own Codex hooks (3 entries)" in out
     assert "/hooks" in out and "trust" in out
+
+
+CODEX_INSTALL = [sys.executable, str(ROOT / "hooks" / "codex" / "install.py")]
+REFERENCE_CODEX_HOOKS = "/home/u/src/memsearch/plugins/codex/hooks"
+
+
+def test_codex_install_keeps_the_variables_set_before_the_hooks_it_replaces(env: Env) -> None:
+    """`MEMSEARCH_DIR=… ` (any assignment) before the hooks it replaces goes before every hook it
+    writes, so the memory stays where it was, run after run; a `codex_hooks` line's comment survives."""
+    codex_dir = env.home / ".codex"
+    codex_dir.mkdir()
+    shared = env.tmp / "shared memory"
+    prefix = f"MEMSEARCH_DIR={shlex.quote(str(shared))} TZ=UTC"
+    old = REFERENCE_CODEX_HOOKS
+    before = {
+        "hooks": {
+            event: [{"hooks": [{"type": "command", "command": f"{prefix} bash {old}/{script}.sh"}]}]
+            for event, script in [
+                ("SessionStart", "session-start"),
+                ("UserPromptSubmit", "user-prompt-submit"),
+                ("Stop", "stop"),
+            ]
+        }
+    }
+    (codex_dir / "hooks.json").write_text(json.dumps(before), encoding="utf-8")
+    (codex_dir / "config.toml").write_text(
+        "[features]\ncodex_hooks = true  # memsearch's hooks need it\nweb_search = true\n", encoding="utf-8"
+    )
+    for _ in range(2):  # the second run replaces its own entries
+        out = subprocess.run(CODEX_INSTALL, env=env.vars, check=True, capture_output=True, text=True).stdout
+        assert f"kept {prefix}" in out
+    hooks = json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8"))["hooks"]
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]] for event, groups in hooks.items()}
+    for event, name in [
+        ("SessionStart", "session-start"),
+        ("UserPromptSubmit", "user-prompt"),
+        ("Stop", "stop"),
+        ("PreCompact", "pre-compact"),
+    ]:
+        (command,) = commands[event]
+        assert command.startswith(prefix + " MEMSEARCH_PLUGIN_ROOT=") and command.endswith(f" codex {name}"), command
+        assert command.count("MEMSEARCH_DIR=") == 1 and command.count("MEMSEARCH_PLUGIN_ROOT=") == 1, command
+    config = (codex_dir / "config.toml").read_text(encoding="utf-8")
+    assert "hooks = true  # memsearch's hooks need it\n" in config and "codex_hooks" not in config, config
+    import tomllib
+
+    assert tomllib.loads(config)["features"] == {"hooks": True, "web_search": True}
+    # The kept variable still takes effect: the hook command finds the shared folder.
+    locate = commands["Stop"][0].removesuffix(" codex stop") + " codex locate"
+    found = subprocess.run(
+        locate, shell=True, input=json.dumps({"cwd": str(env.project)}), capture_output=True, text=True, env=env.vars
+    )
+    assert json.loads(found.stdout)["memory_dir"] == str(shared / "memory"), found.stderr
+
+
+def test_codex_install_refuses_hooks_that_set_different_variables(env: Env) -> None:
+    """Earlier hooks that disagree on what they set (here: one moves the memory, one does not) are
+    not guessed at: one line says so and nothing is written."""
+    codex_dir = env.home / ".codex"
+    codex_dir.mkdir()
+    old = REFERENCE_CODEX_HOOKS
+    start = f"MEMSEARCH_DIR=/m bash {old}/session-start.sh"
+    before = {
+        "hooks": {
+            "SessionStart": [{"hooks": [{"type": "command", "command": start}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": f"bash {old}/stop.sh"}]}],
+        }
+    }
+    (codex_dir / "hooks.json").write_text(json.dumps(before), encoding="utf-8")
+    run = subprocess.run(CODEX_INSTALL, env=env.vars, capture_output=True, text=True)
+    assert run.returncode != 0 and run.stdout == "" and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "MEMSEARCH_DIR=/m" in run.stderr and "Traceback" not in run.stderr
+    assert json.loads((codex_dir / "hooks.json").read_text(encoding="utf-8")) == before
+    assert sorted(p.name for p in codex_dir.iterdir()) == ["hooks.json"]
+    assert not (env.home / ".agents").exists()
+
+
+def test_codex_stop_and_pre_compact_print_nothing(env: Env) -> None:
+    """Codex takes an empty stdout from its Stop and PreCompact hooks as 'nothing to do' (it
+    refuses `{}` from Stop), whether the hook ran or was turned off."""
+    payload = {"session_id": "c", "transcript_path": str(env.tmp / "gone.jsonl"), "trigger": "auto"}
+    for event in ("stop", "pre-compact"):
+        for switch in ({}, {"MEMSEARCH_DISABLE": "1"}):
+            code, stdout, _ = env.hook("codex", event, payload, **switch)
+            assert code == 0 and stdout == "", (event, switch, stdout)
+    assert env.json_hook("claude-code", "pre-compact", payload) == {}
 
 
 @pytest.mark.slow(reason="runs agent hooks as subprocesses with their watcher, database and model")

@@ -300,6 +300,23 @@ def test_codex_cli(agents: Path) -> None:
     assert argv[0] == "exec" and argv[-1] == "-" and call["stdin"] == "Summarize."
     assert argv[argv.index("-m") + 1] == "gpt-5.1-codex" and argv[argv.index("-s") + 1] == "read-only"
     assert "features.hooks=false" in argv and call["env"]["MEMSEARCH_IN_STOP_WORKER"] == "1"
+    assert "-p" not in argv and "--profile" not in argv
+
+
+@pytest.mark.parametrize(("value", "profile"), [("zilliz", "zilliz"), ("  work  ", "work"), (" ", None)])
+def test_codex_cli_runs_in_the_profile_named(
+    agents: Path, monkeypatch: pytest.MonkeyPatch, value: str, profile: str | None
+) -> None:
+    """MEMSEARCH_CODEX_PROFILE picks the `codex exec -p` profile (its model provider, login, settings),
+    as memsearch 0.4 does; blank: Codex's default."""
+    monkeypatch.setenv("MEMSEARCH_CODEX_PROFILE", value)
+    get_llm(LLMSettings("codex", model="gpt-5.1-codex")).complete("Summarize.")
+    argv = calls(agents)[-1]["argv"]
+    assert argv[0] == "exec" and argv[-1] == "-"
+    if profile is None:
+        assert "-p" not in argv
+    else:
+        assert argv[argv.index("-p") + 1] == profile and argv.index("-p") < argv.index("-m")
 
 
 @pytest.mark.parametrize(

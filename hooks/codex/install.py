@@ -11,7 +11,12 @@
   The previous file is kept as ``hooks.json.bak``. memsearch 0.4's own Codex
   hooks (``…/plugins/codex/hooks/*.sh``) are removed too, or every turn would
   be journaled twice; that file is also kept as ``hooks.json.memsearch-0.4.bak``.
-- ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept).
+  Variables the replaced hooks set before their program (``MEMSEARCH_DIR=…``)
+  are set before the new ones, as written; hooks that set different ones, or
+  that do more than run one program, are not guessed at: one line says so and
+  nothing is written.
+- ``~/.codex/config.toml``: ``[features] hooks = true`` (other settings kept;
+  a ``codex_hooks`` line is rewritten in place, its comment kept).
 - ``~/.agents/skills/``: the ``memory-recall``, ``memory-config`` and
   ``memory-to-skill`` skills (``hooks/install_skills.py``).
 
@@ -44,6 +49,12 @@ EVENTS = {
 }
 #: The hook scripts of memsearch 0.4's own Codex plugin, as its installer writes them.
 REFERENCE = re.compile(r"plugins[/\\]codex[/\\]hooks[/\\](session-start|user-prompt-submit|stop|pre-compact)\.sh")
+#: One word as the shell reads it: quoted parts, escapes, ``$(…)`` and backquotes included.
+_WORD = r"""(?:'[^']*'|"(?:[^"\\]|\\.)*"|\\.|\$\([^()]*\)|`[^`]*`|[^\s'"\\;&|<>()`])*"""
+#: ``NAME=value`` at the start of a command, and the blanks after it.
+ASSIGNMENT = re.compile(rf"([A-Za-z_][A-Za-z0-9_]*)=({_WORD})\s+")
+#: Set anew by every install (never carried over from an earlier one).
+PLUGIN_ROOT = "MEMSEARCH_PLUGIN_ROOT"
 
 
 def ours(command: str) -> bool:
@@ -54,6 +65,60 @@ def ours(command: str) -> bool:
 def reference(command: str) -> bool:
     """Whether a hook command runs memsearch 0.4's own Codex plugin."""
     return REFERENCE.search(command) is not None
+
+
+def leading_assignments(command: str) -> tuple[list[tuple[str, str]], str]:
+    """The ``NAME=value`` words a command starts with (name, text as written; after a plain
+    ``env`` too) and the rest of the command."""
+    rest = command.lstrip()
+    wrapper = re.match(r"env\s+", rest)
+    if wrapper and ASSIGNMENT.match(rest, wrapper.end()):
+        rest = rest[wrapper.end() :]
+    found = []
+    while match := ASSIGNMENT.match(rest):
+        found.append((match.group(1), match.group(0).rstrip()))
+        rest = rest[match.end() :]
+    return found, rest
+
+
+def prefix_of(command: str) -> list[str]:
+    """What a replaced hook sets before its program (``MEMSEARCH_DIR=…``, each as written, without
+    :data:`PLUGIN_ROOT`); ValueError, saying why, for a command whose other parts would be lost."""
+    found, rest = leading_assignments(command)
+    lexer = shlex.shlex(rest, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        raise ValueError("its quotes do not close") from None
+    if any(word and set(word) <= set(";&|()<>") for word in words):
+        raise ValueError("it runs more than one program, or redirects one")
+    if any(re.match(r"[A-Za-z_][A-Za-z0-9_]*=", word) for word in words):
+        raise ValueError("it sets variables after the start of the command")
+    return [text for name, text in found if name != PLUGIN_ROOT]
+
+
+def shared_prefix(path: Path, found: list[tuple[str, str]]) -> str:
+    """The one prefix every earlier memsearch hook (event, command) sets; exits with one line
+    (nothing written) when they differ or one cannot be kept."""
+    seen: dict[tuple[str, ...], tuple[str, str]] = {}
+    for event, command in found:
+        try:
+            words = prefix_of(command)
+        except ValueError as exc:
+            sys.exit(
+                f"{path}: the {event} hook {command!r} cannot be replaced without losing part of it ({exc}); "
+                "leave only NAME=value settings before the program, or remove it, then run this again "
+                "(nothing was written)"
+            )
+        seen.setdefault(tuple(sorted(words)), (event, " ".join(words)))
+    if len(seen) > 1:
+        said = ", ".join(f"{event}: {prefix or 'nothing'}" for event, prefix in seen.values())
+        sys.exit(
+            f"{path}: the memsearch hooks set different variables before their program ({said}); "
+            "make them the same, then run this again (nothing was written)"
+        )
+    return next(iter(seen.values()))[1] if seen else ""
 
 
 def memsearch_command() -> str:
@@ -73,14 +138,24 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)  # never a half-written file
 
 
-def install_hooks(codex: Path, command: str) -> tuple[Path, list[str]]:
-    """Write our entries; the path and the memsearch 0.4 commands that were removed."""
+def install_hooks(codex: Path, command: str) -> tuple[Path, list[str], str]:
+    """Write our entries; the path, the memsearch 0.4 commands that were removed and the
+    variables kept before every hook (:func:`shared_prefix`)."""
     path = codex / "hooks.json"
     data: dict = {}
     if path.exists():
-        shutil.copy2(path, path.with_name("hooks.json.bak"))
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
     hooks = data.setdefault("hooks", {})
+    earlier = [
+        (event, text)
+        for event, groups in hooks.items()
+        for group in groups
+        for text in (str(hook.get("command", "")) for hook in group.get("hooks", []))
+        if reference(text) or ours(text)
+    ]
+    prefix = shared_prefix(path, earlier)
+    if path.exists():
+        shutil.copy2(path, path.with_name("hooks.json.bak"))
     replaced: list[str] = []
     for event in [*EVENTS, *(e for e in hooks if e not in EVENTS)]:
         groups = []
@@ -96,7 +171,7 @@ def install_hooks(codex: Path, command: str) -> tuple[Path, list[str]]:
                 groups.append({**group, "hooks": kept})
         if event in EVENTS:
             name, timeout = EVENTS[event]
-            run = f"MEMSEARCH_PLUGIN_ROOT={shlex.quote(str(HERE))} {command} codex {name}"
+            run = f"{prefix}{' ' if prefix else ''}{PLUGIN_ROOT}={shlex.quote(str(HERE))} {command} codex {name}"
             groups.append({"hooks": [{"type": "command", "command": run, "timeout": timeout}]})
         if groups:
             hooks[event] = groups
@@ -105,11 +180,35 @@ def install_hooks(codex: Path, command: str) -> tuple[Path, list[str]]:
     if replaced:
         shutil.copy2(path, path.with_name("hooks.json.memsearch-0.4.bak"))
     _write(path, json.dumps(data, indent=2) + "\n")
-    return path, replaced
+    return path, replaced, prefix
+
+
+def _comment(line: str) -> str:
+    """A TOML line's comment, from its ``#`` outside strings with the blanks before it ('' if none)."""
+    quote = ""
+    i = 0
+    while i < len(line):
+        char = line[i]
+        if quote:
+            if char == "\\" and quote == '"':
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            start = i
+            while start and line[start - 1] in " \t":
+                start -= 1
+            return line[start:].rstrip("\r\n")
+        i += 1
+    return ""
 
 
 def enable_hooks(codex: Path) -> Path:
-    """``hooks = true`` under ``[features]``, editing lines so comments and order survive."""
+    """``hooks = true`` under ``[features]``, editing lines so comments and order survive: the first
+    ``hooks``/``codex_hooks`` line is rewritten in place, its comment kept; a later one leaves its
+    comment alone on its line."""
     path = codex / "config.toml"
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
     header = next((i for i, line in enumerate(lines) if re.match(r"\[features\]\s*(#.*)?$", line.strip())), None)
@@ -120,9 +219,21 @@ def enable_hooks(codex: Path) -> Path:
         lines += ["[features]\n", "hooks = true\n"]
     else:
         end = next((i for i in range(header + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
-        setting = re.compile(r"\s*(codex_hooks|hooks)\s*=")
-        block = [line for line in lines[header + 1 : end] if not setting.match(line)]
-        lines[header + 1 : end] = ["hooks = true\n", *block]
+        setting = re.compile(r"([ \t]*)(codex_hooks|hooks)\s*=")
+        block: list[str] = []
+        written = False
+        for line in lines[header + 1 : end]:
+            match = setting.match(line)
+            if not match:
+                block.append(line)
+                continue
+            comment = _comment(line)
+            if not written:
+                block.append(f"{match.group(1)}hooks = true{comment}\n")
+                written = True
+            elif comment:
+                block.append(f"{match.group(1)}{comment.lstrip()}\n")
+        lines[header + 1 : end] = block if written else ["hooks = true\n", *block]
     _write(path, "".join(lines))
     return path
 
@@ -152,8 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
     codex.mkdir(parents=True, exist_ok=True)
     command = memsearch_command()
-    path, replaced = install_hooks(codex, command)
+    path, replaced, prefix = install_hooks(codex, command)
     print(f"hooks:  {path}")
+    if prefix:
+        print(f"        kept {prefix} before each hook, as the hooks it replaced had it")
     if replaced:
         print(
             f"        replaced memsearch 0.4's own Codex hooks ({len(replaced)} entries), which would journal "

@@ -29,6 +29,32 @@ import {
 
 const PLATFORM = "openclaw";
 
+/**
+ * memsearch 0.4's plugin settings this plugin has no use for (its manifest
+ * accepts them, so that a leftover `plugins.entries.memsearch.config` still
+ * loads), and what to do instead.
+ */
+const IGNORED_SETTINGS = {
+  provider: "the embedding provider is memsearch's own setting: memsearch config set embedding.provider NAME",
+};
+/** The ignored settings already warned about (OpenClaw may register the plugin more than once). */
+const warnedIgnored = new Set();
+
+/**
+ * One warning, once per process, naming the ignored settings `config` holds.
+ * @param {Record<string, unknown>} config
+ * @param {any} logger
+ */
+function warnIgnored(config, logger) {
+  const names = Object.keys(IGNORED_SETTINGS).filter((name) => Object.hasOwn(config, name));
+  const fresh = names.filter((name) => !warnedIgnored.has(name));
+  if (!fresh.length) return;
+  for (const name of fresh) warnedIgnored.add(name);
+  const list = fresh.map((name) => `plugins.entries.memsearch.config.${name}`).join(", ");
+  const why = fresh.map((name) => IGNORED_SETTINGS[name]).join("; ");
+  logger?.warn?.(`[memsearch] ${list} (memsearch 0.4's) ignored: ${why}`);
+}
+
 const stateDir = () => process.env.OPENCLAW_STATE_DIR || join(homedir(), ".openclaw");
 const expandHome = (p) => (typeof p === "string" && p.startsWith("~/") ? join(homedir(), p.slice(2)) : p);
 
@@ -85,6 +111,7 @@ const plugin = {
     const autoCapture = config.autoCapture !== false;
     const autoRecall = config.autoRecall !== false;
     const logger = api?.logger;
+    warnIgnored(config, logger);
     const recall = createRecall(PLATFORM);
 
     const defaultWorkspace = () =>

@@ -241,3 +241,39 @@ test("autoCapture: false turns capture off", async () => {
   await sleep(300);
   assert.deepEqual(fake.calls(), []);
 });
+
+/** memsearch 0.4's plugin settings (its openclaw.plugin.json): a leftover entry may hold any of them. */
+const SETTINGS_04 = { provider: "onnx", autoCapture: true, autoRecall: true };
+
+/** The checks OpenClaw makes of `plugins.entries.memsearch.config` against the manifest's configSchema. */
+function schemaErrors(schema, config) {
+  const errors = [];
+  for (const [key, value] of Object.entries(config)) {
+    const property = schema.properties?.[key];
+    if (!property) {
+      if (schema.additionalProperties === false) errors.push(`${key}: not allowed`);
+    } else if (property.type && typeof value !== property.type) errors.push(`${key}: not a ${property.type}`);
+  }
+  return errors;
+}
+
+test("memsearch 0.4's settings are accepted and ignored, with one warning naming them", async () => {
+  const manifest = JSON.parse(readFileSync(new URL("./openclaw.plugin.json", import.meta.url), "utf8"));
+  assert.deepEqual(schemaErrors(manifest.configSchema, SETTINGS_04), []);
+  assert.deepEqual(schemaErrors(manifest.configSchema, { provider: "openai" }), []);
+  assert.deepEqual(schemaErrors(manifest.configSchema, { autoRecal: true }), ["autoRecal: not allowed"]);
+
+  const first = fakeApi({ provider: "openai" });
+  const again = fakeApi({ ...SETTINGS_04 }); // OpenClaw may register the plugin more than once
+  const warnings = [...first.warnings, ...again.warnings];
+  assert.equal(warnings.length, 1, warnings.join("\n"));
+  assert.match(warnings[0], /^\[memsearch\] .*\bprovider\b.*ignored/);
+  assert.match(warnings[0], /embedding\.provider/);
+  assert.equal(warnings[0].includes("\n"), false);
+  assert.deepEqual(fakeApi({ autoCapture: true, autoRecall: true }).warnings, []);
+
+  // Ignored indeed: the session still starts and its memory is injected.
+  const out = await first.hooks.get("before_agent_start")({ prompt: "hi" }, { ...CTX, sessionId: "sess-04" });
+  assert.match(out.prependContext, /<memsearch-context>/);
+  assert.deepEqual(first.warnings, warnings.slice(0, 1));
+});

@@ -454,9 +454,14 @@ def worker_path(path: str) -> str:
     return os.pathsep.join(parts)
 
 
+#: Codex events whose "nothing to do" is no output at all: Codex rejects ``{}`` from Stop,
+#: and reads an empty stdout from PreCompact as a completed hook without a message.
+SILENT_CODEX_EVENTS = ("stop", "pre-compact")
+
+
 def answer(platform: str, event: str, output: Output) -> Output | None:
-    """What the agent is shown; None: print nothing (Codex rejects ``{}`` from its Stop hook)."""
-    if platform == "codex" and event == "stop" and not output:
+    """What the agent is shown; None: print nothing (:data:`SILENT_CODEX_EVENTS`)."""
+    if platform == "codex" and event in SILENT_CODEX_EVENTS and not output:
         return None
     return output
 

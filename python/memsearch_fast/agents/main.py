@@ -30,7 +30,7 @@ def not_here(platform: str, event: str, reason: str) -> int:
     print(reason, file=sys.stderr)
     if event == "session-start":
         sys.stdout.write(json.dumps({"systemMessage": reason}) + "\n")
-    elif not (platform == "codex" and event == "stop"):  # Codex rejects {} from its Stop hook
+    elif not (platform == "codex" and event in ("stop", "pre-compact")):  # as hooks.answer: nothing there
         sys.stdout.write("{}\n")
     sys.stdout.flush()
     return 0

@@ -115,6 +115,13 @@ _ALL = (
         above=True,
     ),
     Variable(
+        "MEMSEARCH_CODEX_PROFILE",
+        "str",
+        "",
+        "The Codex profile (`codex exec -p`) that writes Codex's notes and maintenance answers when Codex's own "
+        "CLI does (unset or blank: Codex's default; spaces around it are dropped)",
+    ),
+    Variable(
         "MEMSEARCH_COMPACT_PART_CHARS",
         "int",
         60_000,

@@ -21,6 +21,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from memsearch_fast.config import environment
 from memsearch_fast.errors import one_line
 from memsearch_fast.llm.base import LLM, LLMError
 
@@ -165,7 +166,9 @@ class ClaudeCode(NativeAgent):
 
 
 class CodexExec(NativeAgent):
-    """``codex exec`` read-only, ephemeral, hooks off, low reasoning effort; prompt on stdin (``-``)."""
+    """``codex exec`` read-only, ephemeral, hooks off, low reasoning effort, in the profile
+    ``MEMSEARCH_CODEX_PROFILE`` names (``-p``, as memsearch 0.4's maintenance runner passes it);
+    prompt on stdin (``-``)."""
 
     kind = "codex exec"
     program = "codex"
@@ -182,6 +185,7 @@ class CodexExec(NativeAgent):
             "features.hooks=false",
             "-c",
             'model_reasoning_effort="low"',
+            *(["-p", profile] if (profile := environment.text("MEMSEARCH_CODEX_PROFILE").strip()) else []),
             "-m",
             self.model,
             "-",
