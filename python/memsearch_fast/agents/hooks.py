@@ -17,7 +17,6 @@ worker (:mod:`.capture`); SessionEnd leaves its enabled maintenance
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -28,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast import __version__
-from memsearch_fast._os import read_regular, write_atomic
-from memsearch_fast.agents import journal
+from memsearch_fast.agents import claims, journal
 from memsearch_fast.agents.log import log_error
 from memsearch_fast.agents.project import Project, guard, is_absolute, locate
 from memsearch_fast.config import environment
@@ -225,54 +223,11 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
         return {}
     if not excerpt.turn_id and _str(payload, "turn_id"):  # Codex names the turn it stops
         excerpt = excerpt._replace(turn_id=_str(payload, "turn_id"))
-    if excerpt.turn_id and not _claim(project, session, excerpt.turn_id):
+    if excerpt.turn_id and not claims.claim(project.memsearch_dir, session, excerpt.turn_id):
         return {}  # this turn's Stop already ran
-    into = _compacted(project, session, excerpt.turn_id) if excerpt.turn_id else ""
+    into = claims.compacted(project.memsearch_dir, session, excerpt.turn_id) if excerpt.turn_id else ""
     _spawn_capture(platform, "stop", project, session, excerpt, transcript, kind, into=into)
     return {}
-
-
-#: Claims of captured turns kept before the oldest are pruned, and the age they may reach then.
-CLAIMS_KEPT = 500
-CLAIM_MAX_AGE_S = 2 * 86400
-
-
-def _turn_file(project: Project, session: str, turn: str) -> Path:
-    import hashlib
-
-    return Path(project.memsearch_dir) / "turns" / hashlib.sha256(f"{session}\0{turn}".encode()).hexdigest()[:24]
-
-
-def _compacted(project: Project, session: str, turn: str) -> str:
-    """The turn a PreCompact's entry is anchored to, when it covered *turn* before it ended ('' if none)."""
-    path = _turn_file(project, session, turn).with_suffix(".compacted")
-    try:
-        return read_regular(path, 4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def _claim(project: Project, session: str, turn: str) -> bool:
-    """Claim one turn for capture; False when it was claimed already (a host may fire
-    Stop twice for one turn, and its second capture would write a second entry)."""
-    claim = _turn_file(project, session, turn)
-    folder = claim.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600))
-    except FileExistsError:
-        return False
-    names = os.listdir(folder)
-    if len(names) > CLAIMS_KEPT:
-        old = time.time() - CLAIM_MAX_AGE_S
-        for other in names:
-            path = folder / other
-            try:
-                if path.stat().st_mtime < old:
-                    path.unlink()
-            except OSError:
-                pass
-    return True
 
 
 def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
@@ -287,10 +242,7 @@ def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> 
     if excerpt is not None and excerpt.text.strip():
         _spawn_capture(platform, "pre-compact", project, session, excerpt, transcript)
         if session and excerpt.last_id:  # the newest turn may still run: its Stop writes into this entry
-            with contextlib.suppress(OSError):
-                marker = _turn_file(project, session, excerpt.last_id).with_suffix(".compacted")
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(marker, excerpt.turn_id.encode("utf-8"))
+            claims.mark_compacted(project.memsearch_dir, session, excerpt.last_id, excerpt.turn_id)
     return {}  # never blocks the compaction
 
 
