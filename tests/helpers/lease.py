@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+
+from memsearch_fast.serve.protocol import WatchLease
 
 
-def lease(model_dir: Path, root: Path, holder: str, pid: int | None, collection: str = "notes") -> dict[str, Any]:
+def lease(model_dir: Path, root: Path, holder: str, pid: int | None, collection: str = "notes") -> WatchLease:
     return {  # the model named as a hook or the CLI names it (serve.client.model_of)
         "op": "watch.lease",
         "collection": collection,

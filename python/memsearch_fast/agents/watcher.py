@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from memsearch_fast._os import open_dir, open_private, write_atomic
 from memsearch_fast.agents.project import Project
@@ -46,6 +46,7 @@ from memsearch_fast.agents.project import Project
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
     from memsearch_fast.index.watch_lock import WatchLock
+    from memsearch_fast.serve.protocol import WatchLease
 
 STALE_SECONDS = 24 * 3600
 
@@ -116,7 +117,7 @@ def lease(cfg: Settings, project: Project, session: str, log: Path) -> bool:
     return bool(reply.get("ok"))  # a server of another installation: a process of our own
 
 
-def _spawn_helper(db_path: str, request: dict[str, Any], project: Project, log: Path) -> None:
+def _spawn_helper(db_path: str, request: WatchLease, project: Project, log: Path) -> None:
     """Start the service and register, detached: the hook returns at once."""
     # The root is named too, so that SessionEnd can tell this helper from any other process.
     argv = [sys.executable, "-m", "memsearch_fast.serve.client", "lease", db_path, project.memory_dir]

@@ -28,7 +28,7 @@ def stats(
     from memsearch_fast.serve import reads
 
     cfg = settings(milvus)
-    counts = reads.ask(cfg, "stats")
+    counts = reads.stats(cfg)
     if counts is None:  # no service, or an answer this process gives with its reason
         ms = memsearch(cfg)
         try:

@@ -90,9 +90,15 @@ def search(
     if not lazy:
         # The database's running server answers it with pymilvus and the model
         # already loaded; None: it cannot, and this process searches itself.
+        from memsearch_fast.serve import protocol
         from memsearch_fast.serve import search as search_service
 
-        tiers = {"json_output": json_output, "digest": digest, "budget": budget, "min_score": min_score}
+        tiers: protocol.Render = {
+            "json_output": json_output,
+            "digest": digest,
+            "budget": budget,
+            "min_score": min_score,
+        }
         served = search_service.ask(
             cfg, query, render=tiers, top_k=top_k or DEFAULT_TOP_K, source_prefix=source_prefix, explain=explain
         )
@@ -170,7 +176,7 @@ def expand(
     from memsearch_fast.serve import reads
 
     cfg = settings(milvus, embedding)
-    result = reads.ask(cfg, "expand", chunk_hash=chunk_hash, section=section, lines=lines)
+    result = reads.expand(cfg, chunk_hash, section=section, lines=lines)
     if result is None:  # no service, or an answer this process gives with its reason
         ms = memsearch(cfg)
         try:

@@ -10,7 +10,7 @@ database. Everything else runs in process, as before.
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,6 +18,9 @@ from memsearch_fast.cli.app import err, fail
 from memsearch_fast.cli.options import FileOptions
 from memsearch_fast.config import environment
 from memsearch_fast.recall.search import plural as _plural
+
+if TYPE_CHECKING:
+    from memsearch_fast.serve import protocol
 
 #: Set to 0 (or off/false/no) and `memsearch watch` runs its own watcher and model
 #: even where the database's service could watch for it.
@@ -30,7 +33,7 @@ RECONNECTS = 5
 
 def index_request(
     cfg: Any, paths: list[str], files: FileOptions, description: str | None, *, force: bool
-) -> tuple[str, Any] | None:
+) -> "tuple[str, protocol.IndexRun] | None":
     """The database and ``index.run`` request when a running service already holds
     the model this run would load (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
@@ -46,10 +49,17 @@ def index_request(
     if os.path.realpath(settings["model_dir"]) not in loaded:
         return None  # loading it there would cost what loading it here does
     roots = [str(Path(p).expanduser().resolve()) for p in paths]
-    return db_path, {**settings, "op": "index.run", "paths": roots, "description": description or "", "force": force}
+    request: protocol.IndexRun = {
+        **settings,
+        "op": "index.run",
+        "paths": roots,
+        "description": description or "",
+        "force": force,
+    }
+    return db_path, request
 
 
-def index_run(db_path: str, request: dict[str, Any], progress: Any) -> Any:
+def index_run(db_path: str, request: "protocol.IndexRun", progress: Any) -> Any:
     """The report of the run the service made (drawing its progress here), or None
     when no service of this installation took it (the caller runs it itself).
     Ctrl-C and SIGTERM (as SIGINT) cancel it there: what was embedded is
@@ -100,23 +110,34 @@ def _show(kind: str, data: dict[str, Any], progress: Any) -> None:
         getattr(progress, str(data["call"]), lambda *_: None)(*data.get("args") or [])
 
 
-def watch_request(cfg: Any, roots: list[str], files: FileOptions, description: str | None) -> tuple[str, Any] | None:
+def watch_request(
+    cfg: Any, roots: list[str], files: FileOptions, description: str | None
+) -> "tuple[str, protocol.WatchFollow] | None":
     """The database and ``watch.follow`` request when its service can watch *roots*
     exactly as this process would (a local database, the local ONNX model), else None."""
     from memsearch_fast.serve import client
 
     if not environment.flag(ENV_SERVICE):
         return None
-    prepared = client.lease_request(
-        cfg, roots, holder="watch", pid=os.getpid(), ignore_files=files.ignore_file, exclude=files.exclude
-    )
+    prepared = client.run_settings(cfg, ignore_files=files.ignore_file, exclude=files.exclude)
     if prepared is None:
         return None
-    db_path, request = prepared
-    return db_path, {**request, "op": "watch.follow", "description": description or ""}
+    db_path, settings = prepared
+    request: protocol.WatchFollow = {
+        **settings,
+        "op": "watch.follow",
+        "roots": [str(Path(r).expanduser().resolve()) for r in roots],
+        "debounce_ms": cfg.watch.debounce_ms,
+        "holder": "watch",  # the service names the lease after the connection
+        "pid": os.getpid(),
+        "description": description or "",
+    }
+    return db_path, request
 
 
-def follow(db_path: str, request: dict[str, Any], collection: str, out: "Events", early_stop: Any) -> int | None:
+def follow(
+    db_path: str, request: "protocol.WatchFollow", collection: str, out: "Events", early_stop: Any
+) -> int | None:
     """Watch through the database's service: register the roots and print its events
     as this process's own. The exit code, or None when no service of this
     installation answers (the caller watches in process)."""
@@ -195,7 +216,7 @@ def _other_watcher(db_path: str, collection: str, roots: list[str]) -> int | Non
     return pid if pid is not None and (st is None or pid != st.get("pid")) else None
 
 
-def _open(db_path: str, request: dict[str, Any]) -> Any:
+def _open(db_path: str, request: "protocol.WatchFollow") -> Any:
     """A stream from the database's service, started first where none runs."""
     from memsearch_fast.errors import one_line
     from memsearch_fast.serve import client

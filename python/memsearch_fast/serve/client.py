@@ -3,8 +3,9 @@
 One JSON line out, one back, on the private socket the database's Lite server
 records as ``search`` in its record. Both ends check with ``SO_PEERCRED``
 that the other runs as this user (and that the server is the recorded pid);
-every request carries the protocol :data:`VERSION` and :func:`code_id`, so a
-server started before an upgrade answers nothing.
+every request is built and every reply read by :mod:`.protocol` (the request
+stamped with the protocol version and this installation, so a server started
+before an upgrade answers nothing).
 
 The watched-root requests (:func:`lease`, :func:`release`, :func:`status`)
 qualify only where the service could index exactly as this process would: a
@@ -16,7 +17,6 @@ process of its own (``memsearch watch``).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import socket
@@ -26,13 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.lite.sockets import search_socket
+from memsearch_fast.serve import protocol
+from memsearch_fast.serve.protocol import LINE_LIMIT
 
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
-
-#: Protocol version; a server of another version answers nothing we use.
-VERSION = 1
-LINE_LIMIT = 1 << 20
 
 
 def peer(sock: socket.socket) -> tuple[int, int] | None:
@@ -66,19 +64,6 @@ def pending(sock: socket.socket) -> bytes | None:
         return sock.recv(4096)
     except OSError:
         return b""
-
-
-def code_id() -> str:
-    """This installation of memsearch-fast: version, place and install time. A
-    server started before an upgrade must not answer for the new code."""
-    import memsearch_fast
-
-    init = os.path.realpath(memsearch_fast.__file__)
-    try:
-        stamp = os.stat(init).st_mtime_ns
-    except OSError:
-        stamp = 0
-    return f"{memsearch_fast.__version__}:{init}:{stamp}"
 
 
 def server_record(db_path: str) -> dict[str, Any] | None:
@@ -118,22 +103,17 @@ def _connect(db_path: str, timeout: float) -> socket.socket | None:
     return s
 
 
-def _send(s: socket.socket, request: dict[str, Any]) -> None:
-    s.sendall(json.dumps({"v": VERSION, "code": code_id(), **request}).encode("utf-8") + b"\n")
-
-
-def call(db_path: str, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any] | None:
+def call(db_path: str, request: protocol.Request, timeout: float = 60.0) -> dict[str, Any] | None:
     """The service's reply to *request*, or None when no verified service answers."""
     try:
         s = _connect(db_path, timeout)
         if s is None:
             return None
         with s:
-            _send(s, request)
-            reply = json.loads(read_line(s).decode("utf-8"))
+            s.sendall(protocol.encode(request))
+            return protocol.answer(read_line(s))
     except Exception:  # noqa: BLE001 - no answer, whatever the reason
         return None
-    return reply if isinstance(reply, dict) else None
 
 
 class Stream:
@@ -158,8 +138,8 @@ class Stream:
                 raise EOFError("a line from the service is too long")
         line, _, rest = bytes(self._buf).partition(b"\n")
         self._buf = bytearray(rest)
-        data = json.loads(line.decode("utf-8"))
-        if not isinstance(data, dict):
+        data = protocol.answer(line)
+        if data is None:
             raise EOFError("the service sent something other than an event")
         return data
 
@@ -179,14 +159,14 @@ class Stream:
         self.close()
 
 
-def open_stream(db_path: str, request: dict[str, Any]) -> Stream | None:
+def open_stream(db_path: str, request: protocol.WatchFollow | protocol.IndexRun) -> Stream | None:
     """Send *request* and keep the connection for what comes back, or None when no verified service answers."""
     try:
         s = _connect(db_path, 10.0)
         if s is None:
             return None
         try:
-            _send(s, request)
+            s.sendall(protocol.encode(request))
         except BaseException:
             s.close()
             raise
@@ -230,7 +210,7 @@ def run_settings(
     ignore_files: Sequence[str] = (),
     exclude: Sequence[str] = (),
     collection: str | None = None,
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[str, protocol.RunSettings] | None:
     """The database and the settings the service indexes with as this process
     would (collection, model, chunking, file filters), or None where it cannot."""
     db_path = served_database(cfg)
@@ -257,7 +237,7 @@ def lease_request(
     ignore_files: Sequence[str] = (),
     exclude: Sequence[str] = (),
     collection: str | None = None,
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[str, protocol.WatchLease] | None:
     """The database and the request that registers (or renews) *roots* for *holder*
     (in *collection*, else the configured one), or None."""
     prepared = run_settings(cfg, ignore_files=ignore_files, exclude=exclude, collection=collection)
@@ -271,6 +251,7 @@ def lease_request(
         "debounce_ms": cfg.watch.debounce_ms,
         "holder": holder,
         "pid": pid,
+        "ttl": None,  # the service's own
     }
 
 
@@ -281,7 +262,7 @@ def ensure_server(db_path: str) -> None:
     broker.attach(db_path, lambda uri: uri)
 
 
-def send_lease(db_path: str, request: dict[str, Any], *, start: bool) -> dict[str, Any] | None:
+def send_lease(db_path: str, request: protocol.WatchLease, *, start: bool) -> dict[str, Any] | None:
     """Register or renew; with *start*, a server is started first when none answers."""
     reply = call(db_path, request, timeout=10.0)
     if reply is None and start:
@@ -292,7 +273,7 @@ def send_lease(db_path: str, request: dict[str, Any], *, start: bool) -> dict[st
 
 def release(db_path: str, holder: str, roots: Sequence[str] | None = None, collection: str | None = None) -> bool:
     """Drop *holder*'s leases (of *roots* in *collection*, or all of them); whether a service answered."""
-    request: dict[str, Any] = {"op": "watch.release", "holder": holder}
+    request: protocol.WatchRelease = {"op": "watch.release", "holder": holder}
     if roots is not None:
         request["roots"] = [str(Path(r).expanduser().resolve()) for r in roots]
     if collection is not None:
@@ -315,7 +296,11 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) not in (2, 3) or argv[0] != "lease":  # the third, the root, is for `ps`
         print("usage: python -m memsearch_fast.serve.client lease DB [ROOT] < request.json", file=sys.stderr)
         return 2
-    request = json.loads(sys.stdin.read(LINE_LIMIT))
+    request = protocol.read(sys.stdin.buffer.read(LINE_LIMIT + 1), None)
+    if isinstance(request, protocol.Refusal) or request["op"] != "watch.lease":
+        why = request.reason if isinstance(request, protocol.Refusal) else f"{request['op']} is no lease"
+        print(f"cannot register with the service of {argv[1]}: {why}", file=sys.stderr)
+        return 2
     try:
         reply = send_lease(argv[1], request, start=True)
     except Exception as exc:  # noqa: BLE001 - one line in the project's watch.log

@@ -13,16 +13,16 @@ holds is unwatched after its run in hand is written.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import queue
 import socket
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memsearch_fast.serve import protocol
 from memsearch_fast.serve.client import pending
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Follower:
     (:mod:`memsearch_fast.serve.follow`): it holds a lease on each root while its
     connection lives, and its events arrive on :attr:`events` from the loop's thread."""
 
-    request: dict[str, Any]
+    request: protocol.WatchFollow
     holder: str
     pid: int | None
     collection: str
@@ -53,18 +53,18 @@ class Registry(Protocol):
 
     lease_s: float
 
-    def follow(self, req: dict[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]: ...
+    def follow(self, req: protocol.WatchFollow, pid: int | None) -> tuple[Mapping[str, Any], Follower | None]: ...
     def renew(self, follower: Follower, roots: Collection[str]) -> None: ...
     def unfollow(self, follower: Follower) -> None: ...
 
 
-def start(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:
+def start(conn: socket.socket, registry: Registry, request: protocol.WatchFollow, pid: int | None) -> None:
     """Serve *conn* on a thread of its own; the thread closes it."""
     threading.Thread(target=_serve, args=(conn, registry, request, pid), name="watch-follow", daemon=True).start()
 
 
-def _send(conn: socket.socket, data: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
+def _send(conn: socket.socket, data: Mapping[str, Any]) -> None:
+    conn.sendall(protocol.reply(data))
 
 
 def _gone(conn: socket.socket) -> bool:
@@ -72,7 +72,7 @@ def _gone(conn: socket.socket) -> bool:
     return pending(conn) == b""
 
 
-def _serve(conn: socket.socket, registry: Registry, request: dict[str, Any], pid: int | None) -> None:
+def _serve(conn: socket.socket, registry: Registry, request: protocol.WatchFollow, pid: int | None) -> None:
     follower: Follower | None = None
     try:
         conn.settimeout(10)

@@ -15,17 +15,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memsearch_fast.serve.client import VERSION, code_id, server_record
+from memsearch_fast.serve.client import server_record
 
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
+    from memsearch_fast.serve import protocol
 
-OPS = ("expand", "stats")
+
+def expand(cfg: Settings, chunk_hash: str, *, section: bool, lines: int | None) -> dict[str, Any] | None:
+    """The service's :meth:`MemSearch.expand` of *chunk_hash*, or None when this process must answer it."""
+    request: protocol.Expand = {
+        "op": "expand",
+        "collection": cfg.milvus.collection,
+        "chunk_hash": chunk_hash,
+        "section": section,
+        "lines": lines,
+    }
+    return ask(cfg, request)
 
 
-def ask(cfg: Settings, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any] | None:
-    """The service's result of *op* (``expand``: ``chunk_hash``, ``section``, ``lines``;
-    ``stats``), or None when this process must answer it itself."""
+def stats(cfg: Settings) -> dict[str, Any] | None:
+    """The service's :meth:`MemSearch.stats`, or None when this process must answer it."""
+    return ask(cfg, {"op": "stats", "collection": cfg.milvus.collection})
+
+
+def ask(cfg: Settings, request: protocol.Expand | protocol.Stats, timeout: float = 30.0) -> dict[str, Any] | None:
+    """The service's result of *request*, or None when this process must answer it itself."""
     from memsearch_fast.config import environment
     from memsearch_fast.serve.client import call, served_database
 
@@ -35,30 +50,22 @@ def ask(cfg: Settings, op: str, timeout: float = 30.0, **args: Any) -> dict[str,
         return None
     if db_path is None or not environment.flag("MEMSEARCH_SEARCH_SERVICE") or server_record(db_path) is None:
         return None
-    request = {"v": VERSION, "op": op, "code": code_id(), "collection": cfg.milvus.collection, **args}
     reply = call(db_path, request, timeout)
     result = reply.get("result") if reply is not None else None
     return result if isinstance(result, dict) else None
 
 
-def answer(engine_uri: str, db_path: str | None, req: dict[str, Any]) -> dict[str, Any]:
+def answer(engine_uri: str, db_path: str | None, req: protocol.Expand | protocol.Stats) -> protocol.ReadAnswer:
     """The service's side: ``{"result": ...}`` (None for an unknown chunk or a missing
     collection), or ``{"error": ...}``."""
     from memsearch_fast.api import MemSearch
     from memsearch_fast.errors import one_line
 
-    ms = MemSearch(milvus_uri=engine_uri, collection=str(req["collection"]), manifest_uri=db_path)
+    ms = MemSearch(milvus_uri=engine_uri, collection=req["collection"], manifest_uri=db_path)
     try:
         if req["op"] == "stats":
             return {"result": ms.stats()}
-        lines = req.get("lines")
-        return {
-            "result": ms.expand(
-                str(req["chunk_hash"]),
-                section=bool(req.get("section", True)),
-                lines=int(lines) if lines is not None else None,
-            )
-        }
+        return {"result": ms.expand(req["chunk_hash"], section=req.get("section", True), lines=req.get("lines"))}
     except Exception as exc:  # noqa: BLE001 - the client answers itself and reports it
         return {"error": one_line(exc)}
     finally:

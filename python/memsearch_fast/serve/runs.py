@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import queue
 import socket
@@ -22,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from memsearch_fast.serve import protocol
 from memsearch_fast.serve.client import pending
 
 if TYPE_CHECKING:
@@ -62,18 +62,18 @@ class Relay:
         """The client finishes its own display when the run ends."""
 
 
-async def run(registry: Registry, req: dict[str, Any], events: queue.Queue[dict[str, Any]]) -> None:
+async def run(registry: Registry, req: protocol.IndexRun, events: queue.Queue[dict[str, Any]]) -> None:
     """One index run of the request's paths; its last event is one of :data:`FINAL`."""
     from memsearch_fast.errors import describe
 
     ms = None
     try:
-        ms = registry.memsearch([str(p) for p in req["paths"]], req)
+        ms = registry.memsearch(list(req["paths"]), req)
         ms.on_wait = lambda line: events.put({"event": "waiting", "message": line})
-        async with registry.turn(str(req["collection"])):
+        async with registry.turn(req["collection"]):
             registry.index_runs += 1
-            with registry.models.lend(ms, str(req["model_dir"]), str(req["model_name"])):
-                report = await ms.index_with_report(force=bool(req.get("force")), progress=Relay(events))
+            with registry.models.lend(ms, req["model_dir"], req["model_name"]):
+                report = await ms.index_with_report(force=req.get("force", False), progress=Relay(events))
         events.put({"event": "report", **report.as_dict()})
     except asyncio.CancelledError:
         # Cancelled by the client, or by the service stopping: then the client carries on by itself.
@@ -90,13 +90,13 @@ async def run(registry: Registry, req: dict[str, Any], events: queue.Queue[dict[
         await asyncio.to_thread(give_back_memory)
 
 
-def start(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: Callable[[], None]) -> None:
+def start(conn: socket.socket, registry: Registry, req: protocol.IndexRun, touch: Callable[[], None]) -> None:
     """Serve *conn* on a thread of its own; the thread closes it. *touch* marks
     the service active (a run in hand keeps it from exiting idle)."""
     threading.Thread(target=_serve, args=(conn, registry, req, touch), name="index-run", daemon=True).start()
 
 
-def _serve(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: Callable[[], None]) -> None:
+def _serve(conn: socket.socket, registry: Registry, req: protocol.IndexRun, touch: Callable[[], None]) -> None:
     events: queue.Queue[dict[str, Any]] = queue.Queue()
     connected = True
     try:
@@ -114,7 +114,7 @@ def _serve(conn: socket.socket, registry: Registry, req: dict[str, Any], touch: 
                 continue
             if connected:
                 try:
-                    conn.sendall(json.dumps(data).encode("utf-8") + b"\n")
+                    conn.sendall(protocol.reply(data))
                 except OSError:
                     connected = False
             if data["event"] in FINAL:

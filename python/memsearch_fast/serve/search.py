@@ -19,26 +19,26 @@ runs as this user; the socket lives in this user's 0700 socket directory.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast._os import give_back_memory
 from memsearch_fast.config import environment
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
-from memsearch_fast.serve import reads
-from memsearch_fast.serve.client import LINE_LIMIT, VERSION, code_id, model_of, read_line, server_record
+from memsearch_fast.serve import protocol, reads
+from memsearch_fast.serve.client import model_of, read_line, server_record
 from memsearch_fast.serve.client import peer as _peer
 from memsearch_fast.serve.models import Models, fingerprint
 
 if TYPE_CHECKING:
     from memsearch_fast.config.settings import Settings
+    from memsearch_fast.serve.watchers import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +51,10 @@ DEFAULT_UNLOAD_S = 300.0
 MAX_LOADED = 4
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars as Python numbers (everything else is already JSON)."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
 # -- client ------------------------------------------------------------------------------
 
 
-def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[str, Any]] | None:
+def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, protocol.Search] | None:
     """The database path and request for a search the server can answer as this
     process would, or None (a remote Milvus, an embedded database, another
     provider, a reranker, a model not on this machine, the switch off)."""
@@ -78,11 +71,9 @@ def request_for(cfg: Settings, query: str, **options: Any) -> tuple[str, dict[st
     if model is None:
         return None
     prefix = options.get("source_prefix")
-    request = {
-        "v": VERSION,
+    request: protocol.Search = {
         "op": "search",
         "collection": cfg.milvus.collection,
-        "code": code_id(),
         "model_dir": model[0],
         "model_name": model[1],
         "query": query,
@@ -97,7 +88,7 @@ def ask(
     cfg: Settings,
     query: str,
     *,
-    render: Mapping[str, Any] | None = None,
+    render: protocol.Render | None = None,
     timeout: float = 60.0,
     **options: Any,
 ) -> str | None:
@@ -115,7 +106,7 @@ def ask(
     if prepared is None:
         return None
     db_path, request = prepared
-    request["render"] = dict(render or {})
+    request["render"] = render.copy() if render is not None else {}
     if server_record(db_path) is None and not _started_for_saved_copy(db_path, cfg.milvus.collection):
         return None
     reply = call(db_path, request, timeout)
@@ -146,7 +137,7 @@ def _started_for_saved_copy(db_path: str, collection: str) -> bool:
 # -- server ------------------------------------------------------------------------------
 
 
-def _render(ms: Any, hits: list[dict[str, Any]], render: dict[str, Any]) -> str:
+def _render(ms: Any, hits: list[dict[str, Any]], render: protocol.Render) -> str:
     """The search's output as ``memsearch search`` prints it (tiers applied,
     ``--budget`` counted with the model's tokenizer)."""
     from memsearch_fast.recall import search as recall
@@ -161,8 +152,8 @@ def _render(ms: Any, hits: list[dict[str, Any]], render: dict[str, Any]) -> str:
     )
     return recall.render_search(
         hits,
-        json_output=bool(render.get("json_output")),
-        digest=bool(render.get("digest")),
+        json_output=render.get("json_output", False),
+        digest=render.get("digest", False),
         budget=budget,
         min_score=float(min_score) if min_score is not None else None,
         count=count,
@@ -190,7 +181,7 @@ class Service:
         db_path: str | None = None,
         *,
         models: Models | None = None,
-        watchers: Any = None,
+        watchers: Registry | None = None,
     ) -> None:
         from collections import OrderedDict
 
@@ -209,7 +200,7 @@ class Service:
         self._searchers: tuple[tuple[tuple[Any, ...], Any], ...] = ()
         self._loop: Any = None
         self._last = time.monotonic()
-        self._code = code_id()  # at start: files replaced later (an upgrade) no longer match
+        self._code = protocol.code_id()  # at start: files replaced later (an upgrade) no longer match
         self._stopped = False
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
@@ -281,70 +272,62 @@ class Service:
         give_back_memory()
 
     def _answer(self, conn: socket.socket) -> bool:
-        """Answer one request; True when the connection was handed on (a ``watch.follow``)."""
+        """Answer one request; True when the connection was handed on (a ``watch.follow``
+        or an ``index.run``). One that cannot be read gets one line saying why."""
         peer = _peer(conn)
         if peer is not None and peer[1] != os.geteuid():
             return False
-        line = read_line(conn)
-        if len(line) > LINE_LIMIT:
+        req = protocol.read(read_line(conn), self._code)
+        if isinstance(req, protocol.Refusal):
+            logger.info("refused a request: %s", req.reason)
+            conn.sendall(protocol.reply(req.answer))
             return False
-        req = json.loads(line.decode("utf-8"))
-        streamed = self._streamed(req)
-        if streamed == "watch.follow":
+        if req["op"] == "watch.follow" and self.watchers is not None:
             from memsearch_fast.serve import follow
 
             follow.start(conn, self.watchers, req, peer[0] if peer is not None else req.get("pid"))
             return True
-        if streamed == "index.run":
+        if req["op"] == "index.run" and self.watchers is not None:
             from memsearch_fast.serve import runs
 
             runs.start(conn, self.watchers, req, self._touch)
             return True
-        reply = self.handle(req)
-        conn.sendall(json.dumps(reply, default=_plain).encode("utf-8") + b"\n")
+        conn.sendall(protocol.reply(self._dispatch(req)))
         return False
 
-    def _streamed(self, req: Any) -> str | None:
-        """The op of a request whose connection stays open for what comes back
-        (``watch.follow``: a ``memsearch watch``; ``index.run``: a ``memsearch index``), else None."""
-        ok = (
-            isinstance(req, dict)
-            and req.get("v") == VERSION
-            and req.get("code") == self._code
-            and self.watchers is not None
-            and req.get("op") in ("watch.follow", "index.run")
-        )
-        return str(req["op"]) if ok else None
-
-    def handle(self, req: Any) -> dict[str, Any]:
+    def handle(self, req: object) -> protocol.Answer:
         """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``;
         ``status`` and ``watch.*`` requests go to the watched roots."""
-        if not isinstance(req, dict) or req.get("v") != VERSION:
-            return {"unsupported": "request"}
-        if req.get("code") != self._code:
-            return {"unsupported": "another installation of memsearch-fast"}
-        op = req.get("op")
-        if op == "status":
-            roots = self.watchers.describe() if self.watchers is not None else {"roots": [], "queue": 0}
-            keeper = self.keeper
-            released = (
-                {"idle_s": keeper.idle_s, "loaded": keeper.loaded, "released": keeper.released}
-                if keeper is not None
-                else None
-            )
-            return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
-        if isinstance(op, str) and op.startswith("watch.") and self.watchers is not None:
-            return dict(self.watchers.handle(req))
-        if op in reads.OPS:
+        checked = protocol.check(req, self._code)
+        return checked.answer if isinstance(checked, protocol.Refusal) else self._dispatch(checked)
+
+    def _dispatch(self, req: protocol.Request) -> protocol.Answer:
+        if req["op"] == "search":
+            return self._search(req)
+        if req["op"] == "status":
+            return self._status()
+        if req["op"] == "expand" or req["op"] == "stats":
             self._touch()
             if self._damaged():
                 return {"unsupported": "damaged"}
             return reads.answer(self._engine_uri, self._db_path, req)
-        if op != "search":
-            return {"unsupported": "request"}
-        return self._search(req)
+        if req["op"] == "watch.lease" or req["op"] == "watch.release" or req["op"] == "watch.list":
+            return self.watchers.handle(req) if self.watchers is not None else {"unsupported": "request"}
+        return {"unsupported": "request"}  # no watched roots here, or a streamed op without its connection
 
-    def _search(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _status(self) -> protocol.StatusAnswer:
+        roots: protocol.Roots = (
+            self.watchers.describe() if self.watchers is not None else {"roots": [], "queue": 0, "index_runs": 0}
+        )
+        keeper = self.keeper
+        released = (
+            {"idle_s": keeper.idle_s, "loaded": keeper.loaded, "released": keeper.released}
+            if keeper is not None
+            else None
+        )
+        return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
+
+    def _search(self, req: protocol.Search) -> protocol.SearchAnswer:
         from memsearch_fast.errors import StoreUnavailableError, one_line
 
         self._touch()
@@ -370,17 +353,17 @@ class Service:
             self._touch()
             self._used(str(req["collection"]))
 
-    def _search_with(self, ms: Any, req: dict[str, Any], model_dir: str, model_name: str) -> dict[str, Any]:
+    def _search_with(self, ms: Any, req: protocol.Search, model_dir: str, model_name: str) -> protocol.SearchAnswer:
         if not ms.collection_exists():
             return {"missing": True}
         with self.models.lend(ms, model_dir, model_name):
-            query, explain = str(req["query"]), bool(req.get("explain"))
+            query, explain = req["query"], req.get("explain", False)
             hits = self._run(
-                ms.search(query, top_k=int(req["top_k"]), source_prefix=req.get("source_prefix"), explain=explain)
+                ms.search(query, top_k=req["top_k"], source_prefix=req.get("source_prefix"), explain=explain)
             )
             if self._damaged():  # the engine found damage while loading: the process reports it
                 return {"unsupported": "damaged"}
-            return {"text": _render(ms, hits, req.get("render") or {})}
+            return {"text": _render(ms, hits, req.get("render", {}))}
 
     def _engine_back(self, wait: float = 10.0) -> bool:
         """Whether the engine listens again within *wait* seconds."""

@@ -30,9 +30,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memsearch_fast.serve import root_guard
 from memsearch_fast.serve.follow import Follower
@@ -41,8 +41,10 @@ from memsearch_fast.serve.models import Models
 
 if TYPE_CHECKING:
     from memsearch_fast.index.watch_lock import WatchLock
+    from memsearch_fast.serve import protocol
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 ENV_LEASE = "MEMSEARCH_WATCH_LEASE_S"
 #: Seconds a lease lives without renewal (the hooks renew at every event).
@@ -182,31 +184,38 @@ class Registry:
 
     # -- requests (from the service's socket thread) ------------------------------------
 
-    def handle(self, req: Mapping[str, Any]) -> dict[str, Any]:
+    def handle(
+        self, req: protocol.WatchLease | protocol.WatchRelease | protocol.WatchList
+    ) -> protocol.LeaseAnswer | protocol.ReleaseAnswer | protocol.ListAnswer | protocol.Refused:
+        """A request read by :func:`.protocol.read`: its fields are there and of their types."""
         if self._stopped or not self._thread.is_alive():
             return {"error": "the service is stopping"}
-        op = req.get("op")
-        what = {"watch.lease": self._lease, "watch.release": self._release, "watch.list": self._list}.get(str(op))
-        if what is None:
-            return {"unsupported": "request"}
         try:
-            fut = asyncio.run_coroutine_threadsafe(what(req), self._loop)
-            return fut.result(timeout=10)
+            if req["op"] == "watch.lease":
+                return self._result(self._lease(req))
+            if req["op"] == "watch.release":
+                return self._result(self._release(req))
+            return self._result(self._list())
         except (KeyError, TypeError, ValueError) as exc:
             return {"error": f"bad request: {exc}"}
 
-    def follow(self, req: Mapping[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]:
+    def _result(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
+
+    def follow(self, req: protocol.WatchFollow, pid: int | None) -> tuple[Mapping[str, Any], Follower | None]:
         """Register a ``memsearch watch`` client's roots (``watch.follow``): the reply, and
         the :class:`Follower` whose events to stream (None: already followed, or an error)."""
         try:
-            reply: tuple[dict[str, Any], Follower | None] = self._call(self._follow(req, pid))
+            reply: tuple[Mapping[str, Any], Follower | None] = self._call(self._follow(req, pid))
             return reply
         except (KeyError, TypeError, ValueError) as exc:
             return {"error": f"bad request: {exc}"}, None
 
     def renew(self, follower: Follower, roots: Collection[str]) -> None:
         """Renew the client's leases on *roots* (those of its roots still watched)."""
-        self._call(self._lease({**follower.request, "roots": sorted(roots)}))
+        request = follower.request.copy()
+        request["roots"] = sorted(roots)
+        self._call(self._lease(request))
 
     def unfollow(self, follower: Follower) -> None:
         """The client is gone: drop its leases (a root nobody else holds is unwatched)."""
@@ -223,16 +232,18 @@ class Registry:
             fut.cancel()  # not done later behind the caller's back
             raise
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> protocol.Roots:
         """Roots, leases, last runs and the queue (for ``status``), read from any thread."""
         now = time.monotonic()
         roots = [w.describe(now) for w in list(self._watched.values())]
         return {"roots": roots, "queue": self._queued, "index_runs": self.index_runs}
 
-    async def _list(self, req: Mapping[str, Any]) -> dict[str, Any]:
+    async def _list(self) -> protocol.ListAnswer:
         return {"ok": True, **self.describe()}
 
-    async def _follow(self, req: Mapping[str, Any], pid: int | None) -> tuple[dict[str, Any], Follower | None]:
+    async def _follow(
+        self, req: protocol.WatchFollow, pid: int | None
+    ) -> tuple[protocol.FollowAnswer | protocol.LeaseAnswer, Follower | None]:
         collection = str(req["collection"])
         roots = frozenset(str(r) for r in req["roots"])
         for other in self._followers:  # one `memsearch watch` per database, collection and root set
@@ -242,14 +253,14 @@ class Registry:
                 return {"already_running": True, "pid": other.pid, "roots": sorted(roots)}, None
         self._connections += 1
         # One lease per connection: the old connection's release must not take the new one's lease.
-        request = {**req, "holder": f"watch:{pid}:{self._connections}", "pid": pid}
+        holder = f"watch:{pid}:{self._connections}"
+        request = req.copy()
+        request["holder"], request["pid"] = holder, pid
         before = {root: self._watched.get(_key(request, root)) for root in roots}
         reply = await self._lease(request)
         if not reply.get("ok"):
             return reply, None
-        follower = Follower(
-            request, request["holder"], pid, collection, roots, frozenset(_key(request, r) for r in roots)
-        )
+        follower = Follower(request, holder, pid, collection, roots, frozenset(_key(request, r) for r in roots))
         self._followers.append(follower)
         for w in before.values():  # a watcher that was already there runs again, for this client to see
             if w is not None and self._watched.get(w.key) is w:
@@ -260,7 +271,12 @@ class Registry:
         if follower in self._followers:
             self._followers.remove(follower)
         await self._release(
-            {"holder": follower.holder, "roots": list(follower.roots), "collection": follower.collection}
+            {
+                "op": "watch.release",
+                "holder": follower.holder,
+                "roots": list(follower.roots),
+                "collection": follower.collection,
+            }
         )
 
     def _publish(self, w: Watched, data: dict[str, Any]) -> None:
@@ -275,14 +291,14 @@ class Registry:
             if w.key in follower.keys:
                 follower.events.put({**data, "root": w.root})
 
-    async def _lease(self, req: Mapping[str, Any]) -> dict[str, Any]:
+    async def _lease(self, req: protocol.WatchLease | protocol.WatchFollow) -> protocol.LeaseAnswer:
         holder = str(req["holder"])
         pid = req.get("pid")
         pid = pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
         started = pid_start(pid) if pid is not None else None
         if pid is not None and started is None:
             return {"error": f"pid {pid} is not running"}
-        ttl = ttl_of(req.get("ttl"), self.lease_s)
+        ttl = ttl_of(req.get("ttl") if req["op"] == "watch.lease" else None, self.lease_s)
         roots = [str(r) for r in req["roots"]]
         if not roots or not all(os.path.isabs(r) for r in roots):
             return {"error": "roots must be absolute paths"}
@@ -299,7 +315,7 @@ class Registry:
         self._touch()
         return {"ok": True, "added": added, "lease_s": ttl}
 
-    async def _release(self, req: Mapping[str, Any]) -> dict[str, Any]:
+    async def _release(self, req: protocol.WatchRelease) -> protocol.ReleaseAnswer:
         holder = str(req["holder"])
         roots = req.get("roots")
         collection = req.get("collection")
