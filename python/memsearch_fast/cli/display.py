@@ -121,7 +121,7 @@ class RichProgress:
     def start(self, files: int, size: int = 0) -> None:
         self._counts.files, self._counts.size = files, size
         self._counts.started = time.perf_counter()
-        # The bar is the share of the work done (characters embedded), in thousandths.
+        # The bar is the share of the work done (bytes of text embedded), in thousandths.
         self._task = self._progress.add_task("indexing", total=1000, detail="", eta="estimating")
         self._progress.start()
 
