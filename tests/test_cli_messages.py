@@ -199,6 +199,7 @@ def test_one_chunk_is_singular_and_a_heading_only_file_is_new(cli_env: dict[str,
 def test_a_first_run_that_fails_at_its_first_embedding_leaves_nothing(cli_env: dict[str, str], tmp_path: Path) -> None:
     """An endpoint that refuses every embedding: the first run's database, its side
     files and its server go with the failure; a database that holds chunks stays."""
+    from memsearch_fast.lite.process import cmdline_args
     from tests.helpers.llm import KEY, FakeLLMServer
 
     notes = tmp_path / "notes"
@@ -214,7 +215,8 @@ def test_a_first_run_that_fails_at_its_first_embedding_leaves_nothing(cli_env: d
         one_line_error(proc, "Error:")
         assert any(r["path"] == "/v1/embeddings" for r in server.requests)  # it got as far as embedding
         assert sorted(p.name for p in where.iterdir()) == []
-        serving = [p for p in Path("/proc").glob("[0-9]*") if str(db).encode() in _cmdline(p)]
+        pids = [int(p.name) for p in Path("/proc").glob("[0-9]*")]
+        serving = [pid for pid in pids if any(str(db) in a for a in cmdline_args(pid) or [])]
         assert serving == [], serving
         # A database with chunks in it is kept when a later run fails.
         ok(run(["index", str(notes), "--milvus-uri", str(db)], cli_env))
@@ -226,13 +228,6 @@ def test_a_first_run_that_fails_at_its_first_embedding_leaves_nothing(cli_env: d
         from memsearch_fast.lite import broker
 
         broker.stop_server(str(db))
-
-
-def _cmdline(proc: Path) -> bytes:
-    try:
-        return (proc / "cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_a_missing_openai_key_is_said_before_anything_is_made(cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -237,16 +237,16 @@ def _nothing_left_by_a_failed_first_run(ms: Any, lock_path: Path) -> Iterator[No
 
     db = Path(ms.uri).expanduser()
     fresh = is_local_uri(ms.uri) and not os.path.lexists(db)
-    try:
-        yield
-    except BaseException:
-        if fresh:
-            if os.path.lexists(db):
+    # The writer lock goes by the rule of _no_stray_lock: only once no database is left,
+    # never from under a kept database whose next writer may be waiting on it.
+    with _no_stray_lock(ms.uri, lock_path):
+        try:
+            yield
+        except BaseException:
+            if fresh and os.path.lexists(db):
                 with contextlib.suppress(Exception):
                     _discard_if_empty(ms, db)
-            with contextlib.suppress(OSError):
-                os.unlink(lock_path)
-        raise
+            raise
 
 
 def _discard_if_empty(ms: Any, db: Path) -> None:
