@@ -244,7 +244,7 @@ def test_small_and_large_collections_and_the_switch_leave_it_to_milvus(corpus, d
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         chunks, span_rows = ms.store.count(), ms.store.spans.count()
         assert span_rows and ms.store.spans.half
-    # Float16 span rows count at their cost to Lite's scan: four float32 rows each.
+    # Span rows count at their cost to a scan: four float32 rows each.
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, str(chunks + 3 * span_rows))
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         assert loaded(ms).loaded

@@ -32,6 +32,13 @@ from tests.test_spans import recorded
 DIMS = 48
 
 
+@pytest.fixture(autouse=True)
+def in_a_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The basis as a span collection keeps it (a Milvus server's); the span file's
+    own basis and refit: tests/test_span_file.py."""
+    monkeypatch.setenv("MEMSEARCH_SPAN_STORE", "collection")
+
+
 @pytest.fixture
 def fewer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(span_basis, "DIMS", DIMS)

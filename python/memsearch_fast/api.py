@@ -1,9 +1,8 @@
 """`MemSearch`: the Python API over the index pipeline, search and expand.
 
-Keyword names follow memsearch 0.4.23 so code written against it works here;
-`workers` sets the inference and chunking parallelism. The embedding provider,
-the reranker and the store are opened on first use, so `expand` and `stats`
-never load a model.
+Keyword names follow memsearch 0.4.23 so code written against it works here; `workers` sets
+the inference and chunking parallelism. The embedding provider, the reranker and the store
+are opened on first use, so `expand` and `stats` never load a model.
 """
 
 from __future__ import annotations
@@ -82,6 +81,7 @@ class MemSearch:
             "token": milvus_token or None,
             "collection": collection,
             "description": description,
+            "database": manifest_uri if manifest_uri != milvus_uri else None,  # its span file, through its server
         }
         #: Cross-encoder that reorders the fused hits ("" = none); see :mod:`memsearch_fast.recall.rerank`.
         self.reranker_model = reranker_model or ""
@@ -90,7 +90,7 @@ class MemSearch:
         self._store: Any = None
         self._query_cache = QueryCache()
         #: Vectors in memory for processes that search many times (:mod:`memsearch_fast.store.dense_index`);
-        #: ``manifest_uri``: the local database whose manifest says when rows change (its server's URI given).
+        #: ``manifest_uri``: the local database (its server's URI given) whose manifest and span file count.
         self._dense_wanted = dense_index
         self._manifest_uri = manifest_uri or milvus_uri
         if dense_index:  # the saved copy parsed while the first search opens the collection

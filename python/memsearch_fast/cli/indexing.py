@@ -264,7 +264,9 @@ def _discard_if_empty(ms: Any, db: Path) -> None:
     real = str(db.resolve())
     broker.stop_server(real)
     escaped = glob.escape(str(db))
+    spans = real + ".spans"
     leftovers = [real, *sidecar_paths(real).values(), str(db.with_name(f".{db.name}.lock"))]
+    leftovers += [spans, spans + "-wal", spans + "-shm"]
     for path in [*leftovers, *glob.glob(escaped + ".manifest-*"), *glob.glob(escaped + ".copy-*")]:
         with contextlib.suppress(OSError):
             os.unlink(path)

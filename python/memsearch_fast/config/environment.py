@@ -176,6 +176,13 @@ _ALL = (
     ),
     Variable("MEMSEARCH_SPANS", "flag", True, "Span vectors are written beside the chunk vectors"),
     Variable(
+        "MEMSEARCH_SPAN_STORE",
+        "str",
+        "",
+        "`collection` keeps a Milvus Lite database's span vectors in a companion collection, as before (unset: in "
+        "the file `<database>.spans` beside it)",
+    ),
+    Variable(
         "MEMSEARCH_SPAN_DIMS",
         "int",
         128,

@@ -58,6 +58,7 @@ class SpanReport:
     embedded: int = 0
     reused: int = 0
     removed: int = 0
+    moved: int = 0  # chunks whose spans moved from a collection to the span file
     refitted: bool = False  # the vectors were stored again in fewer dimensions
 
 
@@ -83,6 +84,11 @@ async def write_spans(
     report = SpanReport()
     spans_store = store.spans
     written = list(written)
+    legacy = store.legacy_spans() if hasattr(store, "legacy_spans") else None
+    adopt = getattr(spans_store, "adopt", None)
+    if legacy is not None and adopt is not None and await asyncio.to_thread(legacy.present):
+        # Spans a collection held before they lived in a file: moved, not embedded again.
+        report.moved = await asyncio.to_thread(adopt, legacy)
     if not full and not written and await asyncio.to_thread(lambda: spans_store.exists):
         return report  # nothing written, nothing to add
     missing = not await asyncio.to_thread(lambda: spans_store.exists)
@@ -153,8 +159,7 @@ async def _page(
         await asyncio.to_thread(store.spans.create, [r["embedding"] for r in span_rows])
     # Rows a killed pass left of these chunks go first; then every row is new.
     await asyncio.to_thread(store.spans.delete_chunks, [str(row["chunk_hash"]) for row in rows])
-    await asyncio.to_thread(store.spans.insert, span_rows)
-    await asyncio.to_thread(store.spans.insert, own)  # last: a chunk with row 0 has all its spans
+    await asyncio.to_thread(lambda: store.spans.put(span_rows, own, replace=False))
     report.chunks += len(own)
 
 

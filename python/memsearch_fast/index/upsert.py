@@ -167,11 +167,8 @@ class UpsertStage:
                 sample = [r["embedding"] for rows, _ in extra for r in rows]  # its directions' fit
                 self.created_spans = bool(store.create(sample))
                 self._span_store = store
-        spans = self._span_store
-        if not self.fresh:  # rows a killed run left of these chunks go first; then every row is new
-            spans.delete_chunks(own["chunk_hash"] for _, own in extra)
-        spans.insert([r for rows, _ in extra for r in rows])
-        spans.insert([own for _, own in extra])  # last: a chunk with row 0 has all its spans
+        # Rows a killed run left of these chunks go first (none in a fresh database).
+        self._span_store.put([r for rows, _ in extra for r in rows], [own for _, own in extra], replace=not self.fresh)
 
     def _raise_failure(self) -> None:
         if self._error is not None:

@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.schema import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import DimensionMismatchError, StoreError
@@ -36,6 +36,9 @@ from memsearch_fast.store.rows import (
 from memsearch_fast.store.schema import QUERY_FIELDS, EmbeddingModel
 from memsearch_fast.store.search import StoreSearch
 from memsearch_fast.store.spans import SpanStore
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.span_file import SpanFile
 
 # Values per ``IN [...]`` filter (rows per iterator page: client.ITER_BATCH): keeps
 # every expression and response bounded whatever the size of the input set.
@@ -70,12 +73,13 @@ class MilvusStore(StoreSearch):
         dimension: int | None = None,
         description: str = "",
         model: EmbeddingModel | None = None,
+        database: str | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.dimension = dimension
         self.description = description
-        self._spans: SpanStore | None = None
+        self._spans: SpanStore | SpanFile | None = None
         self.model = model
         #: The model the collection records (None: created by an older version or another tool).
         self.recorded_model: EmbeddingModel | None = None
@@ -98,6 +102,9 @@ class MilvusStore(StoreSearch):
                 "tcp://host:port or a Zilliz Cloud https:// endpoint"
             )
         self._path = str(Path(uri).expanduser().resolve()) if self._local else None
+        #: The Lite database whose span file this collection's spans live in (*uri*, or the
+        #: database *database* names when *uri* is its server's address).
+        self._span_db = self._path or (str(Path(database).expanduser().resolve()) if database else None)
         self._display = self._path or uri
 
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
@@ -256,16 +263,34 @@ class MilvusStore(StoreSearch):
             return
         with self._write_lock:
             self.spans.drop()
+            legacy = self.legacy_spans()
+            if legacy is not None:
+                legacy.drop()
             if self._call("has_collection", lambda c: c.has_collection(self.collection)):
                 self._call("drop_collection", lambda c: c.drop_collection(self.collection))
         self._exists = False
 
     @property
-    def spans(self) -> SpanStore:
-        """The span vectors of this collection (:mod:`.spans`)."""
+    def spans(self) -> SpanStore | SpanFile:
+        """The span vectors of this collection: in a file beside a Milvus Lite
+        database (:mod:`.span_file`), a companion collection on a server (:mod:`.spans`)."""
         if self._spans is None:
-            self._spans = SpanStore(self)
+            from memsearch_fast.config import environment
+
+            if self._span_db is not None and environment.text("MEMSEARCH_SPAN_STORE") != "collection":
+                from memsearch_fast.store.span_file import SpanFile
+
+                self._spans = SpanFile(self, self._span_db)
+            else:
+                self._spans = SpanStore(self)
         return self._spans
+
+    def legacy_spans(self) -> SpanStore | None:
+        """The companion collection of a Lite database whose spans now live in a file
+        (made before they did; :meth:`.span_file.SpanFile.adopt` moves them)."""
+        if isinstance(self.spans, SpanStore) or self._client is None:
+            return None
+        return SpanStore(self)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -354,6 +379,9 @@ class MilvusStore(StoreSearch):
 
     def close(self) -> None:
         """Release the connection; a shared Lite server stays up for other processes."""
+        close = getattr(self._spans, "close", None)
+        if close is not None:
+            close()
         self._close_client()
 
     def __enter__(self) -> MilvusStore:

@@ -12,6 +12,7 @@ from memsearch_fast.errors import StoreError, StoreUnavailableError
 from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema
 
 if TYPE_CHECKING:
+    from memsearch_fast.store.span_file import SpanFile
     from memsearch_fast.store.spans import SpanStore
 
 #: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
@@ -176,7 +177,7 @@ class StoreSearch(StoreSchema):
         return sorted([*sparse, *extra], key=lambda kv: -kv[1])  # stable: ties keep the BM25 order
 
     @property
-    def spans(self) -> SpanStore:
+    def spans(self) -> SpanStore | SpanFile:
         raise NotImplementedError
 
     def rows_for_ids(self, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:

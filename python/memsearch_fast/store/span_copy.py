@@ -201,6 +201,23 @@ class SpanRows:
             scales=scales,
         )
 
+    def add_codes(self, page: list[dict[str, Any]], codes: np.ndarray, scales: np.ndarray) -> None:
+        """Rows already held as codes along this copy's directions (a span file's:
+        :meth:`.span_file.SpanFile.iter_codes`), taken as they are."""
+        mask = np.fromiter((r["chunk_hash"] in self.pos for r in page), bool, len(page))
+        if not mask.any():
+            return
+        rows = [r for r, m in zip(page, mask, strict=True) if m]
+        n = len(rows)
+        self._append(
+            chunk=np.fromiter((self.pos[r["chunk_hash"]] for r in rows), np.int64, n),
+            starts=np.fromiter((int(r["start_line"]) for r in rows), np.int32, n),
+            ends=np.fromiter((int(r["end_line"]) for r in rows), np.int32, n),
+            index=np.fromiter((int(str(r["span_id"]).rpartition(":")[2]) for r in rows), np.int32, n),
+            codes=np.ascontiguousarray(codes[mask], dtype=np.int8),
+            scales=np.asarray(scales[mask], dtype=np.float32),
+        )
+
     def keep(self, old: Spans, old_ids: list[str], kept: list[int]) -> None:
         """The rows of *old* (a copy of chunks *old_ids*) whose chunk position is in *kept*."""
         to_new = np.full(len(old_ids), -1, np.int64)
@@ -288,7 +305,15 @@ def read_spans(
         out.keep(old, old_ids, kept)
     elif old_ids is not None:
         sources = None  # the old copy had no spans: read them all
-    for page in spans_store.iter_vectors(sources, lifted=directions is None) if not unchanged else ():
+    if unchanged:
+        return out
+    if hasattr(spans_store, "iter_codes"):  # held as the copy holds them
+        for page, codes, scales in spans_store.iter_codes(sources):
+            if stop():
+                break
+            out.add_codes(page, codes, scales)
+        return out
+    for page in spans_store.iter_vectors(sources, lifted=directions is None):
         if stop():
             break
         out.add(page)

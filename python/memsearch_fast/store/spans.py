@@ -298,6 +298,14 @@ class SpanStore:
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         return self._write("upsert", rows)
 
+    def put(self, span_rows: list[dict[str, Any]], own_rows: list[dict[str, Any]], *, replace: bool = True) -> int:
+        """The spans of the chunks of *own_rows* (each chunk's row 0), their old rows
+        deleted first unless the caller knows there are none (*replace* False)."""
+        if replace:
+            self.delete_chunks(str(own["chunk_hash"]) for own in own_rows)
+        self.insert(span_rows)
+        return self.insert(own_rows) + len(span_rows)  # last: a chunk with row 0 has all its spans
+
     def insert(self, rows: list[dict[str, Any]]) -> int:
         """Add rows whose ids are not stored (the caller deleted their chunks' rows
         first): Milvus Lite's upsert looks every id up, so its cost grows with the

@@ -1,0 +1,453 @@
+"""The span vectors of a Milvus Lite database, in a file of their own beside it.
+
+Milvus Lite holds its whole database in memory and its writes slow as it
+grows: span rows (a dozen per chunk) made a gigabyte of journals need 13 GB
+of RAM and a day to index (docs/store.md, "Where the spans live"). Here they
+live in ``<database>.spans``, an SQLite file the process opens itself: a row
+per chunk holding its spans packed (int8 codes in the held directions of the
+collection's basis, :func:`.span_copy.held_directions`, a scale, the lines,
+the 32 bytes of the span text's hash), written in one transaction per batch, so a
+chunk has all its spans or none (kill -9 at any point), and a table of span
+text keys for the reuse of a moved chunk's vectors. The in-memory copy takes
+the codes as they are (:meth:`SpanFile.iter_codes`).
+
+:class:`SpanFile` answers what :class:`.spans.SpanStore` answers (the span
+collection a Milvus server keeps), so the index run, search and the copy use
+either. A database whose spans were a collection moves them here on its next
+index run (:meth:`SpanFile.adopt`), nothing embedded again.
+
+The file is the user's: a link, another owner's file or a damaged one is
+refused in one line, and a writer moves a damaged one aside and the next
+index run gives every chunk its spans again from the database's chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memsearch_fast.errors import StoreError, UnusableDatabaseError
+from memsearch_fast.store.span_reads import BATCH, SpanReads, _key_int, _pack, _Packed, _row, text_key
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.schema import StoreSchema
+    from memsearch_fast.store.span_basis import Basis
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = ".spans"
+#: Leave the file on the companion collection (``collection``) instead: for comparisons.
+ENV_STORE = "MEMSEARCH_SPAN_STORE"
+_SIDE = ("", "-wal", "-shm", "-journal")
+
+
+def path_of(db_path: str) -> str:
+    return db_path + SUFFIX
+
+
+def check_file(path: str) -> None:
+    """Refuse a span file (or its journal) that is a link, not a regular file, or
+    another user's: it could send writes elsewhere or plant vectors."""
+    for side in _SIDE:
+        p = path + side
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UnusableDatabaseError(f"{p} cannot be read ({exc.strerror}); remove it") from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise UnusableDatabaseError(f"{p} is not a regular file (a link or other); refusing it: remove it")
+        if st.st_uid != os.geteuid():
+            raise UnusableDatabaseError(f"{p} belongs to another user (uid {st.st_uid}); refusing it: remove it")
+
+
+class SpanFile(SpanReads):
+    """The spans of *store*'s collection in ``<database>.spans``."""
+
+    def __init__(self, store: StoreSchema, db_path: str) -> None:
+        import re
+
+        self.store = store
+        self.collection = store.collection
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.collection):
+            raise StoreError(f"collection name {self.collection!r} is not a plain identifier")
+        self.path = path_of(db_path)
+        self._chunks = f'"{self.collection}__span_chunks"'
+        self._texts = f'"{self.collection}__span_texts"'
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
+        self._meta: tuple[int, str, bool] | None = None  # dim, basis payload, refused
+        self._held: np.ndarray | None = None
+
+    # -- the file ---------------------------------------------------------------------
+
+    def _conn(self, *, create: bool) -> sqlite3.Connection | None:
+        if self._db is not None:
+            return self._db
+        check_file(self.path)
+        if not create and not os.path.exists(self.path):
+            return None
+        try:
+            db = self._open()
+        except sqlite3.DatabaseError as exc:
+            if not create:
+                logger.warning("span vectors not read: %s is damaged (%s)", self.path, exc)
+                return None
+            self._set_aside(exc)
+            db = self._open()
+        self._db = db
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)  # made private, never through a link; SQLite opens the same name
+        db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS collections "
+                "(name TEXT PRIMARY KEY, dim INTEGER, basis TEXT, refused INTEGER)"
+            )
+            db.execute("SELECT count(*) FROM collections").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _set_aside(self, exc: Exception) -> None:
+        aside = self.path + ".damaged"
+        logger.warning(
+            "%s is damaged (%s): moved to %s; the next index run gives every chunk its spans again",
+            self.path,
+            exc,
+            aside,
+        )
+        os.replace(self.path, aside)
+        for side in _SIDE[1:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + side)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _read_meta(self) -> tuple[int, str, bool] | None:
+        if self._meta is None:
+            db = self._conn(create=False)
+            if db is None:
+                return None
+            try:
+                row = db.execute(
+                    "SELECT dim, basis, refused FROM collections WHERE name = ?", (self.collection,)
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                logger.warning("span vectors not read: %s is damaged (%s)", self.path, exc)
+                return None
+            if row is None:
+                return None
+            dim = self.store.dimension
+            if dim is not None and int(row[0]) != dim:
+                return None  # another model's: dropped by the next create
+            self._meta = (int(row[0]), str(row[1] or ""), bool(row[2]))
+            self._held = None
+        return self._meta
+
+    # -- the collection's spans ----------------------------------------------------------
+
+    @property
+    def exists(self) -> bool:
+        with self._lock:
+            self._meta = None  # read again: another process may have made or dropped them
+            return self._read_meta() is not None
+
+    def present(self) -> bool:
+        return self.exists
+
+    @property
+    def half(self) -> bool:
+        return True
+
+    @property
+    def basis(self) -> Basis | None:
+        from memsearch_fast.store.span_basis import read
+
+        meta = self._read_meta()
+        return read(meta[1]) if meta and meta[1] else None
+
+    @property
+    def basis_digest(self) -> str:
+        basis = self.basis
+        return basis.digest if basis else ""
+
+    def _width(self) -> int:
+        basis = self.basis
+        if basis is not None:
+            return basis.dims
+        meta = self._read_meta()
+        assert meta is not None
+        return meta[0]
+
+    def _directions(self) -> np.ndarray | None:
+        """The rows a code's components lie along (None: the model's own axes)."""
+        basis = self.basis
+        if basis is None:
+            return None
+        if self._held is None:
+            from memsearch_fast.store.span_copy import held_directions
+
+            self._held = held_directions(basis.rows)
+        return self._held
+
+    def create(self, sample: Any = None) -> bool:
+        from memsearch_fast.store.span_basis import fit
+
+        if self.exists:
+            return False
+        return self._create(fit(sample) if sample is not None and len(sample) else None)
+
+    def _create(self, basis: Basis | None, refused: bool = False) -> bool:
+        dim = self.store.dimension
+        if dim is None:
+            raise StoreError("span vectors need the collection's dimension")
+        with self._lock:
+            db = self._conn(create=True)
+            assert db is not None
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute(
+                    "SELECT 1 FROM collections WHERE name = ? AND dim = ?", (self.collection, dim)
+                ).fetchone():
+                    db.execute("COMMIT")
+                    return False  # another writer made them meanwhile
+                self._drop_tables(db)
+                db.execute(
+                    f"CREATE TABLE {self._chunks} (id INTEGER PRIMARY KEY, chunk TEXT UNIQUE NOT NULL, "
+                    "source TEXT NOT NULL, start_line INTEGER, end_line INTEGER, n INTEGER NOT NULL, "
+                    "data BLOB NOT NULL)"
+                )
+                db.execute(f'CREATE INDEX "{self.collection}__span_sources" ON {self._chunks} (source)')
+                db.execute(
+                    f"CREATE TABLE {self._texts} (key INTEGER NOT NULL, chunk INTEGER NOT NULL, "
+                    "PRIMARY KEY (key, chunk)) WITHOUT ROWID"
+                )
+                db.execute(
+                    "INSERT INTO collections VALUES (?, ?, ?, ?)",
+                    (self.collection, dim, basis.describe("") if basis else "", int(refused)),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._meta = None
+            return True
+
+    def _drop_tables(self, db: sqlite3.Connection) -> None:
+        db.execute(f"DROP TABLE IF EXISTS {self._chunks}")
+        db.execute(f"DROP TABLE IF EXISTS {self._texts}")
+        db.execute("DELETE FROM collections WHERE name = ?", (self.collection,))
+
+    def drop(self) -> None:
+        with self._lock:
+            db = self._conn(create=False)
+            if db is None:
+                return
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._drop_tables(db)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._meta = None
+
+    def flush(self) -> None:
+        """Nothing: each write is committed in its own transaction."""
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _encode(self, vectors: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors of the model's space as codes along the held directions."""
+        from memsearch_fast.store.span_copy import quantised
+
+        m = np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1)
+        held = self._directions()
+        if held is not None:
+            m = m @ held.T
+        return quantised(m, m.shape[1])
+
+    def put(self, span_rows: list[dict[str, Any]], own_rows: list[dict[str, Any]], *, replace: bool = True) -> int:
+        """Store the spans of the chunks of *own_rows* (each chunk's row 0, carrying
+        its lines), replacing what those chunks had (whatever *replace* says: the
+        lookup costs nothing here): a chunk's spans land whole."""
+        if not own_rows:
+            return 0
+        by_chunk: dict[str, list[dict[str, Any]]] = {}
+        for r in span_rows:
+            by_chunk.setdefault(str(r["chunk_hash"]), []).append(r)
+        vectors = [r["embedding"] for r in span_rows]
+        codes, scales = self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
+        at = {id(r): i for i, r in enumerate(span_rows)}
+        with self._lock:
+            db = self._conn(create=True)
+            assert db is not None
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._delete_in(db, [str(o["chunk_hash"]) for o in own_rows])
+                for own in own_rows:
+                    cid = str(own["chunk_hash"])
+                    rows = sorted(by_chunk.get(cid, []), key=lambda r: int(str(r["span_id"]).rpartition(":")[2]))
+                    keys = [r.get("_key") or text_key(str(r["text_hash"])) for r in rows]
+                    picks = [at[id(r)] for r in rows]
+                    blob = _pack(
+                        [int(str(r["span_id"]).rpartition(":")[2]) for r in rows],
+                        [int(r["start_line"]) for r in rows],
+                        [int(r["end_line"]) for r in rows],
+                        keys,
+                        codes[picks] if picks else np.zeros((0, 0), np.int8),
+                        scales[picks] if picks else np.zeros(0, np.float32),
+                    )
+                    cur = db.execute(
+                        f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (cid, str(own["source"]), int(own["start_line"]), int(own["end_line"]), len(rows), blob),
+                    )
+                    db.executemany(
+                        f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)",
+                        [(_key_int(k), cur.lastrowid) for k in keys],
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return len(span_rows) + len(own_rows)
+
+    def insert(self, rows: list[dict[str, Any]]) -> int:
+        """Rows as the companion collection takes them: each chunk's row 0 with the
+        span rows given with it (:meth:`put`)."""
+        own = [r for r in rows if str(r["span_id"]).endswith(":0")]
+        return self.put([r for r in rows if not str(r["span_id"]).endswith(":0")], own)
+
+    upsert = insert
+
+    def _delete_in(self, db: sqlite3.Connection, chunk_hashes: list[str]) -> None:
+        for i in range(0, len(chunk_hashes), BATCH):
+            part = chunk_hashes[i : i + BATCH]
+            marks = ",".join("?" * len(part))
+            found = db.execute(f"SELECT id, n, data FROM {self._chunks} WHERE chunk IN ({marks})", part).fetchall()
+            self._forget(db, found)
+
+    def _forget(self, db: sqlite3.Connection, found: list[tuple[int, int, bytes]]) -> None:
+        width = self._width()
+        for rid, n, data in found:
+            keys = _Packed(data, n, width).keys
+            db.executemany(f"DELETE FROM {self._texts} WHERE key = ? AND chunk = ?", [(_key_int(k), rid) for k in keys])
+        db.executemany(f"DELETE FROM {self._chunks} WHERE id = ?", [(rid,) for rid, _, _ in found])
+
+    def delete_chunks(self, chunk_hashes: Iterable[str]) -> None:
+        wanted = list(dict.fromkeys(chunk_hashes))
+        if not wanted or not self.exists:
+            return
+        self._write(lambda db: self._delete_in(db, wanted))
+
+    def delete_sources(self, sources: Iterable[str]) -> None:
+        wanted = list(dict.fromkeys(sources))
+        if not wanted or not self.exists:
+            return
+
+        def delete(db: sqlite3.Connection) -> None:
+            for i in range(0, len(wanted), BATCH):
+                part = wanted[i : i + BATCH]
+                marks = ",".join("?" * len(part))
+                sql = f"SELECT id, n, data FROM {self._chunks} WHERE source IN ({marks})"
+                self._forget(db, db.execute(sql, part).fetchall())
+
+        self._write(delete)
+
+    def _write(self, fn: Any) -> None:
+        with self._lock:
+            db = self._conn(create=True)
+            assert db is not None
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                fn(db)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            db = self._conn(create=False)
+            if db is None or self._read_meta() is None:
+                return []
+            try:
+                return db.execute(sql, tuple(args)).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []  # dropped by another process meanwhile
+                raise
+
+    # -- the basis --------------------------------------------------------------------
+
+    def refit(self) -> bool:
+        """Once spans kept in every dimension (the first write too small to fit on)
+        are enough, store them again along fitted directions (:mod:`.span_basis`)."""
+        from memsearch_fast.store import span_basis
+
+        meta = self._read_meta() if self.exists else None
+        if meta is None or meta[1] or meta[2]:
+            return False
+        if not span_basis.FIT_ROWS <= self.count() <= span_basis.REFIT_MAX:
+            return False
+        rows = [r for page in self.iter_vectors() for r in page]
+        basis = span_basis.fit([r["embedding"] for r in rows])
+        if basis is None:
+            return False
+        chunks = self._query(f"SELECT chunk, source, start_line, end_line FROM {self._chunks}")
+        with self._lock:
+            self.drop()
+            self._create(basis)
+            self.put(rows, [_row(c, s, 0, a, b, "") for c, s, a, b in chunks])  # each row keeps its text key
+        return True
+
+    # -- a collection's spans, moved here ------------------------------------------------
+
+    def adopt(self, legacy: Any) -> int:
+        """Move the spans of *legacy* (a span collection of this database, made
+        before they lived here) into the file, then drop it; the chunks moved.
+        Its vectors are taken as stored: nothing is embedded again."""
+        if not legacy.present():
+            return 0
+        if not legacy.exists:
+            return 0
+        basis = legacy.basis
+        if self.exists:
+            self.drop()
+        self._create(basis, refused=getattr(legacy, "_refused", False))
+        complete = legacy.chunk_hashes()
+        own: dict[str, dict[str, Any]] = {}
+        for page in legacy.iter_rows():
+            for r in page:
+                if str(r["span_id"]).endswith(":0") and r["chunk_hash"] in complete:
+                    own[str(r["chunk_hash"])] = r
+        sources = sorted({str(o["source"]) for o in own.values()})
+        moved = 0
+        for i in range(0, len(sources), 64):  # every span of these files at once: a chunk lands whole
+            rows = [r for page in legacy.iter_vectors(sources[i : i + 64]) for r in page if r["chunk_hash"] in own]
+            chunks = list(dict.fromkeys(str(r["chunk_hash"]) for r in rows))
+            self.put(rows, [own[c] for c in chunks])
+            moved += len(chunks)
+        legacy.drop()
+        return moved

@@ -1,0 +1,282 @@
+"""Reading a span file (:mod:`.span_file`): a chunk's packed spans, the pages,
+the codes the in-memory copy takes as they are, the reuse of stored vectors,
+and the search of a process that holds no copy."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+#: Keys per ``IN (...)`` query, chunks per page read.
+BATCH = 500
+
+
+def text_key(text_hash: str) -> bytes:
+    """The 32 bytes of a span text's hash (a SHA-256 in hex; any other string is
+    hashed to 32 bytes), its first 8 the index key; its hex is the hash again."""
+    if len(text_hash) == 64:
+        with contextlib.suppress(ValueError):
+            return bytes.fromhex(text_hash)
+    return hashlib.blake2b(text_hash.encode("utf-8", "surrogateescape"), digest_size=32).digest()
+
+
+def _key_int(key: bytes) -> int:
+    return int.from_bytes(key[:8], "little", signed=True)
+
+
+class _Packed:
+    """One chunk's spans, unpacked from their blob."""
+
+    __slots__ = ("codes", "ends", "index", "keys", "scales", "starts")
+
+    def __init__(self, blob: bytes, n: int, width: int) -> None:
+        b = memoryview(blob)
+        o = 0
+
+        def take(dtype: str, count: int) -> np.ndarray:
+            nonlocal o
+            size = np.dtype(dtype).itemsize * count
+            out = np.frombuffer(b[o : o + size], dtype=dtype)
+            o += size
+            return out
+
+        self.index = take("<i4", n)
+        self.starts = take("<i4", n)
+        self.ends = take("<i4", n)
+        self.scales = take("<f4", n)
+        self.keys = [bytes(k) for k in take("u1", n * 32).reshape(n, 32)]
+        self.codes = take("i1", n * width).reshape(n, width)
+        if o != len(b):
+            raise sqlite3.DatabaseError("a span row of the wrong size")
+
+
+def _pack(index: list[int], starts: list[int], ends: list[int], keys: list[bytes], codes: Any, scales: Any) -> bytes:
+    return b"".join(
+        [
+            np.asarray(index, "<i4").tobytes(),
+            np.asarray(starts, "<i4").tobytes(),
+            np.asarray(ends, "<i4").tobytes(),
+            np.asarray(scales, "<f4").tobytes(),
+            b"".join(keys),
+            np.ascontiguousarray(codes, dtype=np.int8).tobytes(),
+        ]
+    )
+
+
+class SpanReads:
+    """The reads of :class:`.span_file.SpanFile` (which supplies the file and the layout)."""
+
+    _chunks: str
+    _texts: str
+
+    @property
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _width(self) -> int:
+        raise NotImplementedError
+
+    def _directions(self) -> np.ndarray | None:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        return int(self._query(f"SELECT coalesce(sum(n), 0) FROM {self._chunks}")[0][0]) if self.exists else 0
+
+    def counts(self) -> dict[str, int]:
+        if not self.exists:
+            return {"span_vectors": 0, "span_chunks": 0}
+        spans, chunks = self._query(f"SELECT coalesce(sum(n), 0), count(*) FROM {self._chunks}")[0]
+        return {"span_vectors": int(spans), "span_chunks": int(chunks)}
+
+    def scan_rows(self) -> int:
+        """The spans at their cost to a search without the in-memory copy (every
+        chunk's blob read and scored), in Lite's float32 rows: as the collection's
+        float16 rows were counted, so the copy's thresholds keep their meaning."""
+        from memsearch_fast.store.spans import HALF_SCAN_COST
+
+        return self.count() * HALF_SCAN_COST
+
+    def chunk_hashes(self) -> set[str]:
+        return {str(r[0]) for r in self._query(f"SELECT chunk FROM {self._chunks}")} if self.exists else set()
+
+    def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
+        for cid in sorted(self.chunk_hashes()):
+            yield f"{cid}:0", cid
+
+    def _pages(self, where: str = "", args: list[Any] | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """(chunk, source, start_line, end_line, n, data) rows, a page at a time, by id."""
+        last = -1
+        while True:
+            rows = self._query(
+                f"SELECT id, chunk, source, start_line, end_line, n, data FROM {self._chunks} "
+                f"WHERE id > ? {where} ORDER BY id LIMIT {BATCH}",
+                [last, *(args or [])],
+            )
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [r[1:] for r in rows]
+
+    def _by_sources(self, sources: list[str] | None) -> Iterator[list[tuple[Any, ...]]]:
+        if sources is None:
+            yield from self._pages()
+            return
+        wanted = list(dict.fromkeys(sources))
+        for i in range(0, len(wanted), BATCH):
+            part = wanted[i : i + BATCH]
+            yield from self._pages(f"AND source IN ({','.join('?' * len(part))})", part)
+
+    def iter_rows(self) -> Iterator[list[dict[str, Any]]]:
+        """Every row as the companion collection lists it (row 0 each chunk's), without vectors."""
+        if not self.exists:
+            return
+        width = self._width()
+        for page in self._pages():
+            out = []
+            for cid, source, start, end, n, data in page:
+                p = _Packed(data, n, width)
+                out.append(_row(cid, source, 0, start, end, ""))
+                out.extend(
+                    _row(cid, source, int(i), int(s), int(e), k.hex())
+                    for i, s, e, k in zip(p.index, p.starts, p.ends, p.keys, strict=True)
+                )
+            yield out
+
+    def iter_codes(
+        self, sources: list[str] | None = None
+    ) -> Iterator[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]:
+        """The span rows (without vectors) with their codes along the held
+        directions and their scales, a page at a time; of these *sources* only when
+        given: what the in-memory copy holds, taken as it is."""
+        if not self.exists:
+            return
+        width = self._width()
+        for page in self._by_sources(sources):
+            rows: list[dict[str, Any]] = []
+            codes, scales = [], []
+            for cid, source, _start, _end, n, data in page:
+                p = _Packed(data, n, width)
+                rows.extend(
+                    {**_row(cid, source, int(i), int(s), int(e), ""), "_key": k}
+                    for i, s, e, k in zip(p.index, p.starts, p.ends, p.keys, strict=True)
+                )
+                codes.append(p.codes)
+                scales.append(p.scales)
+            if rows:
+                yield rows, np.concatenate(codes), np.concatenate(scales)
+
+    def iter_vectors(self, sources: list[str] | None = None, *, lifted: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """The span rows with their vectors: unit vectors of the model's space (or,
+        unless *lifted*, in the basis)."""
+        from memsearch_fast.store.span_copy import _dct
+
+        held = self._directions()
+        for rows, codes, scales in self.iter_codes(sources):
+            m = codes.astype(np.float64) * scales[:, None]
+            if held is not None:
+                m = m @ held if lifted else m @ _dct(held.shape[0])
+            for r, v in zip(rows, m.astype(np.float32), strict=True):
+                r["embedding"] = v
+            yield rows
+
+    def vectors_for(self, text_hashes: list[str]) -> dict[str, list[float]]:
+        """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans)."""
+        if not text_hashes or not self.exists:
+            return {}
+        keys = {h: text_key(h) for h in dict.fromkeys(text_hashes)}
+        by_int: dict[int, list[str]] = {}
+        for h, k in keys.items():
+            by_int.setdefault(_key_int(k), []).append(h)
+        first: dict[int, int] = {}
+        ints = list(by_int)
+        for i in range(0, len(ints), BATCH):
+            part = ints[i : i + BATCH]
+            for key, rid in self._query(
+                f"SELECT key, chunk FROM {self._texts} WHERE key IN ({','.join('?' * len(part))})", part
+            ):
+                first.setdefault(int(key), int(rid))
+        rids = list(dict.fromkeys(first.values()))
+        width, held = self._width(), self._directions()
+        out: dict[str, list[float]] = {}
+        for i in range(0, len(rids), BATCH):
+            part = rids[i : i + BATCH]
+            for n, data in self._query(
+                f"SELECT n, data FROM {self._chunks} WHERE id IN ({','.join('?' * len(part))})", part
+            ):
+                p = _Packed(data, n, width)
+                for j, k in enumerate(p.keys):
+                    for h in by_int.get(_key_int(k), ()):
+                        if keys[h] == k and h not in out:
+                            v = p.codes[j].astype(np.float64) * float(p.scales[j])
+                            out[h] = (v @ held if held is not None else v).astype(np.float32).tolist()
+        return out
+
+    def _scored(self, vector: list[float], pages: Iterable[list[tuple[Any, ...]]]) -> list[dict[str, Any]]:
+        """Each chunk of *pages* at its best span for *vector*, best first."""
+        q = np.asarray(vector, dtype=np.float64).reshape(-1)
+        q = q / (np.linalg.norm(q) or 1.0)
+        held = self._directions()
+        qh = (held @ q if held is not None else q).astype(np.float32)
+        width = self._width()
+        out = []
+        for page in pages:
+            for cid, source, _start, _end, n, data in page:
+                if not n:
+                    continue
+                p = _Packed(data, n, width)
+                scores = (p.codes.astype(np.float32) @ qh) * p.scales
+                j = int(np.argmax(scores))
+                out.append(
+                    {
+                        "span_id": f"{cid}:{int(p.index[j])}",
+                        "chunk_hash": cid,
+                        "source": source,
+                        "start_line": int(p.starts[j]),
+                        "end_line": int(p.ends[j]),
+                        "distance": float(scores[j]),
+                    }
+                )
+        out.sort(key=lambda h: -h["distance"])
+        return out
+
+    def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
+        """The *limit* chunks whose best span is nearest to *vector*, best first."""
+        if limit <= 0 or not self.exists:
+            return []
+        pages = self._pages()
+        if source_prefix:
+            pages = ([r for r in page if str(r[1]).startswith(source_prefix)] for page in pages)
+        return self._scored(vector, pages)[:limit]
+
+    def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
+        if not chunk_hashes or not self.exists:
+            return {}
+        wanted = list(dict.fromkeys(chunk_hashes))
+        pages = (
+            self._query(
+                f"SELECT chunk, source, start_line, end_line, n, data FROM {self._chunks} "
+                f"WHERE chunk IN ({','.join('?' * len(wanted[i : i + BATCH]))})",
+                wanted[i : i + BATCH],
+            )
+            for i in range(0, len(wanted), BATCH)
+        )
+        return {h["chunk_hash"]: h for h in self._scored(vector, pages)}
+
+
+def _row(cid: str, source: str, index: int, start: int, end: int, text_hash: str) -> dict[str, Any]:
+    return {
+        "span_id": f"{cid}:{index}",
+        "chunk_hash": cid,
+        "source": source,
+        "text_hash": text_hash,
+        "start_line": start,
+        "end_line": end,
+    }
