@@ -14,15 +14,18 @@ import numpy as np
 
 #: Keys per ``IN (...)`` query, chunks per page read.
 BATCH = 500
+#: Bytes of a span text's key: its content hash.
+KEY = 8
 
 
 def text_key(text_hash: str) -> bytes:
-    """The 32 bytes of a span text's hash (a SHA-256 in hex; any other string is
-    hashed to 32 bytes), its first 8 the index key; its hex is the hash again."""
-    if len(text_hash) == 64:
+    """The 8 bytes of a span text's hash (:func:`memsearch_fast._core.content_hash`,
+    16 hex digits; any other string is hashed to 8 bytes), the index key too; its
+    hex is the hash again."""
+    if len(text_hash) == 2 * KEY:
         with contextlib.suppress(ValueError):
             return bytes.fromhex(text_hash)
-    return hashlib.blake2b(text_hash.encode("utf-8", "surrogateescape"), digest_size=32).digest()
+    return hashlib.blake2b(text_hash.encode("utf-8", "surrogateescape"), digest_size=KEY).digest()
 
 
 def _key_int(key: bytes) -> int:
@@ -49,20 +52,26 @@ class _Packed:
         self.starts = take("<i4", n)
         self.ends = take("<i4", n)
         self.scales = take("<f4", n)
-        self.keys = [bytes(k) for k in take("u1", n * 32).reshape(n, 32)]
+        self.keys = take("u1", n * KEY).reshape(n, KEY)  # a row's bytes: bytes(keys[j])
         self.codes = take("i1", n * width).reshape(n, width)
         if o != len(b):
             raise sqlite3.DatabaseError("a span row of the wrong size")
 
+    @property
+    def key_ints(self) -> np.ndarray:
+        """Each span's index key (:func:`_key_int` of its text key)."""
+        return np.ascontiguousarray(self.keys).view("<i8").reshape(-1)
 
-def _pack(index: list[int], starts: list[int], ends: list[int], keys: list[bytes], codes: Any, scales: Any) -> bytes:
+
+def _pack(index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any) -> bytes:
+    """One chunk's spans as :class:`_Packed` reads them (*keys*: :data:`KEY` bytes a span)."""
     return b"".join(
         [
             np.asarray(index, "<i4").tobytes(),
             np.asarray(starts, "<i4").tobytes(),
             np.asarray(ends, "<i4").tobytes(),
             np.asarray(scales, "<f4").tobytes(),
-            b"".join(keys),
+            np.ascontiguousarray(keys, dtype=np.uint8).tobytes(),
             np.ascontiguousarray(codes, dtype=np.int8).tobytes(),
         ]
     )
@@ -145,7 +154,7 @@ class SpanReads:
                 p = _Packed(data, n, width)
                 out.append(_row(cid, source, 0, start, end, ""))
                 out.extend(
-                    _row(cid, source, int(i), int(s), int(e), k.hex())
+                    _row(cid, source, int(i), int(s), int(e), bytes(k).hex())
                     for i, s, e, k in zip(p.index, p.starts, p.ends, p.keys, strict=True)
                 )
             yield out
@@ -165,7 +174,7 @@ class SpanReads:
             for cid, source, _start, _end, n, data in page:
                 p = _Packed(data, n, width)
                 rows.extend(
-                    {**_row(cid, source, int(i), int(s), int(e), ""), "_key": k}
+                    {**_row(cid, source, int(i), int(s), int(e), ""), "_key": bytes(k)}
                     for i, s, e, k in zip(p.index, p.starts, p.ends, p.keys, strict=True)
                 )
                 codes.append(p.codes)
@@ -200,24 +209,32 @@ class SpanReads:
         for i in range(0, len(ints), BATCH):
             part = ints[i : i + BATCH]
             for key, rid in self._query(
-                f"SELECT key, chunk FROM {self._texts} WHERE key IN ({','.join('?' * len(part))})", part
+                f"SELECT key, min(chunk) FROM {self._texts} WHERE key IN ({','.join('?' * len(part))}) GROUP BY key",
+                part,
             ):
                 first.setdefault(int(key), int(rid))
         rids = list(dict.fromkeys(first.values()))
-        width, held = self._width(), self._directions()
-        out: dict[str, list[float]] = {}
+        width = self._width()
+        found: dict[str, np.ndarray] = {}
         for i in range(0, len(rids), BATCH):
             part = rids[i : i + BATCH]
             for n, data in self._query(
                 f"SELECT n, data FROM {self._chunks} WHERE id IN ({','.join('?' * len(part))})", part
             ):
                 p = _Packed(data, n, width)
-                for j, k in enumerate(p.keys):
-                    for h in by_int.get(_key_int(k), ()):
-                        if keys[h] == k and h not in out:
-                            v = p.codes[j].astype(np.float64) * float(p.scales[j])
-                            out[h] = (v @ held if held is not None else v).astype(np.float32).tolist()
-        return out
+                for j, key in enumerate(p.key_ints.tolist()):
+                    if key not in by_int:
+                        continue
+                    k = bytes(p.keys[j])
+                    for h in by_int[key]:
+                        if keys[h] == k and h not in found:
+                            found[h] = p.codes[j].astype(np.float64) * float(p.scales[j])
+        if not found:
+            return {}
+        held = self._directions()
+        m = np.stack(list(found.values()))
+        lifted = (m @ held if held is not None else m).astype(np.float32)
+        return {h: v.tolist() for h, v in zip(found, lifted, strict=True)}
 
     def _scored(self, vector: list[float], pages: Iterable[list[tuple[Any, ...]]]) -> list[dict[str, Any]]:
         """Each chunk of *pages* at its best span for *vector*, best first."""
