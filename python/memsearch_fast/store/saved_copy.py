@@ -22,6 +22,7 @@ import threading
 import time
 import zipfile
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,11 @@ _SPAN_ARRAYS = ("codes", "scales", "offsets", "starts", "ends", "index")
 
 def save(path: Path, copy: Copy) -> None:
     """Write *copy* to *path* atomically (a private temp file, then a rename, never
-    through a link); a failure leaves the old file or none and is only logged."""
+    through a link); a failure leaves the old file or none and is only logged.
+    Span vectors read from a span file are left out: the loader reads them from
+    that file again, in a second or two at 50 MB of journals, not twice on disk."""
+    if copy.spans is not None and copy.spans.filed:
+        copy = replace(copy, spans=None)
     meta = {
         "format": FORMAT,
         "dim": int(copy.matrix.shape[1]),

@@ -34,11 +34,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast._core import best_groups, best_in_groups
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.span_reads import CodePage
 
 #: Chunks scored with the codes after the sign-bit pass (recall@10 1.000 and
 #: @60 0.998 against scoring all, at 50 MB of agent journals).
@@ -92,6 +95,7 @@ class Spans:
     basis: str = ""  # the digest of the basis the span vectors are stored in ("" none)
     own: OwnRows | None = None  # the chunks' own vectors, when the span rows are in a basis
     directions: np.ndarray | None = None  # that basis (width × the model's dimension, float64)
+    filed: bool = False  # read from a span file, which holds them as they are: a saved copy leaves them out
 
     def _hit(self, ids: list[str], sources: list[str], g: int, r: int, score: float) -> dict[str, Any]:
         """The row Milvus's span search would give for row *r* of chunk *g* (-1: its own vector)."""
@@ -175,6 +179,7 @@ class SpanRows:
         self.basis = basis
         self.directions = directions
         self.width = dim if directions is None else int(directions.shape[0])
+        self.filed = False  # gathered from a span file (:meth:`add_codes`)
         self.cols: dict[str, list[np.ndarray]] = {
             k: [] for k in ("chunk", "starts", "ends", "index", "codes", "scales")
         }
@@ -201,21 +206,21 @@ class SpanRows:
             scales=scales,
         )
 
-    def add_codes(self, page: list[dict[str, Any]], codes: np.ndarray, scales: np.ndarray) -> None:
-        """Rows already held as codes along this copy's directions (a span file's:
-        :meth:`.span_file.SpanFile.iter_codes`), taken as they are."""
-        mask = np.fromiter((r["chunk_hash"] in self.pos for r in page), bool, len(page))
+    def add_codes(self, page: CodePage) -> None:
+        """Spans already held as codes along this copy's directions (a span file's:
+        :meth:`.span_reads.SpanReads.code_pages`), taken as they are."""
+        at = np.fromiter((self.pos.get(cid, -1) for cid in page.chunks), np.int64, len(page.chunks))
+        chunk = np.repeat(at, page.counts)
+        mask = chunk >= 0  # a span whose chunk is gone: left out
         if not mask.any():
             return
-        rows = [r for r, m in zip(page, mask, strict=True) if m]
-        n = len(rows)
         self._append(
-            chunk=np.fromiter((self.pos[r["chunk_hash"]] for r in rows), np.int64, n),
-            starts=np.fromiter((int(r["start_line"]) for r in rows), np.int32, n),
-            ends=np.fromiter((int(r["end_line"]) for r in rows), np.int32, n),
-            index=np.fromiter((int(str(r["span_id"]).rpartition(":")[2]) for r in rows), np.int32, n),
-            codes=np.ascontiguousarray(codes[mask], dtype=np.int8),
-            scales=np.asarray(scales[mask], dtype=np.float32),
+            chunk=chunk[mask],
+            starts=page.starts[mask].astype(np.int32),
+            ends=page.ends[mask].astype(np.int32),
+            index=page.index[mask].astype(np.int32),
+            codes=np.ascontiguousarray(page.codes[mask], dtype=np.int8),
+            scales=page.scales[mask].astype(np.float32),
         )
 
     def keep(self, old: Spans, old_ids: list[str], kept: list[int]) -> None:
@@ -274,6 +279,7 @@ class SpanRows:
             basis=self.basis,
             own=OwnRows.of(matrix) if apart else None,
             directions=self.directions,
+            filed=self.filed,
         )
 
 
@@ -307,11 +313,12 @@ def read_spans(
         sources = None  # the old copy had no spans: read them all
     if unchanged:
         return out
-    if hasattr(spans_store, "iter_codes"):  # held as the copy holds them
-        for page, codes, scales in spans_store.iter_codes(sources):
+    if hasattr(spans_store, "code_pages"):  # held as the copy holds them
+        out.filed = True
+        for code_page in spans_store.code_pages(sources):
             if stop():
                 break
-            out.add_codes(page, codes, scales)
+            out.add_codes(code_page)
         return out
     for page in spans_store.iter_vectors(sources, lifted=directions is None):
         if stop():

@@ -30,13 +30,14 @@ import os
 import sqlite3
 import stat
 import threading
+import urllib.parse
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast.errors import StoreError, UnusableDatabaseError
-from memsearch_fast.store.span_reads import BATCH, KEY, SpanReads, _pack, _Packed, _row, text_key
+from memsearch_fast.store.span_reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".spans"
+#: The layout of the rows (:func:`.span_reads.record`), kept as SQLite's user_version.
+FORMAT = 1
 #: Leave the file on the companion collection (``collection``) instead: for comparisons.
 ENV_STORE = "MEMSEARCH_SPAN_STORE"
 _SIDE = ("", "-wal", "-shm", "-journal")
@@ -108,6 +111,19 @@ class SpanFile(SpanReads):
         return db
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            return self._open_to_write()
+        except (OSError, sqlite3.OperationalError):
+            if not os.path.isfile(self.path):
+                raise
+            # Another user's database read through its server, a read-only directory or
+            # mount (no journal can be made beside it): read as it is, without locks.
+            uri = f"file:{urllib.parse.quote(self.path)}?mode=ro&immutable=1"
+            db = sqlite3.connect(uri, uri=True, timeout=60, check_same_thread=False)
+            self._check_format(db)
+            return db
+
+    def _open_to_write(self) -> sqlite3.Connection:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.close(fd)  # made private, never through a link; SQLite opens the same name
         db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
@@ -120,15 +136,23 @@ class SpanFile(SpanReads):
             # The text keys arrive in random order: a B-tree whose pages stay cached
             # takes them at a fraction of the cost (a page cache of 32 MB at most).
             db.execute("PRAGMA cache_size=-32768")
+            if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                db.execute(f"PRAGMA user_version={FORMAT}")
+            self._check_format(db)
             db.execute(
                 "CREATE TABLE IF NOT EXISTS collections "
                 "(name TEXT PRIMARY KEY, dim INTEGER, basis TEXT, refused INTEGER)"
             )
-            db.execute("SELECT count(*) FROM collections").fetchone()
         except BaseException:
             db.close()
             raise
         return db
+
+    def _check_format(self, db: sqlite3.Connection) -> None:
+        found = db.execute("PRAGMA user_version").fetchone()[0]
+        if found != FORMAT:
+            db.close()
+            raise sqlite3.DatabaseError(f"span file format {found}, not {FORMAT}")
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path + ".damaged"
@@ -301,10 +325,9 @@ class SpanFile(SpanReads):
         index = np.fromiter((int(str(r["span_id"]).rpartition(":")[2]) for r in span_rows), np.int32, n)
         starts = np.fromiter((int(r["start_line"]) for r in span_rows), np.int32, n)
         ends = np.fromiter((int(r["end_line"]) for r in span_rows), np.int32, n)
-        keys = np.frombuffer(
-            b"".join(r.get("_key") or text_key(str(r["text_hash"])) for r in span_rows), np.uint8
-        ).reshape(n, KEY)
-        ints = np.ascontiguousarray(keys).view("<i8").reshape(-1)
+        ints = np.frombuffer(
+            b"".join(r.get("_key") or text_key(str(r["text_hash"])) for r in span_rows), "<i8"
+        ).reshape(n)
         vectors = [r["embedding"] for r in span_rows]
         codes, scales = self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
         with self._lock:
@@ -318,7 +341,7 @@ class SpanFile(SpanReads):
                     cid = str(own["chunk_hash"])
                     picks = np.asarray(by_chunk.get(cid, []), np.int64)
                     picks = picks[np.argsort(index[picks], kind="stable")]
-                    blob = _pack(index[picks], starts[picks], ends[picks], keys[picks], codes[picks], scales[picks])
+                    blob = _pack(index[picks], starts[picks], ends[picks], ints[picks], codes[picks], scales[picks])
                     cur = db.execute(
                         f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
                         "VALUES (?, ?, ?, ?, ?, ?)",
