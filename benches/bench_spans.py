@@ -18,7 +18,7 @@ fresh database in a fresh process:
   database's server up (the way an agent's hook searches).
 
 With ``--copy`` the searches go through the in-memory copy
-(:mod:`memsearch_fast.store.dense_index`) whatever the collection's size, as
+(:mod:`memsearch_fast.store.copy.dense_index`) whatever the collection's size, as
 the database's long-lived service searches a large one; ``copy_load_s`` and
 ``copy_vectors_mb`` (chunk matrix, span codes, sign bits and their columns)
 are added, and ``copy_reload_s`` (a new process's first search and its copy

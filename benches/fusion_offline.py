@@ -55,7 +55,7 @@ def facts_of(corpus_set: str, count: int, seed: int, by_key: bool) -> list[Any]:
 def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
     """Per question: the store's two lists as fusion receives them, the BM25 scores
     of the dense hits, and the content of every chunk named."""
-    from memsearch_fast.store import span_words
+    from memsearch_fast.store.spans import words as span_words
 
     seen: dict[str, Any] = {}
     real_words = span_words.with_words
@@ -103,7 +103,7 @@ def capture(ms: Any, facts: list[Any]) -> list[dict[str, Any]]:
 
 
 def _overlap(question: str, text: str) -> float:
-    from memsearch_fast.store.span_words import words
+    from memsearch_fast.store.spans.words import words
 
     q = words(question)
     return len(q & words(text)) / len(q) if q else 0.0

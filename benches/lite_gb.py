@@ -87,10 +87,11 @@ def main() -> None:
 
     from memsearch_fast.index import run_index
     from memsearch_fast.index.scan import scan_paths
-    from memsearch_fast.store import MilvusStore, span_file
+    from memsearch_fast.store import MilvusStore
     from memsearch_fast.store import milvus as milvus_store
-    from memsearch_fast.store import spans as span_store
     from memsearch_fast.store.manifest import Manifest
+    from memsearch_fast.store.spans import collection as span_store
+    from memsearch_fast.store.spans import file as span_file
 
     totals = {"span_rows": 0, "span_s": 0.0, "chunk_rows": 0, "chunk_s": 0.0}
     lock = threading.Lock()

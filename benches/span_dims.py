@@ -7,7 +7,7 @@ bytes move in steps of what fits a 4 KiB page. This bench measures the other
 way to fewer bytes: each span vector projected onto the *k* directions that
 carry most of the span vectors' energy (an uncentred PCA fitted on the
 database's own span vectors), through the store's own codec
-(:mod:`memsearch_fast.store.span_basis`: the question projected alike, a
+(:mod:`memsearch_fast.store.spans.basis`: the question projected alike, a
 span's score its lifted vector's cosine with the question).
 
 ``python -m benches.span_dims --set agent --workdir W [--seed N] [--by-key] --dims 256,192,128``
@@ -62,7 +62,7 @@ def _close(ms: Any, db: Path) -> None:
 
 def span_rows(ms: Any) -> list[dict[str, Any]]:
     """Every span row (index 0, the chunk's own vector, included) with its vector."""
-    from memsearch_fast.store.spans import FIELDS
+    from memsearch_fast.store.spans.collection import FIELDS
 
     spans = ms.store.spans
     return [
@@ -79,7 +79,7 @@ def basis(vectors: np.ndarray, k: int) -> np.ndarray:
 
 def fitted(vectors: np.ndarray, k: int) -> Any:
     """The store's basis of *k* directions fitted on *vectors*, however few."""
-    from memsearch_fast.store import span_basis
+    from memsearch_fast.store.spans import basis as span_basis
 
     least, span_basis.FIT_ROWS = span_basis.FIT_ROWS, 0
     try:
@@ -91,7 +91,7 @@ def fitted(vectors: np.ndarray, k: int) -> Any:
 
 
 def rewrite(ms: Any, rows: list[dict[str, Any]], basis: Any) -> None:
-    """The span collection made again in *basis* (:mod:`memsearch_fast.store.span_basis`),
+    """The span collection made again in *basis* (:mod:`memsearch_fast.store.spans.basis`),
     as an index run whose first write was fitted on would make it; the store
     projects each row and each question itself."""
     spans = ms.store.spans
@@ -231,7 +231,7 @@ def kernel_ms(npz: Path, dims: list[int], rounds: int = 3) -> dict[int, tuple[fl
     import time
 
     from memsearch_fast._core import best_groups
-    from memsearch_fast.store.span_copy import quantised, shortlist, sign_bits
+    from memsearch_fast.store.copy.spans import quantised, shortlist, sign_bits
 
     with np.load(npz, allow_pickle=False) as z:
         if "own_codes" in z.files:

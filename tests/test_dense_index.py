@@ -1,4 +1,4 @@
-"""The in-memory copy of a collection's vectors (:mod:`memsearch_fast.store.dense_index`).
+"""The in-memory copy of a collection's vectors (:mod:`memsearch_fast.store.copy.dense_index`).
 
 Real Milvus Lite, the real model, real index runs. The copy must rank as
 Milvus does, see every index run, and step aside whenever rows may have
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import MemSearch
-from memsearch_fast.store import dense_index
+from memsearch_fast.store.copy import dense_index
 from tests.helpers.corpus import write_corpus
 
 QUERIES = [
@@ -293,7 +293,7 @@ def no_full_read(dense: dense_index.DenseIndex, read: list[str]) -> None:
 def test_a_restarted_process_starts_from_the_saved_copy_and_reads_only_what_changed(
     corpus, db, model_dir, small_ok, monkeypatch
 ):
-    from memsearch_fast.store import saved_copy
+    from memsearch_fast.store.copy import saved as saved_copy
 
     with open_ms(corpus, db, model_dir) as writer:
         asyncio.run(writer.index())
@@ -348,7 +348,7 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
     still the one read, and one never asked for is let go."""
     import os
 
-    from memsearch_fast.store import saved_copy
+    from memsearch_fast.store.copy import saved as saved_copy
     from memsearch_fast.store.manifest import Manifest
 
     with open_ms(corpus, db, model_dir) as writer:
@@ -403,7 +403,7 @@ def test_a_saved_copy_read_ahead_is_used_only_while_its_file_is_unchanged(corpus
 def test_a_saved_copy_that_is_damaged_a_link_or_of_another_shape_is_not_used(corpus, db, model_dir, small_ok, tmp_path):
     import numpy as np
 
-    from memsearch_fast.store import saved_copy
+    from memsearch_fast.store.copy import saved as saved_copy
 
     with open_ms(corpus, db, model_dir) as writer:
         asyncio.run(writer.index())

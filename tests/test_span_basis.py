@@ -1,4 +1,4 @@
-"""Span vectors stored in fewer dimensions (:mod:`memsearch_fast.store.span_basis`).
+"""Span vectors stored in fewer dimensions (:mod:`memsearch_fast.store.spans.basis`).
 
 Real Milvus Lite, the real model, real index runs. The directions are fitted on
 a collection's first write and kept in its description; search, the in-memory
@@ -17,7 +17,8 @@ import pytest
 
 from memsearch_fast import MemSearch
 from memsearch_fast.index.spans import spans
-from memsearch_fast.store import dense_index, span_basis
+from memsearch_fast.store.copy import dense_index
+from memsearch_fast.store.spans import basis as span_basis
 from tests.test_dense_index import (
     QUERIES,
     assert_same_ranking,
@@ -186,7 +187,7 @@ def test_a_collection_of_every_dimension_is_stored_again_in_fewer_once_it_has_gr
     journal), or one made before, keeps every dimension until it holds enough rows;
     the next run that writes stores them again in fewer, without embedding them. A
     run that fails halfway leaves what the next run repairs."""
-    from memsearch_fast.store.spans import SpanStore
+    from memsearch_fast.store.spans.collection import SpanStore
 
     monkeypatch.setattr(span_basis, "DIMS", DIMS)
     monkeypatch.setattr(span_basis, "FIT_ROWS", 10**9)
@@ -264,7 +265,7 @@ def refused_saved_files(path: Path) -> None:
     """The saved file as written parses; each way of spoiling it is refused (a full load instead)."""
     import json
 
-    from memsearch_fast.store import saved_copy
+    from memsearch_fast.store.copy import saved as saved_copy
 
     arrays = saved_copy._arrays(path)
     assert arrays is not None

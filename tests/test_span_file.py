@@ -1,4 +1,4 @@
-"""The span file beside a Milvus Lite database (:mod:`memsearch_fast.store.span_file`).
+"""The span file beside a Milvus Lite database (:mod:`memsearch_fast.store.spans.file`).
 
 Real Milvus Lite and real SQLite; the quick tests write made-up vectors, the
 slow ones index with the real model.
@@ -15,9 +15,9 @@ import pytest
 
 from memsearch_fast import MemSearch
 from memsearch_fast.errors import UnusableDatabaseError
-from memsearch_fast.store import span_basis
 from memsearch_fast.store.milvus import MilvusStore
-from memsearch_fast.store.span_file import SpanFile, check_file, path_of
+from memsearch_fast.store.spans import basis as span_basis
+from memsearch_fast.store.spans.file import SpanFile, check_file, path_of
 from tests.test_spans import FACT, recorded
 from tests.test_spans import notes as notes  # a fixture
 

@@ -12,7 +12,7 @@ import pytest
 from memsearch_fast import MemSearch
 from memsearch_fast.index.spans import spans
 from memsearch_fast.store.manifest import Manifest
-from memsearch_fast.store.spans import FIELDS
+from memsearch_fast.store.spans.collection import FIELDS
 
 FILLER = [
     "Ran the aspen integration suite again; 214 tests passed and 3 were skipped on CI.",
@@ -299,7 +299,7 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
         vectors = np.asarray([row["embedding"], *asyncio.run(ms.provider.embed(texts))], dtype=np.float32)
         q = np.asarray(query, dtype=np.float32)
         cosines = vectors @ q / np.linalg.norm(vectors, axis=1) / float(np.linalg.norm(q))
-        from memsearch_fast.store.span_words import WORD_BONUS
+        from memsearch_fast.store.spans.words import WORD_BONUS
 
         # Plus the bonus for the question's word in the lines that gave the score: the whole
         # chunk (its own vector best) or the span that was best.
@@ -312,7 +312,7 @@ def test_a_chunk_only_bm25_found_is_fused_with_its_best_vector(
 
 
 def test_the_questions_words_in_the_line_that_matched_tell_look_alikes_apart() -> None:
-    from memsearch_fast.store.span_words import WORD_BONUS, with_words
+    from memsearch_fast.store.spans.words import WORD_BONUS, with_words
 
     content = "### 10:00\n- {p} invoices are generated on day {d} of each month.\n- Lunch with the team."
     rows = {
@@ -336,7 +336,7 @@ def test_where_a_chunks_own_vector_matched_its_best_item_counts_not_the_whole_ch
     asked count in its item (with the heading) that holds most of them, so a chunk
     that names the project on one line and the component on another does not beat
     the fact that names both."""
-    from memsearch_fast.store.span_words import with_words
+    from memsearch_fast.store.spans.words import with_words
 
     question = "when was it decided to move the lotus thumbnail cache queue to another backend"
     rows = {

@@ -89,12 +89,12 @@ class MemSearch:
         self._provider: Any = None
         self._store: Any = None
         self._query_cache = QueryCache()
-        #: Vectors in memory for processes that search many times (:mod:`memsearch_fast.store.dense_index`);
+        #: Vectors in memory for processes that search many times (:mod:`memsearch_fast.store.copy.dense_index`);
         #: ``manifest_uri``: the local database (its server's URI given) whose manifest and span file count.
         self._dense_wanted = dense_index
         self._manifest_uri = manifest_uri or milvus_uri
         if dense_index:  # the saved copy parsed while the first search opens the collection
-            from memsearch_fast.store.dense_index import read_ahead
+            from memsearch_fast.store.copy.dense_index import read_ahead
 
             read_ahead(self._manifest_uri, collection)
         self._dense: Any = None
@@ -369,7 +369,7 @@ class MemSearch:
     def _dense_index(self, store: Any) -> Any:
         """The in-memory copy of the vectors; None for a server URI."""
         if self._dense is None:
-            from memsearch_fast.store.dense_index import DenseIndex
+            from memsearch_fast.store.copy.dense_index import DenseIndex
 
             self._dense = DenseIndex.for_store(self._store_args, self._manifest_uri, store)
             self._dense_wanted = self._dense is not None
@@ -402,7 +402,7 @@ class MemSearch:
         index of it (the writer lock; *on_wait* hears why), which would go on
         writing into what is dropped."""
         from memsearch_fast.index import record
-        from memsearch_fast.store import saved_copy
+        from memsearch_fast.store.copy import saved as saved_copy
 
         writer = self._manifest()
         if on_wait is not None:

@@ -8,7 +8,7 @@ is the backpressure that keeps memory flat. A chunk whose text is identical
 to one queued, in flight or embedded earlier in this run (and not yet
 written) reuses that vector instead of being embedded again.
 
-With spans on, a chunk long enough to have spans (:mod:`.spans`) is embedded
+With spans on, a chunk long enough to have spans (:mod:`memsearch_fast.store.spans`) is embedded
 as its spans alone, and its own vector is their normalised mean: the model
 reads every line of it (not its first 256 tokens), and its text is not
 embedded twice, once whole and once in pieces.

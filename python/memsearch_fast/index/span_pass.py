@@ -30,7 +30,7 @@ import numpy as np
 from memsearch_fast._core import content_hash
 from memsearch_fast.config import environment
 from memsearch_fast.index.spans import spans
-from memsearch_fast.store.spans import span_row
+from memsearch_fast.store.spans.collection import span_row
 
 if TYPE_CHECKING:
     from memsearch_fast.embeddings import EmbeddingProvider

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memsearch_fast.store.span_words import LIST_ITEM, has_word, no_text
+from memsearch_fast.store.spans.words import LIST_ITEM, has_word, no_text
 
 #: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
 #: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).

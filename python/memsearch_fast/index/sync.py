@@ -38,7 +38,9 @@ from memsearch_fast.store.manifest import Manifest
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from memsearch_fast.embeddings import EmbeddingProvider
     from memsearch_fast.index import IndexReport
+    from memsearch_fast.store.milvus import MilvusStore
 
 
 class MemSearch(Protocol):
@@ -56,9 +58,9 @@ class MemSearch(Protocol):
     @property
     def collection(self) -> str: ...
     @property
-    def store(self) -> Any: ...
+    def store(self) -> MilvusStore: ...
     @property
-    def provider(self) -> Any: ...
+    def provider(self) -> EmbeddingProvider: ...
     def collection_exists(self) -> bool: ...
     async def index_paths(
         self,
@@ -68,7 +70,7 @@ class MemSearch(Protocol):
         exclude: Sequence[str],
         max_chunk_size: int,
         overlap_lines: int,
-        manifest: Any,
+        manifest: Manifest | None,
     ) -> IndexReport: ...
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from memsearch_fast.index.embed import Pending
 from memsearch_fast.index.protocol import IndexStore
-from memsearch_fast.store.spans import span_row
+from memsearch_fast.store.spans.collection import span_row
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4

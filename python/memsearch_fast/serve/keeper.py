@@ -41,7 +41,7 @@ MIN_IDLE_S = 2.0
 
 
 def _base(name: str) -> str:
-    from memsearch_fast.store.spans import SUFFIX
+    from memsearch_fast.store.spans.collection import SUFFIX
 
     return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
 

@@ -22,7 +22,7 @@ list alone, which then carries the whole weight.
 
 With span vectors (a chunk's dense score is its best vector's, its own or a
 sentence's: :mod:`memsearch_fast.store.spans`) and a BM25 hit missing from
-the dense list given its real dense score (:func:`.spans.fill_dense`), hit@1 /
+the dense list given its real dense score (:func:`.spans.merge.fill_dense`), hit@1 /
 hit@5 at 1-2 MB, dense 0.5 → 0.6 → 0.7: exact keys 0.850 / 1.000 → 0.800 /
 1.000 → 0.725 / 0.925; agent journals 0.500 / 0.850 → 0.650 / 0.850 → 0.625 /
 0.875; dialogue 0.350 / 0.450 → 0.350 / 0.475 → 0.350 / 0.475; the planted
@@ -34,7 +34,7 @@ BM25's share is then scaled by :func:`trust` (how far its best stands out of
 its list), a dense hit the BM25 list was too short to hold gets its BM25
 score (:meth:`.search.StoreSearch.fill_sparse`), and the dense list gains the
 share of the question's words in the lines that matched
-(:func:`.span_words.with_words`). On six sets (``benches/fusion_offline.py``, the
+(:func:`memsearch_fast.store.spans.words.with_words`). On six sets (``benches/fusion_offline.py``, the
 same lists for every variant) the mean hit@5 went 0.792 → 0.854 and MRR@10
 0.690 → 0.781, no set lower; docs/retrieval.md has the table. A dense
 weight of 0.6 or 0.7 gained another point or two in the mean but lost the
@@ -70,7 +70,7 @@ DENSE_FIRST_WITHIN = 2
 #: below this share of its best, whose matched lines lack a word asked: see :func:`fuse`.
 DENSE_FIRST_OVER = 0.75
 #: The weight of the share of the question's words found in the lines that gave a
-#: chunk its dense score (:func:`.span_words.with_words`), beside the two lists'.
+#: chunk its dense score (:func:`memsearch_fast.store.spans.words.with_words`), beside the two lists'.
 WORDS_WEIGHT = 0.5
 #: BM25 keeps its whole share when its best score is at least this many times
 #: (best − middle of its list) over best: see :func:`trust`.
@@ -129,7 +129,7 @@ def fuse(
     """The best ``top_k`` of the two ranked lists of (id, score), best first.
 
     BM25's weight is its share times *bm25_trust* (:func:`trust`); each chunk's
-    share of the question's *words* (0..1, :func:`.span_words.with_words`) counts
+    share of the question's *words* (0..1, :func:`memsearch_fast.store.spans.words.with_words`) counts
     with :data:`WORDS_WEIGHT` where any line holds one. Scores are divided by
     the weights' sum, so a chunk first in both lists, its line holding every
     word, still scores 1.0.
@@ -142,7 +142,7 @@ def fuse(
     started": the outage line, and the turn after it) below the first five.
     It takes the first place when the fused first is a chunk the dense list
     scores below :data:`DENSE_FIRST_OVER` of its best (its dense score counts
-    the question's words in its line, :func:`.span_words.with_words`) and whose
+    the question's words in its line, :func:`memsearch_fast.store.spans.words.with_words`) and whose
     *words* share is below 1 (the lines that matched, with its heading, lack a
     word asked): BM25's pick alone, a meeting that names the service over and
     over, over the turn that answers. A question's every word (a key with the

@@ -147,7 +147,7 @@ def manifest_path(uri: str, collection: str) -> Path:
 
 def saved_copy_path(manifest: Path) -> Path:
     """``<db>.copy-<key>.npz`` beside ``<db>.manifest-<key>.json``: the in-memory
-    copy a search service saved for the next process (:mod:`.saved_copy`)."""
+    copy a search service saved for the next process (:mod:`memsearch_fast.store.copy.saved`)."""
     name = manifest.name.replace(".manifest-", ".copy-", 1)
     return manifest.with_name(name.removesuffix(".json") + ".npz")
 

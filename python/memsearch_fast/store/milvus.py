@@ -35,10 +35,10 @@ from memsearch_fast.store.rows import (
 )
 from memsearch_fast.store.schema import QUERY_FIELDS, EmbeddingModel
 from memsearch_fast.store.search import StoreSearch
-from memsearch_fast.store.spans import SpanStore
+from memsearch_fast.store.spans.collection import SpanStore
 
 if TYPE_CHECKING:
-    from memsearch_fast.store.span_file import SpanFile
+    from memsearch_fast.store.spans.file import SpanFile
 
 # Values per ``IN [...]`` filter (rows per iterator page: client.ITER_BATCH): keeps
 # every expression and response bounded whatever the size of the input set.
@@ -273,12 +273,13 @@ class MilvusStore(StoreSearch):
     @property
     def spans(self) -> SpanStore | SpanFile:
         """The span vectors of this collection: in a file beside a Milvus Lite
-        database (:mod:`.span_file`), a companion collection on a server (:mod:`.spans`)."""
+        database (:mod:`.spans.file`), a companion collection on a server
+        (:mod:`.spans.collection`)."""
         if self._spans is None:
             from memsearch_fast.config import environment
 
             if self._span_db is not None and environment.text("MEMSEARCH_SPAN_STORE") != "collection":
-                from memsearch_fast.store.span_file import SpanFile
+                from memsearch_fast.store.spans.file import SpanFile
 
                 self._spans = SpanFile(self, self._span_db)
             else:
@@ -287,7 +288,7 @@ class MilvusStore(StoreSearch):
 
     def legacy_spans(self) -> SpanStore | None:
         """The companion collection of a Lite database whose spans now live in a file
-        (made before they did; :meth:`.span_file.SpanFile.adopt` moves them)."""
+        (made before they did; :meth:`memsearch_fast.store.spans.file.SpanFile.adopt` moves them)."""
         if isinstance(self.spans, SpanStore) or self._client is None:
             return None
         return SpanStore(self)

@@ -12,8 +12,8 @@ from memsearch_fast.errors import StoreError, StoreUnavailableError
 from memsearch_fast.store.schema import QUERY_FIELDS, StoreSchema
 
 if TYPE_CHECKING:
-    from memsearch_fast.store.span_file import SpanFile
-    from memsearch_fast.store.spans import SpanStore
+    from memsearch_fast.store.spans.collection import SpanStore
+    from memsearch_fast.store.spans.file import SpanFile
 
 #: The most hits one search may ask for (Milvus: offset + limit ≤ 16384).
 MAX_TOP_K = 16384
@@ -76,7 +76,8 @@ class StoreSearch(StoreSchema):
             )
         if not self._exists or top_k <= 0:
             return []
-        from memsearch_fast.store import fusion, spans
+        from memsearch_fast.store import fusion
+        from memsearch_fast.store.spans import merge
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         if hasattr(dense, "tolist"):
@@ -98,7 +99,7 @@ class StoreSearch(StoreSchema):
             if self._exists and self.count() == 0:
                 return []
             raise
-        ranked, matched = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
+        ranked, matched = merge.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
         sparse = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
         have = {cid for cid, _ in ranked}
@@ -117,9 +118,9 @@ class StoreSearch(StoreSchema):
             lambda: self.rows_for_ids(missing, QUERY_FIELDS) if missing else [],
         )
         if lacking:
-            scores, found = spans.merge_dense([(h["chunk_hash"], h["distance"]) for h in own], best, len(lacking))
+            scores, found = merge.merge_dense([(h["chunk_hash"], h["distance"]) for h in own], best, len(lacking))
             matched.update(found)
-            ranked = spans.fill_dense(ranked, dict(scores))
+            ranked = merge.fill_dense(ranked, dict(scores))
         rows.update((r["chunk_hash"], r) for r in found_rows)
         ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         return self.fuse_lists(
@@ -144,7 +145,9 @@ class StoreSearch(StoreSchema):
         every ranked chunk's display fields; *filled*: :meth:`fill_sparse`'s answer
         when the caller asked already (else it is asked only when it could change
         the answer: :func:`.fusion.fill_matters`)."""
-        from memsearch_fast.store import fusion, span_words, spans
+        from memsearch_fast.store import fusion
+        from memsearch_fast.store.spans import merge
+        from memsearch_fast.store.spans import words as span_words
 
         ranked, share = span_words.with_words(ranked, matched, rows, query_text)
         trust = fusion.trust([score for _, score in sparse], deep)
@@ -156,7 +159,7 @@ class StoreSearch(StoreSchema):
             )
         fused = fusion.fuse(ranked, filled, top_k, bm25_trust=trust, words=share)
         return [
-            spans.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id), share.get(f.id))
+            merge.explain_span(fusion.hit(f, rows[f.id], QUERY_FIELDS, explain), matched.get(f.id), share.get(f.id))
             for f in fused
         ]
 
@@ -164,7 +167,7 @@ class StoreSearch(StoreSchema):
         self, sparse: list[tuple[str, float]], ranked: list[tuple[str, float]], query_text: str
     ) -> list[tuple[str, float]]:
         """*sparse* (the BM25 list) plus the BM25 scores of the dense hits it lacks,
-        best first: the mirror of the dense fill (:func:`.spans.fill_dense`). A chunk the dense side ranks
+        best first: the mirror of the dense fill (:func:`.spans.merge.fill_dense`). A chunk the dense side ranks
         first but whose BM25 score fell just short of a flat list keeps that score
         instead of none. (The chunks the dense fill adds come from *sparse*: the
         answer is the same before and after it.)"""

@@ -35,7 +35,7 @@ from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
-    from memsearch_fast.store.span_basis import Basis
+    from memsearch_fast.store.spans.basis import Basis
 
 SUFFIX = "_spans"
 #: Ids per ``in [...]`` filter, rows per write and per iterator page.
@@ -66,53 +66,6 @@ def span_row(
         "end_line": end,
         "embedding": vector,
     }
-
-
-def merge_dense(
-    dense: list[tuple[str, float]], span_hits: list[dict[str, Any]], deep: int
-) -> tuple[list[tuple[str, float]], dict[str, dict[str, Any]]]:
-    """The dense list with each chunk at its best vector (its own or a span's), best
-    first and *deep* long, and the span that gave a chunk its score (index ≥ 1)."""
-    best: dict[str, float] = {}
-    matched: dict[str, dict[str, Any]] = {}
-    for cid, score in dense:
-        best.setdefault(cid, score)
-    for hit in span_hits:
-        cid, score = str(hit["chunk_hash"]), float(hit["distance"])
-        if score > best.get(cid, float("-inf")):
-            best[cid] = score
-            if not str(hit.get("span_id") or "").endswith(":0"):
-                matched[cid] = hit
-            else:
-                matched.pop(cid, None)
-    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:deep]  # stable: ties keep the dense order
-    return ranked, {cid: matched[cid] for cid, _ in ranked if cid in matched}
-
-
-def fill_dense(ranked: list[tuple[str, float]], scores: dict[str, float]) -> list[tuple[str, float]]:
-    """*ranked* plus the chunks of *scores* it lacks, at their best cosine, best
-    first: a chunk BM25 found but the dense list was too short to hold is fused
-    with its real dense score, not with none (an exact key, a port or a date, has
-    look-alikes whose sentences the dense side ranks above it)."""
-    have = {cid for cid, _ in ranked}
-    extra = [(cid, score) for cid, score in scores.items() if cid not in have]
-    if not extra:
-        return ranked
-    return sorted([*ranked, *extra], key=lambda kv: -kv[1])
-
-
-def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
-    """*out* (a search result with ``explain``) with the lines of the span that matched
-    and the share of the question's words found in them (:func:`.span_words.with_words`)."""
-    if words_share is not None and "explain" in out:
-        out["explain"]["words"] = round(words_share, 6)
-    if hit is not None and "explain" in out:
-        out["explain"]["span"] = {
-            "start_line": int(hit["start_line"]),
-            "end_line": int(hit["end_line"]),
-            "score": round(float(hit["distance"]), 6),
-        }
-    return out
 
 
 def span_schema(client: Any, dim: int, description: str) -> tuple[Any, Any]:
@@ -166,16 +119,16 @@ class SpanStore:
 
     def create(self, sample: Any = None) -> bool:
         """Create the collection when missing, its vectors in the directions fitted on
-        *sample* (the first write's vectors, when enough: :mod:`.span_basis`); True
+        *sample* (the first write's vectors, when enough: :mod:`memsearch_fast.store.spans.basis`); True
         when this call created it."""
         if self.exists:
             return False
-        from memsearch_fast.store.span_basis import fit
+        from memsearch_fast.store.spans.basis import fit
 
         return self._create(fit(sample) if sample is not None and len(sample) else None)
 
     def _create(self, basis: Basis | None) -> bool:
-        from memsearch_fast.store.span_basis import REFUSED, read
+        from memsearch_fast.store.spans.basis import REFUSED, read
 
         dim = self.store.dimension
         assert dim is not None
@@ -215,7 +168,7 @@ class SpanStore:
         if self._half is None:
             from pymilvus import DataType
 
-            from memsearch_fast.store.span_basis import REFUSED, read
+            from memsearch_fast.store.spans.basis import REFUSED, read
 
             info = self._call("describe_collection", lambda c: c.describe_collection(self.collection))
             kind = next((f.get("type") for f in info.get("fields", []) if f.get("name") == "embedding"), None)
@@ -257,10 +210,10 @@ class SpanStore:
         """Store the vectors again in the directions fitted on them, once a collection
         of every dimension (its first write too small to fit on, or made before)
         holds enough rows; True when it did. The rows are read whole first, so a
-        collection past :data:`.span_basis.REFIT_MAX` rows is left as it is. A run
+        collection past :data:`memsearch_fast.store.spans.basis.REFIT_MAX` rows is left as it is. A run
         killed meanwhile leaves chunks without their rows and no manifest: the
         next run's span pass gives them their rows again."""
-        from memsearch_fast.store import span_basis
+        from memsearch_fast.store.spans import basis as span_basis
 
         if not self.exists or not self.half or self.basis is not None or self._refused:
             return False

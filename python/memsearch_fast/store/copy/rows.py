@@ -1,4 +1,4 @@
-"""The rows of the in-memory copy (:mod:`.dense_index`): chunk ids, display fields
+"""The rows of the in-memory copy (:mod:`memsearch_fast.store.copy.dense_index`): chunk ids, display fields
 and unit vectors, gathered page by page, kept or replaced file by file."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from memsearch_fast.store.copy.spans import Spans, normalised
 from memsearch_fast.store.schema import QUERY_FIELDS
-from memsearch_fast.store.span_copy import Spans, normalised
 
 #: What the copy reads of each row.
 FIELDS = list(dict.fromkeys([*QUERY_FIELDS, "embedding"]))

@@ -1,7 +1,7 @@
-"""The vectors of the in-memory copy (:mod:`.dense_index`) as int8 codes, grouped by chunk.
+"""The vectors of the in-memory copy (:mod:`memsearch_fast.store.copy.dense_index`) as int8 codes, grouped by chunk.
 
 A long-lived process that searches often keeps every chunk vector and every
-span vector (:mod:`.spans`) of a collection as int8 codes with a scale per
+span vector (:mod:`memsearch_fast.store.spans`) of a collection as int8 codes with a scale per
 row, each chunk's own vector first in its group (held apart in a basis,
 below): a quarter of float32, and
 :func:`memsearch_fast._core.best_groups` ranks every chunk by its best vector
@@ -15,7 +15,7 @@ scores with the codes only the :func:`shortlist` chunks nearest by them: at
 ten best chunks of the 40 questions of the agent set were all in the
 shortlist (docs/retrieval.md, "Warm search at 50 MB").
 
-A span collection stored in a basis (:mod:`.span_basis`) is held in it too:
+A span collection stored in a basis (:mod:`memsearch_fast.store.spans.basis`) is held in it too:
 its span rows are codes of the basis's width (128 of 384: a third of the
 bytes the kernel reads), scored against the question projected onto the
 basis, which gives the lifted vector's cosine. Each chunk's own vector is
@@ -34,14 +34,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from memsearch_fast._core import best_groups, best_in_groups
-
-if TYPE_CHECKING:
-    from memsearch_fast.store.span_reads import CodePage
 
 #: Chunks scored with the codes after the sign-bit pass (recall@10 1.000 and
 #: @60 0.998 against scoring all, at 50 MB of agent journals).
@@ -80,7 +77,7 @@ class OwnRows:
 @dataclass(slots=True)
 class Spans:
     """The vectors of a copy's chunks as int8 codes with a scale per row, grouped by
-    chunk position: the chunk's own (index 0) first, then its spans (:mod:`.spans`);
+    chunk position: the chunk's own (index 0) first, then its spans (:mod:`memsearch_fast.store.spans`);
     with *own*, the span rows alone, in the basis of *directions*."""
 
     codes: bytes  # rows × width int8
@@ -168,6 +165,20 @@ class Spans:
         return self._merged(self.own.scores(vector, groups), {g: (r, s) for g, r, s in found})
 
 
+@dataclass(frozen=True, slots=True)
+class CodePage:
+    """What a span file gives a copy (:meth:`.spans.reads.SpanReads.code_pages`): the
+    spans of *chunks* (*counts* each, in order) as arrays, one entry a span."""
+
+    chunks: list[str]
+    counts: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    index: np.ndarray
+    codes: np.ndarray
+    scales: np.ndarray
+
+
 class SpanRows:
     """Span rows gathered page by page for a copy whose chunk positions are *pos*,
     stored in the basis *basis* names ("" for every dimension) and held in it
@@ -208,7 +219,7 @@ class SpanRows:
 
     def add_codes(self, page: CodePage) -> None:
         """Spans already held as codes along this copy's directions (a span file's:
-        :meth:`.span_reads.SpanReads.code_pages`), taken as they are."""
+        :meth:`memsearch_fast.store.spans.reads.SpanReads.code_pages`), taken as they are."""
         at = np.fromiter((self.pos.get(cid, -1) for cid in page.chunks), np.int64, len(page.chunks))
         chunk = np.repeat(at, page.counts)
         mask = chunk >= 0  # a span whose chunk is gone: left out
@@ -244,7 +255,7 @@ class SpanRows:
     def build(self, matrix: np.ndarray) -> Spans:
         """The rows grouped by chunk position, each chunk's own vector (a row of
         *matrix*, index 0) first in its group: one pass ranks every chunk by its
-        best vector, its own or a span's, as :func:`.spans.merge_dense` does.
+        best vector, its own or a span's, as :func:`memsearch_fast.store.spans.merge.merge_dense` does.
         Span rows in a basis are grouped alone, the own vectors held apart."""
         chunks = matrix.shape[0]
         apart = self.directions is not None

@@ -5,7 +5,7 @@ grows: span rows (a dozen per chunk) made a gigabyte of journals need 13 GB
 of RAM and a day to index (docs/store.md, "Where the spans live"). Here they
 live in ``<database>.spans``, an SQLite file the process opens itself: a row
 per chunk holding its spans packed (int8 codes in the held directions of the
-collection's basis, :func:`.span_copy.held_directions`, a scale, the lines,
+collection's basis, :func:`memsearch_fast.store.copy.spans.held_directions`, a scale, the lines,
 the 8 bytes of the span text's hash), written in one transaction per batch, so a
 chunk has all its spans or none (kill -9 at any point), and a table of span
 text keys for the reuse of a moved chunk's vectors. The in-memory copy takes
@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memsearch_fast.errors import StoreError, UnusableDatabaseError
-from memsearch_fast.store.span_reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
+from memsearch_fast.store.spans.reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
-    from memsearch_fast.store.span_basis import Basis
+    from memsearch_fast.store.spans.basis import Basis
 
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".spans"
-#: The layout of the rows (:func:`.span_reads.record`), kept as SQLite's user_version.
+#: The layout of the rows (:func:`memsearch_fast.store.spans.reads.record`), kept as SQLite's user_version.
 FORMAT = 1
 #: Leave the file on the companion collection (``collection``) instead: for comparisons.
 ENV_STORE = "MEMSEARCH_SPAN_STORE"
@@ -210,7 +210,7 @@ class SpanFile(SpanReads):
 
     @property
     def basis(self) -> Basis | None:
-        from memsearch_fast.store.span_basis import read
+        from memsearch_fast.store.spans.basis import read
 
         meta = self._read_meta()
         return read(meta[1]) if meta and meta[1] else None
@@ -236,7 +236,7 @@ class SpanFile(SpanReads):
         return _held(basis.payload)
 
     def create(self, sample: Any = None) -> bool:
-        from memsearch_fast.store.span_basis import fit
+        from memsearch_fast.store.spans.basis import fit
 
         if self.exists:
             return False
@@ -304,7 +304,7 @@ class SpanFile(SpanReads):
 
     def _encode(self, vectors: Any) -> tuple[np.ndarray, np.ndarray]:
         """Vectors of the model's space as codes along the held directions."""
-        from memsearch_fast.store.span_copy import quantised
+        from memsearch_fast.store.copy.spans import quantised
 
         m = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
         held = self._directions()
@@ -425,8 +425,8 @@ class SpanFile(SpanReads):
 
     def refit(self) -> bool:
         """Once spans kept in every dimension (the first write too small to fit on)
-        are enough, store them again along fitted directions (:mod:`.span_basis`)."""
-        from memsearch_fast.store import span_basis
+        are enough, store them again along fitted directions (:mod:`memsearch_fast.store.spans.basis`)."""
+        from memsearch_fast.store.spans import basis as span_basis
 
         meta = self._read_meta() if self.exists else None
         if meta is None or meta[1] or meta[2]:
@@ -477,9 +477,9 @@ class SpanFile(SpanReads):
 
 @functools.lru_cache(maxsize=8)
 def _held(payload: str) -> np.ndarray:
-    """The held directions of the basis *payload* names (:func:`.span_copy.held_directions`)."""
-    from memsearch_fast.store.span_basis import read
-    from memsearch_fast.store.span_copy import held_directions
+    """The held directions of the basis *payload* names (:func:`memsearch_fast.store.copy.spans.held_directions`)."""
+    from memsearch_fast.store.copy.spans import held_directions
+    from memsearch_fast.store.spans.basis import read
 
     basis = read("\nbasis:" + payload)
     assert basis is not None

@@ -1,4 +1,4 @@
-"""The in-memory copy (:mod:`.dense_index`) saved beside a local database.
+"""The in-memory copy (:mod:`memsearch_fast.store.copy.dense_index`) saved beside a local database.
 
 The database's service exits when idle and starts again with the next
 search; reading every chunk and span vector back from Milvus Lite then takes
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from memsearch_fast._os import file_stamp
-from memsearch_fast.store.copy_rows import Copy
+from memsearch_fast.store.copy.rows import Copy
+from memsearch_fast.store.copy.spans import OwnRows, Spans, sign_bits
 from memsearch_fast.store.manifest import saved_copy_path
-from memsearch_fast.store.span_copy import OwnRows, Spans, sign_bits
 
 logger = logging.getLogger(__name__)
 

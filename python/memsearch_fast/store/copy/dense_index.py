@@ -43,15 +43,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast._os import file_stamp
 from memsearch_fast.config import environment
-from memsearch_fast.store.copy_rows import FIELDS, Copy, Rows
+from memsearch_fast.store.copy.rows import FIELDS, Copy, Rows
+from memsearch_fast.store.copy.spans import held_directions, read_spans
 from memsearch_fast.store.search import MAX_TOP_K
-from memsearch_fast.store.span_copy import held_directions, read_spans
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.milvus import MilvusStore
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ ENV_SWITCH = "MEMSEARCH_DENSE_INDEX"
 RECHECK_S = 30.0
 #: Seconds before a load that a writing run spoilt is tried again.
 RETRY_S = 2.0
-#: Seconds between saves of a copy that runs keep refreshing (:mod:`.saved_copy`).
+#: Seconds between saves of a copy that runs keep refreshing (:mod:`memsearch_fast.store.copy.saved`).
 SAVE_EVERY_S = 600.0
 #: Seconds a first search waits for the copy the last process saved (then Milvus answers).
 SAVED_WAIT_S = 15.0
@@ -86,7 +89,7 @@ def max_rows() -> int:
     return environment.integer(ENV_MAX_ROWS, DEFAULT_MAX_ROWS)
 
 
-def _worth_a_copy(store: Any) -> bool:
+def _worth_a_copy(store: MilvusStore) -> bool:
     """Between :func:`min_rows` and :func:`max_rows` chunks, span rows counted
     toward the minimum at their cost to Milvus's scan (it reads them all too)."""
     chunks = int(store.count())
@@ -111,12 +114,12 @@ def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
 
 def read_ahead(manifest_uri: str, collection: str) -> None:
     """Start reading the copy saved for this collection, if any, while the caller
-    opens the collection (:func:`.saved_copy.read_ahead`)."""
+    opens the collection (:func:`memsearch_fast.store.copy.saved.read_ahead`)."""
     from memsearch_fast.store.compat import is_local_uri
 
     if enabled() and is_local_uri(manifest_uri):
+        from memsearch_fast.store.copy.saved import read_ahead as read
         from memsearch_fast.store.manifest import manifest_path, saved_copy_path
-        from memsearch_fast.store.saved_copy import read_ahead as read
 
         read(saved_copy_path(manifest_path(manifest_uri, collection)))
 
@@ -142,7 +145,7 @@ class DenseIndex:
         args = dict(store_args)
         return cls(lambda: MilvusStore(**args), manifest_path(manifest_uri, str(args["collection"])), store.dimension)
 
-    def __init__(self, open_store: Callable[[], Any], manifest: str | os.PathLike[str], dimension: int) -> None:
+    def __init__(self, open_store: Callable[[], MilvusStore], manifest: str | os.PathLike[str], dimension: int) -> None:
         self._open_store = open_store
         from memsearch_fast.store.manifest import Manifest
 
@@ -212,7 +215,7 @@ class DenseIndex:
             self._loader = threading.Thread(target=self._load, args=(full,), name="dense-index", daemon=True)
             self._loader.start()
 
-    def _begin(self, store: Any, now: float) -> bool:
+    def _begin(self, store: MilvusStore, now: float) -> bool:
         """Start a load unless one runs or was tried too recently; True when the copy
         the last process saved was there and is held now: that takes seconds (6 s at
         50 MB of journals), while the engine's first search of a large span
@@ -252,7 +255,7 @@ class DenseIndex:
         try:
             copy = self._copy
             if copy is None and self._saved_at is None:
-                from memsearch_fast.store import saved_copy
+                from memsearch_fast.store.copy import saved as saved_copy
 
                 if self._quiet() is None:  # a run writes: the engine is read, a read ahead let go
                     saved_copy.drop_ahead(self._saved)
@@ -283,7 +286,7 @@ class DenseIndex:
                 store.close()
 
     def _save(self, copy: Copy) -> None:
-        from memsearch_fast.store import saved_copy
+        from memsearch_fast.store.copy import saved as saved_copy
 
         saved_copy.save(self._saved, copy)
         self._saved_at, self._unsaved = time.monotonic(), False
@@ -298,7 +301,7 @@ class DenseIndex:
             return None
         return manifest[1]
 
-    def _load_all(self, store: Any) -> Copy | None:
+    def _load_all(self, store: MilvusStore) -> Copy | None:
         """Every row, kept only when no run wrote meanwhile and the manifest describes them."""
         token = self._quiet()
         if token is None or not store.exists or not _worth_a_copy(store):
@@ -320,7 +323,7 @@ class DenseIndex:
         copy = rows.copy(token, entries)
         return copy.hold(spans.build(copy.matrix) if spans is not None else None)
 
-    def _refresh(self, store: Any, copy: Copy) -> Copy | None:
+    def _refresh(self, store: MilvusStore, copy: Copy) -> Copy | None:
         """Re-read only the sources whose recorded chunks changed since ``copy``."""
         token = self._quiet()
         manifest = _read_manifest(self._manifest) if token is not None else None
@@ -376,7 +379,7 @@ class DenseIndex:
 
     def search(
         self,
-        store: Any,
+        store: MilvusStore,
         vector: Any,
         query_text: str,
         *,
@@ -397,7 +400,7 @@ class DenseIndex:
             return None
 
     def _search(
-        self, store: Any, vector: Any, query_text: str, top_k: int, source_prefix: str | None, explain: bool
+        self, store: MilvusStore, vector: Any, query_text: str, top_k: int, source_prefix: str | None, explain: bool
     ) -> list[dict[str, Any]] | None:
         with self._lock:
             copy, pos, by_source = self._copy, self._pos, self._by_source
@@ -419,8 +422,9 @@ class DenseIndex:
                 self._stale()
                 return None
             copy.checked = now
-        from memsearch_fast.store import fusion, spans
+        from memsearch_fast.store import fusion
         from memsearch_fast.store.search import together
+        from memsearch_fast.store.spans import merge
 
         deep = fusion.depth(top_k, MAX_TOP_K)
         as_list = list(map(float, vector))
@@ -435,7 +439,7 @@ class DenseIndex:
             ),
             lambda: store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix),
         )
-        ranked, matched = spans.merge_dense(dense, span_hits, deep)
+        ranked, matched = merge.merge_dense(dense, span_hits, deep)
         if any(h["chunk_hash"] not in pos for h in sparse):
             self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
             return None
@@ -451,15 +455,13 @@ class DenseIndex:
             )
             q = self._unit(vector)
             own = [(cid, float(copy.matrix[pos[cid]] @ q)) for cid in lacking]
-            scores, found = spans.merge_dense(own, list(best.values()), len(lacking))
+            scores, found = merge.merge_dense(own, list(best.values()), len(lacking))
             matched.update(found)
-            ranked = spans.fill_dense(ranked, dict(scores))
+            ranked = merge.fill_dense(ranked, dict(scores))
         ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
         for cid, _ in ranked:
             rows.setdefault(cid, copy.row(pos[cid]))
-        return store.fuse_lists(  # type: ignore[no-any-return]
-            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain
-        )
+        return store.fuse_lists(ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain)
 
     @staticmethod
     def _unit(vector: Any) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Reading a span file (:mod:`.span_file`): a chunk's packed spans, the pages,
+"""Reading a span file (:mod:`memsearch_fast.store.spans.file`): a chunk's packed spans, the pages,
 the codes the in-memory copy takes as they are, the reuse of stored vectors,
 and the search of a process that holds no copy."""
 
@@ -9,10 +9,11 @@ import functools
 import hashlib
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from memsearch_fast.store.copy.spans import CodePage
 
 #: Keys per ``IN (...)`` query, chunks per page read.
 BATCH = 500
@@ -75,21 +76,8 @@ def _pack(index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any
     return r.tobytes()
 
 
-@dataclass(frozen=True, slots=True)
-class CodePage:
-    """The spans of *chunks* (*counts* each, in order) as arrays, one entry a span."""
-
-    chunks: list[str]
-    counts: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    index: np.ndarray
-    codes: np.ndarray
-    scales: np.ndarray
-
-
 class SpanReads:
-    """The reads of :class:`.span_file.SpanFile` (which supplies the file and the layout)."""
+    """The reads of :class:`memsearch_fast.store.spans.file.SpanFile` (which supplies the file and the layout)."""
 
     _chunks: str
     _texts: str
@@ -120,7 +108,7 @@ class SpanReads:
         """The spans at their cost to a search without the in-memory copy (every
         chunk's blob read and scored), in Lite's float32 rows: as the collection's
         float16 rows were counted, so the copy's thresholds keep their meaning."""
-        from memsearch_fast.store.spans import HALF_SCAN_COST
+        from memsearch_fast.store.spans.collection import HALF_SCAN_COST
 
         return self.count() * HALF_SCAN_COST
 
@@ -223,7 +211,7 @@ class SpanReads:
     def iter_vectors(self, sources: list[str] | None = None, *, lifted: bool = True) -> Iterator[list[dict[str, Any]]]:
         """The span rows with their vectors: unit vectors of the model's space (or,
         unless *lifted*, in the basis)."""
-        from memsearch_fast.store.span_copy import _dct
+        from memsearch_fast.store.copy.spans import _dct
 
         held = self._directions()
         for rows, codes, scales in self.iter_codes(sources):
