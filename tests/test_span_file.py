@@ -177,3 +177,54 @@ def test_a_database_whose_spans_were_a_collection_moves_them_in_one_run(
     assert FACT in after[0]["content"]
     assert [h["chunk_hash"] for h in after] == [h["chunk_hash"] for h in before]
     assert after[0]["explain"]["span"]["start_line"] == before[0]["explain"]["span"]["start_line"]
+
+
+KILLED_RUN = """
+import asyncio, os, signal, sys
+from memsearch_fast import MemSearch
+from memsearch_fast.store.spans import file as span_file
+
+calls, at = [0], int(sys.argv[4])
+packed = span_file._pack
+
+
+def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it packed, none committed
+    calls[0] += 1
+    if calls[0] == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return packed(*args, **kwargs)
+
+
+span_file._pack = pack
+with MemSearch([sys.argv[1]], embedding_model=sys.argv[3], milvus_uri=sys.argv[2]) as ms:
+    asyncio.run(ms.index())
+"""
+
+
+@pytest.mark.slow(reason="indexes a corpus with the real model five times")
+@pytest.mark.parametrize("at", [2, 40])
+def test_a_run_killed_inside_a_span_write_is_repaired_by_the_next(tmp_path: Path, model_dir: Path, at: int) -> None:
+    """kill -9 in the middle of a span file transaction (the first write, or a later one
+    after others committed): the next run leaves what a clean index holds, spans included."""
+    import subprocess
+    import sys
+
+    from tests.helpers.harness import ROOT, assert_same, corpus, dump, stop_servers
+
+    notes = tmp_path / "notes"
+    corpus(notes, 60_000, seed=48)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    db, clean = tmp_path / "killed.db", tmp_path / "clean.db"
+    run = [sys.executable, "-c", KILLED_RUN, str(notes), str(db), str(model_dir)]
+    try:
+        killed = subprocess.run([*run, str(at)], env=env, capture_output=True, timeout=300)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        repaired = subprocess.run([*run, "0"], env=env, capture_output=True, timeout=300)
+        assert repaired.returncode == 0, repaired.stderr[-2000:]
+        with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(clean)) as ms:
+            asyncio.run(ms.index())
+        got, want = dump(db), dump(clean)
+        assert any(k.startswith("span:") for k in want)
+        assert_same(got, want, f"killed at span write {at}")
+    finally:
+        stop_servers(tmp_path)

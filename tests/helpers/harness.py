@@ -242,13 +242,18 @@ def watcher_pids(root: Path) -> list[int]:
 
 
 def copy_database(src: Path, dst: Path, collection: str = COLLECTION) -> None:
-    """A stopped database and its manifest, under another name (a snapshot to start runs from)."""
+    """A stopped database, its span file and its manifest, under another name (a snapshot
+    to start runs from)."""
     from memsearch_fast.store.manifest import manifest_path
+    from memsearch_fast.store.spans.file import path_of
 
     if src.is_dir():
         shutil.copytree(src, dst)
     else:
         shutil.copy2(src, dst)
+    for side in ("", "-wal"):
+        if Path(path_of(str(src)) + side).exists():
+            shutil.copy2(path_of(str(src)) + side, path_of(str(dst)) + side)
     m = manifest_path(str(src), collection)
     if m.exists():
         shutil.copy2(m, manifest_path(str(dst), collection))
