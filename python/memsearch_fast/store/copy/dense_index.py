@@ -342,6 +342,14 @@ class DenseIndex:
             if basis is None or basis.dims != copy.spans.width:
                 return self._load_all(store)
             copy.spans.directions = held_directions(basis.rows)
+        if not changed and copy.spans is None and stored_in is not None and hasattr(spans_store, "code_pages"):
+            # A saved copy leaves out what a span file holds: its spans read again, the rows kept.
+            spans = read_spans(store, self._dim, copy.ids, None, stop=lambda: self._closed)
+            described = self._described(token, copy)
+            if described is None or len(copy.ids) > max_rows():
+                return self._load_all(store)
+            out = Copy(copy.ids, copy.sources, copy.fields, copy.matrix, token, described, time.monotonic(), None)
+            return out.hold(spans.build(out.matrix) if spans is not None else None)
         if not changed and (copy.spans is not None) == (stored_in is not None):
             # Nothing to read (a saved copy a new process starts from): the same arrays, not rebuilt.
             described = self._described(token, copy)

@@ -10,11 +10,20 @@ the rest kept) and installs it only when that shows it current, so a file
 left by an older state, another tool or a hostile repository can cost a
 full load but never a wrong answer it would not also give. It holds arrays
 and JSON, read with ``allow_pickle=False``: nothing in it runs.
+
+A copy is sealed with a key only this user reads (``~/.memsearch/copy.key``,
+made once, 0600): an HMAC-SHA256 of its arrays, checked before anything of it
+is used. A copy rewritten by someone else, well formed and with the same ids,
+would otherwise put its own contents and sources on the screen; without the
+key it is read as absent (a full load), and so is every copy when the key
+cannot be kept (a read-only home).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -74,6 +83,11 @@ def save(path: Path, copy: Copy) -> None:
             arrays.update(own_codes=np.frombuffer(s.own.codes, np.int8), own_scales=np.frombuffer(s.own.scales, "<f4"))
     from memsearch_fast._os import write_atomic
 
+    key = copy_key(create=True)
+    if key is None:
+        logger.info("dense index: copy not saved to %s (no key to seal it with)", path)
+        return
+    arrays["seal"] = np.frombuffer(_seal(key, arrays), np.uint8)
     try:  # a link planted at *path* is replaced, never written through
         write_atomic(path, lambda f: np.savez(f, **arrays), fsync=False)  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - the copy held in memory is not affected
@@ -172,10 +186,61 @@ def _arrays(path: Path) -> dict[str, np.ndarray] | None:
                     raise ValueError("compressed members")
             f.seek(0)
             with np.load(f, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
+                arrays = {k: z[k] for k in z.files}
+        key = copy_key(create=False)
+        seal = arrays.pop("seal", None)
+        if key is None or seal is None or not hmac.compare_digest(seal.tobytes(), _seal(key, arrays)):
+            raise ValueError("not sealed with this user's key")
+        return arrays
     except Exception as exc:  # noqa: BLE001 - whatever the file holds, the copy is loaded from Milvus
         logger.info("dense index: saved copy %s not used (%s)", path, exc)
         return None
+
+
+KEY_FILE = "copy.key"
+
+
+def copy_key(*, create: bool) -> bytes | None:
+    """This user's key for sealing saved copies (made when *create* and missing);
+    None when it cannot be read or kept."""
+    from memsearch_fast._os import UnsafePathError, open_private
+
+    home = Path(os.path.expanduser("~")) / ".memsearch"
+    path = home / KEY_FILE
+    for attempt in (0, 1):
+        try:
+            fd = open_private(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if not create or attempt:
+                return None
+            try:
+                home.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(os.urandom(32))
+            except FileExistsError:
+                pass  # another process made it first: read theirs
+            except (OSError, UnsafePathError) as exc:
+                logger.info("dense index: no key for saved copies (%s)", exc)
+                return None
+            continue
+        except (OSError, UnsafePathError) as exc:
+            logger.info("dense index: no key for saved copies (%s)", exc)
+            return None
+        with os.fdopen(fd, "rb") as f:
+            key = f.read(64)
+        return key if len(key) >= 32 else None
+    return None
+
+
+def _seal(key: bytes, arrays: dict[str, np.ndarray]) -> bytes:
+    """The HMAC of *arrays* (each one's name, type, shape and bytes, by name)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        mac.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        mac.update(a.data)
+    return mac.digest()
 
 
 def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
