@@ -262,33 +262,49 @@ class SpanReads:
         lifted = (m @ held if held is not None else m).astype(np.float32)
         return {h: v.tolist() for h, v in zip(found, lifted, strict=True)}
 
-    def _scored(self, vector: list[float], pages: Iterable[list[tuple[Any, ...]]]) -> list[dict[str, Any]]:
-        """Each chunk of *pages* at its best span for *vector*, best first."""
+    def _scored(
+        self, vector: list[float], pages: Iterable[list[tuple[Any, ...]]], limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Each chunk of *pages* at its best span for *vector*, best first (the
+        *limit* best when given): a page's spans scored in one product."""
         q = np.asarray(vector, dtype=np.float64).reshape(-1)
         q = q / (np.linalg.norm(q) or 1.0)
         held = self._directions()
         qh = (held @ q if held is not None else q).astype(np.float32)
-        width = self._width()
-        out = []
+        rec = record(self._width())
+        best: list[tuple[float, str, str, int, int, int]] = []
         for page in pages:
-            for cid, source, _start, _end, n, data in page:
-                if not n:
-                    continue
-                p = _Packed(data, n, width)
-                scores = (p.codes.astype(np.float32) @ qh) * p.scales
-                j = int(np.argmax(scores))
-                out.append(
-                    {
-                        "span_id": f"{cid}:{int(p.index[j])}",
-                        "chunk_hash": cid,
-                        "source": source,
-                        "start_line": int(p.starts[j]),
-                        "end_line": int(p.ends[j]),
-                        "distance": float(scores[j]),
-                    }
-                )
-        out.sort(key=lambda h: -h["distance"])
-        return out
+            rows = [r for r in page if r[4]]
+            if not rows:
+                continue
+            joined = b"".join(r[5] for r in rows)
+            counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
+            if len(joined) != int(counts.sum()) * rec.itemsize:
+                raise sqlite3.DatabaseError("a span row of the wrong size")
+            a = np.frombuffer(joined, dtype=rec)
+            scores = (a["code"].astype(np.float32) @ qh) * a["scale"]
+            owner = np.repeat(np.arange(len(rows)), counts)
+            # Each chunk's best span (the first of its best on a tie): the head of its group
+            # once the spans are ordered by chunk, then score, then position.
+            order = np.lexsort((np.arange(len(a)), -scores, owner))
+            first = order[np.concatenate([[0], np.cumsum(counts)[:-1]])]
+            index, start, end = a["index"][first], a["start"][first], a["end"][first]
+            best.extend(
+                (float(scores[j]), str(r[0]), str(r[1]), int(i), int(s), int(e))
+                for r, j, i, s, e in zip(rows, first, index, start, end, strict=True)
+            )
+        best.sort(key=lambda h: -h[0])
+        return [
+            {
+                "span_id": f"{cid}:{index}",
+                "chunk_hash": cid,
+                "source": source,
+                "start_line": start,
+                "end_line": end,
+                "distance": score,
+            }
+            for score, cid, source, index, start, end in (best if limit is None else best[:limit])
+        ]
 
     def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
         """The *limit* chunks whose best span is nearest to *vector*, best first."""
@@ -297,7 +313,7 @@ class SpanReads:
         pages = self._pages()
         if source_prefix:
             pages = ([r for r in page if str(r[1]).startswith(source_prefix)] for page in pages)
-        return self._scored(vector, pages)[:limit]
+        return self._scored(vector, pages, limit)
 
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
         if not chunk_hashes or not self.exists:
