@@ -76,6 +76,19 @@ def _pack(index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any
     return r.tobytes()
 
 
+def _joined(page: list[tuple[Any, ...]], rec: np.dtype) -> tuple[list[tuple[Any, ...]], np.ndarray, np.ndarray] | None:
+    """The rows of *page* that hold spans, how many each, and all their spans as one
+    array of records (None: no spans)."""
+    rows = [r for r in page if r[4]]
+    if not rows:
+        return None
+    joined = b"".join(r[5] for r in rows)
+    counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
+    if len(joined) != int(counts.sum()) * rec.itemsize:
+        raise sqlite3.DatabaseError("a span row of the wrong size")
+    return rows, counts, np.frombuffer(joined, dtype=rec)
+
+
 class SpanReads:
     """The reads of :class:`memsearch_fast.store.spans.file.SpanFile` (which supplies the file and the layout)."""
 
@@ -190,14 +203,10 @@ class SpanReads:
         width = self._width()
         rec = record(width)
         for page in self._by_sources(sources):
-            rows = [r for r in page if r[4]]
-            if not rows:
+            joined = _joined(page, rec)
+            if joined is None:
                 continue
-            joined = b"".join(r[5] for r in rows)
-            counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
-            if len(joined) != int(counts.sum()) * rec.itemsize:
-                raise sqlite3.DatabaseError("a span row of the wrong size")
-            a = np.frombuffer(joined, dtype=rec)
+            rows, counts, a = joined
             yield CodePage(
                 chunks=[str(r[0]) for r in rows],
                 counts=counts,
@@ -274,14 +283,10 @@ class SpanReads:
         rec = record(self._width())
         best: list[tuple[float, str, str, int, int, int]] = []
         for page in pages:
-            rows = [r for r in page if r[4]]
-            if not rows:
+            joined = _joined(page, rec)
+            if joined is None:
                 continue
-            joined = b"".join(r[5] for r in rows)
-            counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
-            if len(joined) != int(counts.sum()) * rec.itemsize:
-                raise sqlite3.DatabaseError("a span row of the wrong size")
-            a = np.frombuffer(joined, dtype=rec)
+            rows, counts, a = joined
             scores = (a["code"].astype(np.float32) @ qh) * a["scale"]
             owner = np.repeat(np.arange(len(rows)), counts)
             # Each chunk's best span (the first of its best on a tie): the head of its group
