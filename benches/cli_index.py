@@ -1,0 +1,85 @@
+"""`memsearch index` through the CLI against an OpenAI-compatible endpoint: wall time,
+peak RSS of every process of the database, bytes on disk per byte of markdown.
+
+    python -m benches.embed_server zero --port 8765 &
+    python -m benches.cli_index CORPUS_DIR DB --base-url http://127.0.0.1:8765/v1
+
+Runs ``memsearch index CORPUS_DIR --milvus-uri DB --provider openai`` and polls
+``/proc`` four times a second for the summed RSS of the CLI and every process
+whose command line names DB (the Lite engine and its server), then prints one
+JSON line: wall seconds, that peak, the database's bytes on disk (the database
+and its span file; not the manifest nor a saved copy) per byte of markdown, the
+index report's chunks and spans, and the load. Give DB a fresh path each run;
+set ``MEMSEARCH_SPANS=0`` or ``MEMSEARCH_SPAN_STORE=collection`` in the
+environment to compare. Say the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _related(db: str, cli: int) -> list[int]:
+    out = [cli]
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != cli:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if db in cmd:
+                out.append(int(p))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus")
+    parser.add_argument("db")
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--model", default="zero")
+    args = parser.parse_args()
+    env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "x")}
+    cmd = ["memsearch", "index", args.corpus, "--milvus-uri", args.db, "--provider", "openai"]
+    cmd += ["--base-url", args.base_url, "-m", args.model, "-j"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_rss_kb(p) for p in _related(args.db, proc.pid)))
+        time.sleep(0.25)
+    wall = time.perf_counter() - start
+    report = json.loads(proc.stdout.read() if proc.stdout else b"{}")
+    files = [f for f in glob.glob(glob.escape(args.db) + "*") if os.path.isfile(f)]
+    size = sum(os.path.getsize(f) for f in files if ".manifest" not in f and ".copy" not in f)
+    markdown = sum(f.stat().st_size for f in Path(args.corpus).rglob("*.md"))
+    print(
+        json.dumps(
+            {
+                "wall_s": round(wall, 1),
+                "peak_rss_mb_all": peak // 1024,
+                "disk_mb": round(size / 1e6),
+                "bytes_per_md_byte": round(size / markdown, 2),
+                "chunks": report.get("chunks"),
+                "spans": report.get("spans"),
+                "load": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
