@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -246,37 +246,27 @@ class SpanFile(SpanReads):
         dim = self.store.dimension
         if dim is None:
             raise StoreError("span vectors need the collection's dimension")
-        with self._lock:
-            db = self._conn(create=True)
+        with self._transaction() as db:
             assert db is not None
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if db.execute(
-                    "SELECT 1 FROM collections WHERE name = ? AND dim = ?", (self.collection, dim)
-                ).fetchone():
-                    db.execute("COMMIT")
-                    return False  # another writer made them meanwhile
-                self._drop_tables(db)
-                db.execute(
-                    f"CREATE TABLE {self._chunks} (id INTEGER PRIMARY KEY, chunk TEXT UNIQUE NOT NULL, "
-                    "source TEXT NOT NULL, start_line INTEGER, end_line INTEGER, n INTEGER NOT NULL, "
-                    "data BLOB NOT NULL)"
-                )
-                db.execute(f'CREATE INDEX "{self.collection}__span_sources" ON {self._chunks} (source)')
-                db.execute(
-                    f"CREATE TABLE {self._texts} (key INTEGER NOT NULL, chunk INTEGER NOT NULL, "
-                    "PRIMARY KEY (key, chunk)) WITHOUT ROWID"
-                )
-                db.execute(
-                    "INSERT INTO collections VALUES (?, ?, ?, ?)",
-                    (self.collection, dim, basis.describe("") if basis else "", int(refused)),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self._meta = None
-            return True
+            if db.execute("SELECT 1 FROM collections WHERE name = ? AND dim = ?", (self.collection, dim)).fetchone():
+                return False  # another writer made them meanwhile
+            self._drop_tables(db)
+            db.execute(
+                f"CREATE TABLE {self._chunks} (id INTEGER PRIMARY KEY, chunk TEXT UNIQUE NOT NULL, "
+                "source TEXT NOT NULL, start_line INTEGER, end_line INTEGER, n INTEGER NOT NULL, "
+                "data BLOB NOT NULL)"
+            )
+            db.execute(f'CREATE INDEX "{self.collection}__span_sources" ON {self._chunks} (source)')
+            db.execute(
+                f"CREATE TABLE {self._texts} (key INTEGER NOT NULL, chunk INTEGER NOT NULL, "
+                "PRIMARY KEY (key, chunk)) WITHOUT ROWID"
+            )
+            db.execute(
+                "INSERT INTO collections VALUES (?, ?, ?, ?)",
+                (self.collection, dim, basis.describe("") if basis else "", int(refused)),
+            )
+        self._meta = None
+        return True
 
     def _drop_tables(self, db: sqlite3.Connection) -> None:
         db.execute(f"DROP TABLE IF EXISTS {self._chunks}")
@@ -284,18 +274,11 @@ class SpanFile(SpanReads):
         db.execute("DELETE FROM collections WHERE name = ?", (self.collection,))
 
     def drop(self) -> None:
-        with self._lock:
-            db = self._conn(create=False)
+        with self._transaction(create=False) as db:
             if db is None:
                 return
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._drop_tables(db)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self._meta = None
+            self._drop_tables(db)
+        self._meta = None
 
     def flush(self) -> None:
         """Nothing: each write is committed in its own transaction."""
@@ -330,30 +313,23 @@ class SpanFile(SpanReads):
         ).reshape(n)
         vectors = [r["embedding"] for r in span_rows]
         codes, scales = self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
-        with self._lock:
-            db = self._conn(create=True)
+        with self._transaction() as db:
             assert db is not None
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._delete_in(db, [str(o["chunk_hash"]) for o in own_rows])
-                texts: list[tuple[int, int]] = []
-                for own in own_rows:
-                    cid = str(own["chunk_hash"])
-                    picks = np.asarray(by_chunk.get(cid, []), np.int64)
-                    picks = picks[np.argsort(index[picks], kind="stable")]
-                    blob = _pack(index[picks], starts[picks], ends[picks], ints[picks], codes[picks], scales[picks])
-                    cur = db.execute(
-                        f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (cid, str(own["source"]), int(own["start_line"]), int(own["end_line"]), len(picks), blob),
-                    )
-                    rid = int(cur.lastrowid or 0)
-                    texts.extend((int(k), rid) for k in ints[picks])
-                db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", texts)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            self._delete_in(db, [str(o["chunk_hash"]) for o in own_rows])
+            texts: list[tuple[int, int]] = []
+            for own in own_rows:
+                cid = str(own["chunk_hash"])
+                picks = np.asarray(by_chunk.get(cid, []), np.int64)
+                picks = picks[np.argsort(index[picks], kind="stable")]
+                blob = _pack(index[picks], starts[picks], ends[picks], ints[picks], codes[picks], scales[picks])
+                cur = db.execute(
+                    f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (cid, str(own["source"]), int(own["start_line"]), int(own["end_line"]), len(picks), blob),
+                )
+                rid = int(cur.lastrowid or 0)
+                texts.extend((int(k), rid) for k in ints[picks])
+            db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", texts)
         return len(span_rows) + len(own_rows)
 
     def insert(self, rows: list[dict[str, Any]]) -> int:
@@ -397,17 +373,27 @@ class SpanFile(SpanReads):
 
         self._write(delete)
 
-    def _write(self, fn: Any) -> None:
+    @contextlib.contextmanager
+    def _transaction(self, *, create: bool = True) -> Iterator[sqlite3.Connection | None]:
+        """The connection inside one write transaction (None: no file to write, when
+        not *create*): committed when the block ends, rolled back when it raises."""
         with self._lock:
-            db = self._conn(create=True)
-            assert db is not None
+            db = self._conn(create=create)
+            if db is None:
+                yield None
+                return
             db.execute("BEGIN IMMEDIATE")
             try:
-                fn(db)
+                yield db
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def _write(self, fn: Any) -> None:
+        with self._transaction() as db:
+            assert db is not None
+            fn(db)
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -458,12 +444,9 @@ class SpanFile(SpanReads):
         if self.exists:
             self.drop()
         self._create(basis, refused=getattr(legacy, "_refused", False))
-        complete = legacy.chunk_hashes()
-        own: dict[str, dict[str, Any]] = {}
+        own: dict[str, dict[str, Any]] = {}  # a chunk with its row 0 has all its spans
         for page in legacy.iter_rows():
-            for r in page:
-                if str(r["span_id"]).endswith(":0") and r["chunk_hash"] in complete:
-                    own[str(r["chunk_hash"])] = r
+            own.update((str(r["chunk_hash"]), r) for r in page if str(r["span_id"]).endswith(":0"))
         sources = sorted({str(o["source"]) for o in own.values()})
         moved = 0
         for i in range(0, len(sources), 64):  # every span of these files at once: a chunk lands whole
