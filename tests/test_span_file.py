@@ -123,6 +123,60 @@ def test_spans_kept_in_every_dimension_are_stored_again_in_fewer_once_enough(sto
     assert hit["span_id"] == few[7]["span_id"]
 
 
+def test_past_the_scan_limit_a_search_scores_the_spans_of_the_chunks_its_lists_found(
+    store: MilvusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A span file too large to score span by span for each search (1.2 M chunks
+    at 1 GB of journals: 27 s a search) gives the spans of the chunks a deeper
+    dense list and the BM25 list found; where those lists hold every chunk, that
+    is the same answer, hit for hit."""
+    spans = store.spans
+    span_rows, own = rows(60, 8)
+    spans.create([r["embedding"] for r in span_rows])
+    spans.put(span_rows, own)
+    store.upsert(
+        [
+            {
+                "chunk_hash": o["chunk_hash"],
+                "embedding": list(map(float, unit(o["embedding"]))),
+                "content": f"note {c} on topic{c}x and topic{c + 1}x",
+                "source": o["source"],
+                "heading": "",
+                "heading_level": 0,
+                "start_line": o["start_line"],
+                "end_line": o["end_line"],
+            }
+            for c, o in enumerate(own)
+        ]
+    )
+    asks = [(span_rows[i]["embedding"], f"topic{i // 8}x") for i in (3, 77, 200, 333, 479)]
+
+    def search_all() -> list[list[dict]]:
+        return [store.search(list(map(float, unit(v))), text, top_k=5, explain=True) for v, text in asks]
+
+    monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "480")
+    assert spans.scans_all()
+    every = search_all()
+    # The span a question was asked by is what found its chunk, first.
+    assert [h[0]["chunk_hash"] for h in every] == [span_rows[i]["chunk_hash"] for i in (3, 77, 200, 333, 479)]
+    assert all("span" in h[0]["explain"] for h in every)
+
+    monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "479")
+    assert not spans.scans_all()
+
+    def scan(*args: object) -> None:
+        raise AssertionError("every span scored past the limit")
+
+    monkeypatch.setattr(SpanFile, "search", scan)
+    assert search_all() == every
+    # A write changes the count the limit is held against.
+    monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "480")
+    assert spans.scans_all()
+    spans.delete_chunks([own[0]["chunk_hash"]])
+    monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "472")
+    assert spans.scans_all()
+
+
 def test_a_planted_or_damaged_span_file_is_refused_or_set_aside(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     path = path_of(db)

@@ -183,6 +183,15 @@ _ALL = (
         "the file `<database>.spans` beside it)",
     ),
     Variable(
+        "MEMSEARCH_SPAN_SCAN_MAX",
+        "int",
+        150_000,
+        "Spans of a span file that a search without the in-memory copy scores one by one; past them, the spans of "
+        "the chunks the dense and BM25 lists found",
+        minimum=0,
+        clamp=True,
+    ),
+    Variable(
         "MEMSEARCH_SPAN_DIMS",
         "int",
         128,

@@ -20,6 +20,14 @@ MAX_TOP_K = 16384
 #: Engine calls one search makes at once (Milvus Lite and a server both serve
 #: overlapping calls).
 PARALLEL_CALLS = 4
+#: How many times deeper the dense list is when it names the chunks whose spans a
+#: search scores (a span file past MEMSEARCH_SPAN_SCAN_MAX): the engine's scan
+#: costs the same, and each chunk's spans are one indexed read (docs/scale.md).
+CANDIDATES = 10
+
+
+def candidates(deep: int) -> int:
+    return min(MAX_TOP_K, deep * CANDIDATES)
 
 
 @functools.cache
@@ -83,14 +91,23 @@ class StoreSearch(StoreSchema):
         if hasattr(dense, "tolist"):
             dense = dense.tolist()
         vector = list(dense)
+        # Too many spans to score each for every search (a span file past
+        # MEMSEARCH_SPAN_SCAN_MAX): those of the chunks a deeper dense list and
+        # the BM25 list found.
+        every_span = self.spans.scans_all()
         # The lists are independent calls to the engine: asked together, a search
         # costs the slowest of them instead of their sum.
         try:
             dense_hits, sparse_hits, span_hits = together(
-                lambda: self._list_search([vector], "embedding", "COSINE", deep, source_prefix),
+                lambda: self._list_search(
+                    [vector], "embedding", "COSINE", deep if every_span else candidates(deep), source_prefix
+                ),
                 lambda: self.sparse_search(query_text, top_k=deep, source_prefix=source_prefix),
-                lambda: self.spans.search(vector, deep, source_prefix),
+                lambda: self.spans.search(vector, deep, source_prefix) if every_span else [],
             )
+            if not every_span:
+                listed = [h["chunk_hash"] for h in [*dense_hits, *sparse_hits]]
+                span_hits = list(self.spans.best_of(vector, listed).values())
         except StoreUnavailableError:
             raise
         except StoreError:

@@ -382,6 +382,10 @@ class SpanStore:
                 "query", lambda c, e=expr: c.query(collection_name=self.collection, filter=e, output_fields=fields)
             )
 
+    def scans_all(self) -> bool:
+        """Always: the engine searches its span rows itself (a server's index scales)."""
+        return True
+
     def search(self, vector: list[float], limit: int, source_prefix: str | None) -> list[dict[str, Any]]:
         """The *limit* chunks whose best span is nearest to *vector*, best first: each
         chunk's best span row, with its ``distance`` (Milvus groups by chunk)."""
