@@ -8,6 +8,7 @@ answers a refused request with that one line and closes the connection.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -241,3 +242,56 @@ def test_the_in_process_entry_reads_its_request_too(service) -> None:
     assert service.handle([]) == {"error": "a request is one JSON object"}
     # a streamed operation needs its connection: the client does it itself
     assert service.handle({**GOOD["index.run"], "v": protocol.VERSION, "code": CODE}) == {"unsupported": "request"}
+
+
+def test_clients_that_send_nothing_or_drip_delay_no_other(service, monkeypatch) -> None:
+    """Each connection's request is read in a thread of its own, by a deadline: a
+    client that connects and says nothing, or sends a byte now and then, no longer
+    holds every other search and lease renewal (10 s each, minutes for a drip)."""
+    import threading
+    import time
+
+    from memsearch_fast.serve import search
+
+    monkeypatch.setattr(search, "REQUEST_S", 2.0)
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.connect(service.path)
+    drip = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    drip.connect(service.path)
+    stop = threading.Event()
+
+    def dripping() -> None:
+        line = stamped(GOOD["watch.list"])
+        for i in range(len(line) - 1):  # never the end of the line
+            if stop.wait(0.5):
+                return
+            with contextlib.suppress(OSError):
+                drip.send(line[i : i + 1])
+
+    threading.Thread(target=dripping, daemon=True).start()
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        [listed] = _exchange(service.path, stamped(GOOD["watch.list"]))
+        assert json.loads(listed)["ok"] and time.monotonic() - start < 1.5
+        # 200 clients at once: each is answered.
+        many = []
+        for _ in range(200):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(20)
+            s.connect(service.path)
+            many.append(s)
+        for s in many:
+            s.sendall(stamped(GOOD["watch.list"]))
+        for s in many:
+            assert json.loads(s.makefile("rb").readline())["ok"]
+            s.close()
+        # The silent and the dripping client are let go at their deadline.
+        idle.settimeout(10)
+        drip.settimeout(10)
+        assert idle.recv(1) == b""
+        assert drip.recv(1) == b""
+    finally:
+        stop.set()
+        idle.close()
+        drip.close()

@@ -21,6 +21,7 @@ import os
 import select
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +43,16 @@ def peer(sock: socket.socket) -> tuple[int, int] | None:
     return pid, uid
 
 
-def read_line(sock: socket.socket) -> bytes:
+def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
+    """One line from *sock*; by the monotonic *deadline* when given (``TimeoutError``
+    after it, however the peer paces its bytes)."""
     buf = bytearray()
     while not buf.endswith(b"\n"):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request was not sent in time")
+            sock.settimeout(left)
         part = sock.recv(65536)
         if not part:
             break

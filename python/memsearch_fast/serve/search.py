@@ -49,6 +49,13 @@ ENV_UNLOAD = "MEMSEARCH_SEARCH_UNLOAD_S"
 DEFAULT_UNLOAD_S = 300.0
 #: Models (one per collection and model) a server keeps loaded at most.
 MAX_LOADED = 4
+#: Seconds a client has to send its whole request line: one that says nothing,
+#: or sends a byte now and then, holds its own connection's thread and no other.
+REQUEST_S = 10.0
+#: Connections whose requests are read at once (a thread each); more wait to be
+#: accepted, in a listen queue of :data:`BACKLOG`.
+MAX_CONNECTIONS = 64
+BACKLOG = 256
 
 
 # -- client ------------------------------------------------------------------------------
@@ -166,8 +173,9 @@ class Service:
 
     ``engine_uri`` is where the server's own engine listens; ``touch`` is
     called per request so searches count as activity for the idle timeout.
-    Requests run one at a time; the client connection to the engine is
-    closed after each, so an idle service holds no connection, and the
+    Each connection's request is read in a thread of its own, by a deadline
+    (:data:`REQUEST_S`); requests then run one at a time; the client
+    connection to the engine is closed after each, so an idle service holds no connection, and the
     models go after ``MEMSEARCH_SEARCH_UNLOAD_S`` (300) seconds without a
     search. A database known to be damaged is left to the searching process,
     which reports it.
@@ -207,8 +215,11 @@ class Service:
             os.unlink(path)
         self._listener.bind(path)
         os.chmod(path, 0o600)
-        self._listener.listen(16)
+        self._listener.listen(BACKLOG)
         self._thread = threading.Thread(target=self._serve, name="search-service", daemon=True)
+        #: One request at a time past its reading: the searchers, the models and the event loop.
+        self._serial = threading.RLock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     @property
     def address(self) -> str:
@@ -243,23 +254,34 @@ class Service:
             try:
                 conn, _ = self._listener.accept()
             except TimeoutError:
-                if self._instances and time.monotonic() - self._last > self._unload_after:
-                    self._unload()
-                elif self.models.unload_idle():  # the watchers' runs have borrowed none lately
-                    give_back_memory()
+                with self._serial:
+                    if self._instances and time.monotonic() - self._last > self._unload_after:
+                        self._unload()
+                    elif self.models.unload_idle():  # the watchers' runs have borrowed none lately
+                        give_back_memory()
                 continue
             except OSError:
                 return
-            conn.settimeout(10)
             self._last = time.monotonic()
-            kept = False
-            try:
-                kept = self._answer(conn)
-            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
-                logger.warning("search request failed: %s", exc)
-            finally:
-                if not kept:
-                    conn.close()
+            # Every slot held by clients that have not sent their request: this one
+            # waits for the first deadline to free one.
+            if not self._slots.acquire(timeout=REQUEST_S + 1):
+                conn.close()
+                continue
+            threading.Thread(target=self._connection, args=(conn,), name="service-request", daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        kept = False
+        try:
+            kept = self._answer(conn)
+        except TimeoutError:
+            logger.info("a client sent no request within %s s", REQUEST_S)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
+            logger.warning("search request failed: %s", exc)
+        finally:
+            self._slots.release()
+            if not kept:
+                conn.close()
 
     def _unload(self) -> None:
         """Drop the searchers and the models after a quiet spell: a server kept
@@ -277,29 +299,36 @@ class Service:
         peer = _peer(conn)
         if peer is not None and peer[1] != os.geteuid():
             return False
-        req = protocol.read(read_line(conn), self._code)
+        req = protocol.read(read_line(conn, time.monotonic() + REQUEST_S), self._code)
+        conn.settimeout(10)
         if isinstance(req, protocol.Refusal):
             logger.info("refused a request: %s", req.reason)
             conn.sendall(protocol.reply(req.answer))
             return False
-        if req["op"] == "watch.follow" and self.watchers is not None:
-            from memsearch_fast.serve import follow
+        with self._serial:
+            self._last = time.monotonic()
+            if req["op"] == "watch.follow" and self.watchers is not None:
+                from memsearch_fast.serve import follow
 
-            follow.start(conn, self.watchers, req, peer[0] if peer is not None else req.get("pid"))
-            return True
-        if req["op"] == "index.run" and self.watchers is not None:
-            from memsearch_fast.serve import runs
+                follow.start(conn, self.watchers, req, peer[0] if peer is not None else req.get("pid"))
+                return True
+            if req["op"] == "index.run" and self.watchers is not None:
+                from memsearch_fast.serve import runs
 
-            runs.start(conn, self.watchers, req, self._touch)
-            return True
-        conn.sendall(protocol.reply(self._dispatch(req)))
+                runs.start(conn, self.watchers, req, self._touch)
+                return True
+            answer = self._dispatch(req)
+        conn.sendall(protocol.reply(answer))
         return False
 
     def handle(self, req: object) -> protocol.Answer:
         """One request's reply: ``{"text": output}``, or ``{"unsupported"|"missing"|"error": ...}``;
         ``status`` and ``watch.*`` requests go to the watched roots."""
         checked = protocol.check(req, self._code)
-        return checked.answer if isinstance(checked, protocol.Refusal) else self._dispatch(checked)
+        if isinstance(checked, protocol.Refusal):
+            return checked.answer
+        with self._serial:
+            return self._dispatch(checked)
 
     def _dispatch(self, req: protocol.Request) -> protocol.Answer:
         if req["op"] == "search":
