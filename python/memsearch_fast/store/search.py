@@ -122,15 +122,30 @@ class StoreSearch(StoreSchema):
         have = {cid for cid, _ in ranked}
         lacking = [cid for cid in dict.fromkeys(cid for cid, _ in sparse) if cid not in have]
         missing = [cid for cid, _ in ranked if cid not in rows]
+        # What the lists already scored (a dense list deeper than the fused one, the
+        # spans of the chunks it and BM25 found) is not asked again.
+        scored = {h["chunk_hash"]: h for h in dense_hits}
+        spanned = {} if every_span else {str(h["chunk_hash"]): h for h in span_hits}
+
+        def own_scores() -> list[dict[str, Any]]:
+            asked = [cid for cid in lacking if cid not in scored]
+            known = [scored[cid] for cid in lacking if cid in scored]
+            return known + (
+                self._search_among(self.collection, [vector], "embedding", "COSINE", asked, ["chunk_hash"])
+                if asked
+                else []
+            )
+
+        def best_spans() -> list[dict[str, Any]]:
+            asked = [cid for cid in lacking if cid not in spanned]
+            known = [spanned[cid] for cid in lacking if cid in spanned]
+            return known + (list(self.spans.best_of(vector, asked).values()) if asked else [])
+
         # The BM25 hits' dense scores, the dense hits' BM25 scores and the rows the
         # lists lack depend only on the lists above: asked together too.
         own, best, filled, found_rows = together(
-            lambda: (
-                self._search_among(self.collection, [vector], "embedding", "COSINE", lacking, ["chunk_hash"])
-                if lacking
-                else []
-            ),
-            lambda: list(self.spans.best_of(vector, lacking).values()) if lacking else [],
+            own_scores,
+            best_spans,
             lambda: self.fill_sparse(sparse, ranked, query_text),
             lambda: self.rows_for_ids(missing, QUERY_FIELDS) if missing else [],
         )
