@@ -179,6 +179,7 @@ async def watch(
     extensions: Sequence[str] = (".md", ".markdown"),
     database: str | None = None,
     rerun: asyncio.Event | None = None,
+    source: Callable[..., AsyncIterator[set[Any]]] | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """``run()`` (an index run of *paths*) now, then again after every burst of changes.
 
@@ -190,6 +191,8 @@ async def watch(
     or server that can never hold the index (``UnusableDatabaseError``): that
     sets *stop*: a "failed" event, then "stopped". Setting *rerun* asks for a
     run as if a file had changed (a client that joins wants to see one).
+    *source* stands in for ``watchfiles.awatch`` (a service's one watcher for all
+    its roots, :class:`memsearch_fast.serve.notify.Hub`).
     """
     from watchfiles import awatch
 
@@ -222,7 +225,7 @@ async def watch(
         try:
             # One watcher for as long as the root set holds: events that
             # arrive during a run are kept by it and start the next run.
-            async for changes in awatch(
+            async for changes in (source or awatch)(
                 *[r for r, _, _ in armed],
                 watch_filter=accept,
                 debounce=GATHER_MS * 4,

@@ -1,8 +1,9 @@
 """The watched roots of a database, inside its service process.
 
 Sessions and ``memsearch watch`` register roots here (``watch.lease``) instead
-of each running a process with its own model. One watcher per root,
-collection and settings, however many leases name it: the same
+of each running a process with its own model. One watch loop per root,
+collection and settings, however many leases name it, all fed by one file
+watcher (:mod:`.notify`: one inotify instance, however many roots): the same
 :func:`memsearch_fast.index.watch.watch` loop as ``memsearch watch``, each run
 an ordinary index run of that root through a ``MemSearch`` on the database
 path (so the writer lock, the manifest and lazy sync's record are exactly a
@@ -38,6 +39,7 @@ from memsearch_fast.serve import root_guard
 from memsearch_fast.serve.follow import Follower
 from memsearch_fast.serve.leases import Lease, pid_start, ttl_of
 from memsearch_fast.serve.models import Models
+from memsearch_fast.serve.notify import Hub
 
 if TYPE_CHECKING:
     from memsearch_fast.index.watch_lock import WatchLock
@@ -129,6 +131,8 @@ class Registry:
         self._closing: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._main, name="watchers", daemon=True)
         self._stopped = False
+        #: One file watcher (an inotify instance) for every root watched here.
+        self.hub = Hub()
 
     def start(self) -> Registry:
         self._thread.start()
@@ -140,6 +144,7 @@ class Registry:
         try:
             self._loop.run_until_complete(self._tend())
         finally:
+            self.hub.close()
             self._loop.close()
 
     async def _tend(self) -> None:
@@ -422,6 +427,7 @@ class Registry:
                 stop=w.stop,
                 database=self.db_path,
                 rerun=w.rerun,
+                source=self.hub.changes,
             ):
                 self._record(w, event)
                 self._publish(w, event.as_dict())
