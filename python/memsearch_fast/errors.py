@@ -46,12 +46,74 @@ def describe(exc: BaseException) -> str:
     """The one line a user sees for *exc*.
 
     Our errors, ValueError and OSError carry user-facing messages already;
-    anything else is prefixed with its type, which is then the useful part.
+    anything else is prefixed with its type, which is then the useful part. A
+    permission error on a file another user owns names that user and a way on
+    (:func:`another_users_file`).
     """
+    planted = another_users_file(exc)
+    if planted:
+        return planted
     text = one_line(exc, limit=None)
     if isinstance(exc, (MemsearchError, ValueError, OSError)):
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def another_users_file(exc: BaseException) -> str | None:
+    """For a permission error on a file another user owns (one planted beside a
+    database in a directory others can write: a lock, a record, a manifest),
+    the one line naming it, its owner and a way on; else None."""
+    import errno
+    import os
+
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EACCES, errno.EPERM):
+        return None
+    for name in (exc.filename2, exc.filename):  # a rename's target is the file in the way
+        if name is None:
+            continue
+        path = os.fsdecode(name)
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if owner != os.geteuid():
+            return f"{path} belongs to another user ({user_name(owner)}); refusing to use it: {way_on(path)}"
+    return None
+
+
+def user_name(uid: int) -> str:
+    """``uid 1001, alice`` (the uid alone where the system names nobody)."""
+    import pwd
+
+    try:
+        return f"uid {uid}, {pwd.getpwuid(uid).pw_name}"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def way_on(path: str) -> str:
+    """What a user can do about another user's file at *path* beside a database:
+    remove it where they may; where they may not (a shared directory with the
+    sticky bit, as /tmp), keep the database in a directory of their own."""
+    import os
+    import stat
+
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        mine = os.geteuid()
+        dir_st, file_st = os.stat(parent), os.lstat(path)
+        removable = mine == 0 or (
+            os.access(parent, os.W_OK | os.X_OK)
+            and (not dir_st.st_mode & stat.S_ISVTX or mine in (dir_st.st_uid, file_st.st_uid))
+        )
+    except OSError:
+        removable = False
+    if removable:
+        return "remove it"
+    return (
+        f"you cannot remove it from {parent}, which others can write; keep the database in a directory of your "
+        "own (the default is ~/.memsearch/milvus.db)"
+    )
 
 
 class EmbeddingError(MemsearchError, RuntimeError):

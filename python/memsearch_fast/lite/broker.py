@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from memsearch_fast._os import pid_alive
 from memsearch_fast.config import environment
-from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, one_line
+from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, another_users_file, one_line
 from memsearch_fast.lite.process import (
     endpoint_open,
     is_engine_of,
@@ -32,7 +32,7 @@ from memsearch_fast.lite.settings import (
     SERVER_MARK,
     idle_timeout,
 )
-from memsearch_fast.lite.sidecars import flock, make_parent, open_sidecar, relocated, sidecar_paths
+from memsearch_fast.lite.sidecars import flock, make_parent, open_sidecar, refuse_others, relocated, sidecar_paths
 from memsearch_fast.lite.sockets import address_uri, search_socket, server_socket
 from memsearch_fast.lite.state import read_state
 
@@ -63,11 +63,14 @@ def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float |
     try:
         return _attach_locked(db_path, connect, start_timeout)
     except OSError as exc:
-        raise StoreUnavailableError(f"cannot use Milvus Lite database {db_path}: {one_line(exc)}") from None
+        raise StoreUnavailableError(
+            another_users_file(exc) or f"cannot use Milvus Lite database {db_path}: {one_line(exc)}"
+        ) from None
 
 
 def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: float) -> _T:
     paths = sidecar_paths(db_path)
+    refuse_others(paths["state"], paths["log"])  # planted by another user: said before a server fails on it
     with flock(paths["lock"], timeout=start_timeout + 30):
         if relocated(db_path):
             client = _attach_beside(db_path, connect)

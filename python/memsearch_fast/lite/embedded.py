@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
+from memsearch_fast.errors import StoreError, StoreUnavailableError, another_users_file, one_line
 from memsearch_fast.lite.process import endpoint_open
 from memsearch_fast.lite.sidecars import make_parent, writable_dir
 
@@ -54,6 +54,9 @@ def open_client(db_path: str, make_client: Callable[[str], _T]) -> _T:
             if not writable_dir(parent)
             else "is another process using it? unset MEMSEARCH_LITE_MODE to share it through a server"
         )
+        planted = another_users_file(exc)
+        if planted:
+            raise StoreUnavailableError(planted) from None
         raise StoreUnavailableError(f"cannot open Milvus Lite database {db_path}: {one_line(exc)} ({why})") from None
     if new:
         _make_private(db_path)

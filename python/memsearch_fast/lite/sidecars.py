@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from memsearch_fast._os import locked, write_atomic
-from memsearch_fast.errors import StoreError, StoreUnavailableError, UnusableDatabaseError, one_line
+from memsearch_fast.errors import (
+    StoreError,
+    StoreUnavailableError,
+    UnusableDatabaseError,
+    another_users_file,
+    one_line,
+    user_name,
+    way_on,
+)
 from memsearch_fast.lite.fallback import is_lite3_database
 from memsearch_fast.lite.sockets import runtime_dir
 from memsearch_fast.lite.version import milvus_lite_major
@@ -71,8 +79,18 @@ def check_writable(db_path: str) -> None:
         raise StoreError(f"cannot write {db_path}: the database is read-only for this user ({readers})")
 
 
+def refuse_others(*paths: str) -> None:
+    """Refuse, in one line with a way on, files beside the database that another
+    user made (in a directory others can write): before a server fails on them."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            owner = os.lstat(path).st_uid
+            if owner != os.geteuid():
+                raise _refuse(path, f"belongs to another user ({user_name(owner)})")
+
+
 def _refuse(path: str, what: str) -> StoreUnavailableError:
-    return StoreUnavailableError(f"{path} {what}; refusing to use it beside the database (remove it)")
+    return StoreUnavailableError(f"{path} {what}; refusing to use it beside the database: {way_on(path)}")
 
 
 def open_sidecar(path: str, flags: int, *, replace: bool = False) -> int:
@@ -92,6 +110,9 @@ def open_sidecar(path: str, flags: int, *, replace: bool = False) -> int:
         fd = os.open(path, base, 0o600)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            planted = another_users_file(exc)
+            if planted:
+                raise StoreUnavailableError(planted) from None
             raise
         problem = _kind(path)
     else:
@@ -128,7 +149,7 @@ def _unusable(fd: int) -> str:
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
     if st.st_uid != os.geteuid():
-        return f"belongs to another user (uid {st.st_uid})"
+        return f"belongs to another user ({user_name(st.st_uid)})"
     return ""
 
 
@@ -275,4 +296,6 @@ def write_sidecar_json(target: str, data: dict[str, Any], *, what: str = "") -> 
     try:
         write_atomic(target, json.dumps(data).encode("utf-8"), temp=f"{target}.{os.getpid()}.tmp", fsync=False)
     except OSError as exc:
-        raise StoreUnavailableError(f"cannot write {what or target}: {one_line(exc)}") from None
+        raise StoreUnavailableError(
+            another_users_file(exc) or f"cannot write {what or target}: {one_line(exc)}"
+        ) from None

@@ -204,10 +204,11 @@ class Manifest:
         try:
             fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            from memsearch_fast.errors import StoreUnavailableError, one_line
+            from memsearch_fast.errors import StoreUnavailableError, another_users_file, one_line
 
             raise StoreUnavailableError(
-                f"cannot open the writer lock {self.lock_path}: {one_line(exc.strerror or exc)}"
+                another_users_file(exc)
+                or f"cannot open the writer lock {self.lock_path}: {one_line(exc.strerror or exc)}"
             ) from None
         try:
             try:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsearch_fast.errors import StoreError, UnusableDatabaseError
+from memsearch_fast.errors import StoreError, UnusableDatabaseError, user_name, way_on
 from memsearch_fast.store.spans.reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
 
 if TYPE_CHECKING:
@@ -69,9 +69,11 @@ def check_file(path: str) -> None:
         except OSError as exc:
             raise UnusableDatabaseError(f"{p} cannot be read ({exc.strerror}); remove it") from None
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            raise UnusableDatabaseError(f"{p} is not a regular file (a link or other); refusing it: remove it")
+            raise UnusableDatabaseError(f"{p} is not a regular file (a link or other); refusing it: {way_on(p)}")
         if st.st_uid != os.geteuid():
-            raise UnusableDatabaseError(f"{p} belongs to another user (uid {st.st_uid}); refusing it: remove it")
+            raise UnusableDatabaseError(
+                f"{p} belongs to another user ({user_name(st.st_uid)}); refusing it: {way_on(p)}"
+            )
 
 
 class SpanFile(SpanReads):
