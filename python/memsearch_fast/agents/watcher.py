@@ -72,9 +72,15 @@ _WRAPPERS = frozenset(
 )
 
 
+def _wrapper(name: str) -> bool:
+    return name in _WRAPPERS or name.startswith("python")
+
+
 def agent_pid() -> int | None:
     """The agent process that runs this hook: the nearest ancestor that is not a
-    wrapper; None when there is none below init (the lease then lives by renewal)."""
+    wrapper; None when there is none below init (the lease then lives by renewal).
+    A script run by its ``#!`` line is named after itself, not its shell: its
+    command line's first word says what runs it."""
     pid = os.getppid()
     for _ in range(8):
         if pid <= 1:
@@ -82,11 +88,13 @@ def agent_pid() -> int | None:
         try:
             with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
                 comm = f.read().strip()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                runner = os.path.basename(f.read().split(b"\0", 1)[0].decode("utf-8", "replace"))
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
                 parent = int(f.read().rsplit(")", 1)[-1].split()[1])
         except (OSError, ValueError, IndexError):
             return None
-        if comm not in _WRAPPERS and not comm.startswith("python"):
+        if not _wrapper(comm) and not _wrapper(runner):
             return pid
         pid = parent
     return None
