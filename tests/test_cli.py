@@ -476,3 +476,32 @@ def test_index_and_status_say_when_the_database_outgrows_milvus_lite(
     assert "Milvus Lite keeps all of it in memory" in status
     shown = json.loads(ok(run(["status", "--milvus-uri", str(db), "-j"], small)).stdout)
     assert "docs/scale.md" in shown["size_note"]
+
+
+def test_indexing_a_project_into_the_hooks_collection_keeps_its_hidden_journals(
+    env: dict[str, str], db: Path, tmp_path: Path, model_dir: Path
+) -> None:
+    """`memsearch index PROJECT --collection <the hooks' one>` removed the journals of
+    `.memsearch/memory` (hidden: the scan skips them), and the hooks' lazy sync put
+    them back: the two recorded runs undid each other at every search. A hidden file
+    still on disk came from a run of its own and stays; one deleted goes."""
+    project = tmp_path / "project"
+    memory = project / ".memsearch" / "memory"
+    memory.mkdir(parents=True)
+    journal = memory / "2026-11-01.md"
+    journal.write_text("# 2026-11-01\n\n- Moved the relay to port 7443 for the staging cluster.\n", encoding="utf-8")
+    (project / "README.md").write_text("# Project\n\nA small service that relays webhooks.\n", encoding="utf-8")
+    args = ["--collection", "hooks_memory", "--milvus-uri", str(db), "-m", str(model_dir)]
+    first = json.loads(ok(run(["index", str(memory), "-j", *args], env)).stdout)
+    assert first["chunks"] == 1
+    project_run = json.loads(ok(run(["index", str(project), "-j", *args], env)).stdout)
+    assert project_run["deleted"] == 0 and project_run["sources_removed"] == 0
+    stats = ok(run(["stats", *args[:-2]], env)).stdout
+    assert "Total indexed chunks: 2" in stats
+    hits = json.loads(ok(run(["search", "which port does the relay use", "-j", *args], env)).stdout)
+    assert any("7443" in h["content"] for h in hits)
+    again = json.loads(ok(run(["index", str(project), "-j", *args], env)).stdout)
+    assert again["embedded"] == 0 and again["deleted"] == 0  # nothing undone, nothing redone
+    journal.unlink()
+    gone = json.loads(ok(run(["index", str(project), "-j", *args], env)).stdout)
+    assert gone["sources_removed"] == 1

@@ -21,8 +21,7 @@ def test_a_hook_run_through_a_wrapper_script_leases_with_the_agents_pid(tmp_path
     shutil.copy("/bin/sh", agent)
     hook = tmp_path / "memsearch-session-start.sh"
     hook.write_text(
-        "#!/bin/sh\n"
-        f'"{sys.executable}" -c "from memsearch_fast.agents.watcher import agent_pid; print(agent_pid())"\n',
+        f'#!/bin/sh\n"{sys.executable}" -c "from memsearch_fast.agents.watcher import agent_pid; print(agent_pid())"\n',
         encoding="utf-8",
     )
     hook.chmod(0o755)

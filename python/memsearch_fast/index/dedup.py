@@ -11,6 +11,7 @@ deleted.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
@@ -107,12 +108,29 @@ def vanished(
     sources: Iterable[str], roots: Iterable[str], *, unlisted: Iterable[str] = (), seen: Container[str] = frozenset()
 ) -> list[str]:
     """The ``sources`` under a directory root that are not ``seen``, except
-    under directories the scan could not list (files there may still exist)."""
+    under directories the scan could not list (files there may still exist),
+    and except hidden files that still exist: the scan skips them by rule, so
+    they came from a run of their own (the hooks' ``.memsearch/memory`` inside
+    a project): ``memsearch index PROJECT`` into that collection removed the
+    journals, and the hooks' next lazy sync put them back, run after run."""
     prefixes = tuple(r.rstrip("/") + "/" for r in roots)
     if not prefixes:
         return []
     keep = tuple(d.rstrip("/") + "/" for d in unlisted)
-    return sorted(s for s in sources if s.startswith(prefixes) and s not in seen and not (keep and s.startswith(keep)))
+    return sorted(
+        s
+        for s in sources
+        if s.startswith(prefixes)
+        and s not in seen
+        and not (keep and s.startswith(keep))
+        and not (_hidden_under(s, prefixes) and os.path.lexists(s))
+    )
+
+
+def _hidden_under(source: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether *source* lies in a hidden file or directory below the root it is under."""
+    root = max((p for p in prefixes if source.startswith(p)), key=len)
+    return any(part.startswith(".") for part in source[len(root) :].split("/"))
 
 
 _DIGEST = 8  # chunk ids are the first 16 hex digits of a SHA-256
