@@ -105,7 +105,7 @@ def test_forty_roots_share_one_watcher_and_each_hears_only_its_own(tmp_path: Pat
 
 
 @pytest.mark.slow(reason="starts the resident service with the real model and leases 30 roots")
-def test_the_service_watches_thirty_roots_with_one_inotify_instance(served_home, db, model_dir, tmp_path) -> None:
+def test_the_service_watches_thirty_roots_with_one_inotify_instance_and_no_idle_files(served_home, db, model_dir, tmp_path) -> None:
     roots = []
     for i in range(30):
         r = tmp_path / f"notes{i:02d}"
@@ -125,6 +125,9 @@ def test_the_service_watches_thirty_roots_with_one_inotify_instance(served_home,
         assert time.monotonic() < deadline, client.status(str(db))
         time.sleep(0.5)
     assert inotify_instances(pid) <= 1
+    # Between runs a root holds its watcher lock and nothing else (no span file, no journal).
+    held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert not [h for h in held if ".spans" in h], held
     (roots[29] / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
     deadline = time.monotonic() + 60
     while True:

@@ -38,6 +38,7 @@ def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[],
     from memsearch_fast.serve.models import Models
     from memsearch_fast.serve.watchers import Registry
 
+    _more_open_files()
     models = Models(environment.number(search.ENV_UNLOAD, search.DEFAULT_UNLOAD_S))
     try:
         service = search.Service(search_socket(sock), uri, touch, db_path, models=models)
@@ -49,6 +50,20 @@ def search_service(db_path: str, sock: str | None, uri: str, touch: Callable[[],
     service.keeper = Keeper.from_env(uri, db_path, service.busy).start()
     service.watchers = Registry(db_path, models, touch, used=service.keeper.touch).start()
     return service.start()
+
+
+def _more_open_files() -> None:
+    """The soft limit on open files raised to the hard one: the service holds a
+    watcher lock per watched root, and many systems start at 1,024 files."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, OSError, ValueError) as exc:
+        logger.info("open-file limit left as it is: %s", exc)
 
 
 def main(argv: list[str] | None = None) -> int:

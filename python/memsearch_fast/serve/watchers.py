@@ -417,6 +417,9 @@ class Registry:
                         return await ms.index_with_report()
                 finally:
                     w.state = "watching"
+                    # Between runs a root holds no connection nor file (the span file and its
+                    # journal: two descriptors a root, which 500 roots made 1,000).
+                    await asyncio.to_thread(ms.close_store)
 
         try:
             async for event in watch(
