@@ -105,7 +105,9 @@ def test_forty_roots_share_one_watcher_and_each_hears_only_its_own(tmp_path: Pat
 
 
 @pytest.mark.slow(reason="starts the resident service with the real model and leases 30 roots")
-def test_the_service_watches_thirty_roots_with_one_inotify_instance_and_no_idle_files(served_home, db, model_dir, tmp_path) -> None:
+def test_the_service_watches_thirty_roots_with_one_inotify_instance_and_no_idle_files(
+    served_home, db, model_dir, tmp_path
+) -> None:
     roots = []
     for i in range(30):
         r = tmp_path / f"notes{i:02d}"

@@ -10,8 +10,9 @@ reached through the provider object itself.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
 
@@ -22,6 +23,22 @@ SNIPPET_CHARS = 500
 APPROX_TOKENIZER = "chars/4 (approximation)"
 
 TokenCounter = Callable[[str], int]
+
+
+class Searcher(Protocol):
+    """What a tiered search needs of the API object (``api.MemSearch`` is one):
+    its search, and its provider for counting tokens."""
+
+    @property
+    def provider(self) -> Any: ...
+    async def search(
+        self,
+        query: str,
+        top_k: int = ...,
+        source_prefix: str | os.PathLike[str] | None = None,
+        *,
+        explain: bool = False,
+    ) -> list[dict[str, Any]]: ...
 
 
 # -- JSON --------------------------------------------------------------------------------
@@ -199,7 +216,7 @@ def render_search(
 
 
 async def tiered_search(
-    ms: Any,
+    ms: Searcher,
     query: str,
     *,
     top_k: int = DEFAULT_TOP_K,
