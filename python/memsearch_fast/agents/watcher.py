@@ -72,19 +72,24 @@ _WRAPPERS = frozenset(
 )
 
 
-def _wrapper(name: str) -> bool:
-    return name in _WRAPPERS or name.startswith("python")
+#: Interpreters whose scripts are wrappers: a plugin's hook script. A program run
+#: by another interpreter and named after itself (``#!/usr/bin/env python3`` in an
+#: agent written in Python) is the agent.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh"})
 
 
-def agent_pid() -> int | None:
-    """The agent process that runs this hook: the nearest ancestor that is not a
-    wrapper; None when there is none below init (the lease then lives by renewal).
-    A script run by its ``#!`` line is named after itself, not its shell: its
-    command line's first word says what runs it."""
+#: The agents' own process names: an ancestor so named is the agent, even a
+#: script (a test's stand-in, a user's launcher named after the agent).
+_AGENTS = frozenset({"claude", "codex", "opencode", "openclaw"})
+
+
+def _ancestors() -> list[tuple[int, str, str]]:
+    """(pid, name, the first word of its command line) from this process's parent up, below init."""
+    out: list[tuple[int, str, str]] = []
     pid = os.getppid()
     for _ in range(8):
         if pid <= 1:
-            return None
+            break
         try:
             with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
                 comm = f.read().strip()
@@ -93,10 +98,25 @@ def agent_pid() -> int | None:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
                 parent = int(f.read().rsplit(")", 1)[-1].split()[1])
         except (OSError, ValueError, IndexError):
-            return None
-        if not _wrapper(comm) and not _wrapper(runner):
-            return pid
+            break
+        out.append((pid, comm, runner))
         pid = parent
+    return out
+
+
+def agent_pid() -> int | None:
+    """The agent process that runs this hook: the nearest ancestor named as an
+    agent, else the nearest that is not a wrapper; None when there is none below
+    init (the lease then lives by renewal). A script run by its ``#!`` line is
+    named after itself, not its shell (a plugin's hook script): its command
+    line's first word says which shell runs it."""
+    chain = _ancestors()
+    for pid, comm, _runner in chain:
+        if comm in _AGENTS:
+            return pid
+    for pid, comm, runner in chain:
+        if comm not in _WRAPPERS and not comm.startswith("python") and runner not in _SHELLS:
+            return pid
     return None
 
 
