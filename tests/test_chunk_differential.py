@@ -92,7 +92,7 @@ def assert_same(text: str, *, max_chunk_size: int, overlap_lines: int, source: s
     assert ms.clean_content_for_embedding(text) == ref_chunker.clean_content_for_embedding(text)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(text=_texts(), max_chunk_size=st.sampled_from([1, 7, 40, 120, 400, 1500]), overlap=st.integers(-1, 4))
 @pytest.mark.slow(reason="runs memsearch 0.4.23's chunker in its own environment on generated markdown")
 def test_generated_markdown_matches_reference(text: str, max_chunk_size: int, overlap: int) -> None:

@@ -153,12 +153,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 @pytest.mark.slow(reason="runs memsearch 0.4.23's expand once for every chunk")
-@pytest.mark.timeout(300)  # 40-85 s on two busy cores: past the suite's 120 s limit on a slower machine
+@pytest.mark.timeout(300)  # 20-45 s on two busy cores: past the suite's 120 s limit on a slower machine
 def test_expand_matches_the_reference_for_every_chunk(lab: Lab) -> None:
     hashes = lab.hashes()
     assert len(hashes) >= 6
-    variants = [[], ["--no-section", "-j"], ["--lines", "1"], ["--lines", "2", "-j"]]
-    calls = [["expand", h, *v, *lab.milvus] for h in hashes for v in variants]
+    variants = [["--no-section", "-j"], ["--lines", "1"], ["--lines", "2", "-j"]]
+    # Every chunk as `expand` shows it by default; the other forms on three of them
+    # (each of ours is a process of its own: a form on every chunk cost 50 s of the suite).
+    calls = [["expand", h, *lab.milvus] for h in hashes]
+    calls += [["expand", h, *v, *lab.milvus] for h in hashes[:3] for v in variants]
     calls.append(["expand", "0123456789abcdef", *lab.milvus])  # not in the index
     ours = [lab.ours(*c) for c in calls]
     theirs = lab.reference(*calls)
