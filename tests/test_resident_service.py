@@ -216,6 +216,27 @@ def test_a_killed_service_is_restarted_by_the_next_lease(served, db, model_dir, 
     assert "heron" in search(db, model_dir, "when does the heron queue drain")[0]["content"]
 
 
+@pytest.mark.slow(reason="starts the resident service on a cold root of 1 MB and stops it during its run")
+def test_sigterm_stops_the_service_within_seconds_and_keeps_what_its_run_embedded(served, db, model_dir, tmp_path):
+    """A watcher's run in hand is cancelled as Ctrl-C cancels ``index``: the service does not
+    wait out a cold run (before: up to 30 s, past the 10 s a stopper gives before kill -9)."""
+    from tests.helpers.harness import corpus
+
+    notes = tmp_path / "notes"
+    files = corpus(notes, 1_000_000, seed=29)
+    assert client.send_lease(str(db), lease(model_dir, notes, "s", os.getpid()), start=True)["ok"]
+    pid = lite_state.read_state(str(db))["pid"]
+    wait_for(lambda: any(r["state"] == "indexing" for r in roots(db)))
+    time.sleep(4)  # batches embedded and written; about 20 s of the run left on two cores
+    os.kill(pid, signal.SIGTERM)
+    asked = time.monotonic()
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=60)
+    took = time.monotonic() - asked
+    assert took < 8, f"the service took {took:.1f} s to stop"
+    kept = ids_by_source(db, "notes")
+    assert kept and len(kept) < len(files), (len(kept), len(files))  # written, and the run was cut
+
+
 def watch_cli(db: Path, model_dir: Path, root: Path, **env: str) -> Watcher:
     args = [str(root), "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
     return Watcher(args, {**os.environ, **env})

@@ -234,7 +234,7 @@ class Service:
         if self.keeper is not None:
             self.keeper.stop()
         if self.watchers is not None:
-            self.watchers.stop()  # the runs in hand finish and flush
+            self.watchers.stop()  # the runs in hand write what they embedded, then end
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):

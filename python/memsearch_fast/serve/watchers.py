@@ -53,7 +53,7 @@ ENV_LEASE = "MEMSEARCH_WATCH_LEASE_S"
 DEFAULT_LEASE_S = 120.0
 #: How often leases are checked and the service marked active (seconds).
 CHECK_S = 1.0
-#: How long stopping the service waits for the runs in hand.
+#: How long stopping the service waits for the runs in hand to write what they embedded.
 STOP_WAIT_S = 30.0
 
 
@@ -164,11 +164,14 @@ class Registry:
                 self._touch()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), CHECK_S)
+        # Stopping (SIGTERM) cancels the runs in hand as Ctrl-C does an index: what
+        # they embedded is written and flushed, the next run does the rest. Waiting for them
+        # to finish kept a service that was told to go for as long as a cold run lasts.
+        tasks = [w.task for w in self._watched.values() if w.task is not None] + list(self._runs)
         for w in self._watched.values():
             w.stop.set()
-        for run in self._runs:
-            run.cancel()  # an index run of a client: what it embedded is written and flushed
-        tasks = [w.task for w in self._watched.values() if w.task is not None] + list(self._runs)
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
 
@@ -178,7 +181,7 @@ class Registry:
         return self._stopped
 
     def stop(self) -> None:
-        """Stop every watcher after its run in hand; idempotent."""
+        """Stop every watcher, its run in hand cancelled (what it embedded is kept); idempotent."""
         if self._stopped or not self._thread.is_alive():
             self._stopped = True
             return
