@@ -836,6 +836,20 @@ def test_a_turn_compacted_before_it_ends_keeps_one_entry(env: Env) -> None:
     assert text.count("### ") == 2 and text.count("## Session ") == 1, text
 
 
+@pytest.mark.slow(reason="runs agent hooks as subprocesses with a summarizer that takes 3 s")
+def test_a_compaction_before_stops_notes_are_written_leaves_the_turn_to_its_stop(env: Env) -> None:
+    """Stop writes its notes in the background; a PreCompact that comes before they are in
+    the log (the host compacting as the turn ends) does not journal the same turn again."""
+    transcript = session_file(env, "race", [("a question about the billing service", "its answer")])
+    env.fake_agent("claude", "sleep 3\ncat <<'EOF'\n" + NOTES.format(topic="the billing turn") + "\nEOF")
+    env.json_hook("claude-code", "stop", stop_payload("race", transcript))
+    env.json_hook("claude-code", "pre-compact", {**stop_payload("race", transcript), "trigger": "auto"})
+    env.captured(1)
+    time.sleep(4)  # a second capture, had one started with the compaction, is done by now
+    text = env.log_text()
+    assert text.count("turn:race-u0 ") == 1 and text.count("### ") == 1, text
+
+
 def test_merge_replaces_a_turns_notes_or_extends_an_entry_of_several_turns(tmp_path: Path) -> None:
     from memsearch_fast.agents import journal
 

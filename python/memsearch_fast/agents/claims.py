@@ -43,6 +43,11 @@ def claim(memsearch_dir: str, session: str, turn: str) -> bool:
     return True
 
 
+def claimed(memsearch_dir: str, session: str, turn: str) -> bool:
+    """Whether *turn*'s Stop ran (its notes may still be on their way to the log)."""
+    return turn_file(memsearch_dir, session, turn).is_file()
+
+
 def mark_compacted(memsearch_dir: str, session: str, turn: str, anchor: str) -> None:
     """PreCompact caught *turn* before it ended, in its entry anchored to turn *anchor*."""
     with contextlib.suppress(OSError):

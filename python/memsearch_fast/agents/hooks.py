@@ -230,6 +230,18 @@ def stop(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
     return {}
 
 
+class _Captured:
+    """Turns in the log or claimed by their Stop, for :func:`.turns.uncaptured`."""
+
+    def __init__(self, logged: set[str], memsearch_dir: str, session: str) -> None:
+        self.logged, self.memsearch_dir, self.session = logged, memsearch_dir, session
+
+    def __contains__(self, turn: object) -> bool:
+        if turn in self.logged:
+            return True
+        return bool(self.session and turn) and claims.claimed(self.memsearch_dir, self.session, str(turn))
+
+
 def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> Output:
     from memsearch_fast.agents import turns
 
@@ -237,7 +249,10 @@ def pre_compact(platform: str, payload: Mapping[str, Any], project: Project) -> 
     transcript = _str(payload, "transcript_path")
     if not (transcript and os.path.isfile(transcript)) or _short(transcript):
         return {}
-    captured = journal.anchored_turns(Path(project.memory_dir), session) if session else set()
+    logged = journal.anchored_turns(Path(project.memory_dir), session) if session else set()
+    # A turn whose Stop ran is its Stop's, though its notes may not be in the log yet
+    # (written in the background: a compaction as the turn ends came before them).
+    captured = _Captured(logged, project.memsearch_dir, session)
     excerpt = turns.uncaptured(transcript, _agent_name(platform), captured)
     if excerpt is not None and excerpt.text.strip():
         _spawn_capture(platform, "pre-compact", project, session, excerpt, transcript)

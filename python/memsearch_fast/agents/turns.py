@@ -10,7 +10,7 @@ is clipped and the whole keeps its newest part.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Container, Iterable
 from typing import NamedTuple
 
 from memsearch_fast.recall.transcript import Turn, Turns
@@ -94,7 +94,7 @@ def last_turn(path: str | os.PathLike[str], agent: str) -> Excerpt | None:
     return Excerpt(str(last[0].uuid or ""), _bounded([render(last, agent)])[0], 1)
 
 
-def uncaptured(path: str | os.PathLike[str], agent: str, captured: Collection[str]) -> Excerpt | None:
+def uncaptured(path: str | os.PathLike[str], agent: str, captured: Container[str]) -> Excerpt | None:
     """The turns after the last one whose id is in *captured* (all of them if none is), the
     newest that fit in :data:`TEXT_CHARS`, anchored to the oldest of those."""
     found = segments(Turns.open(path))
