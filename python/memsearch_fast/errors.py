@@ -77,8 +77,14 @@ def another_users_file(exc: BaseException) -> str | None:
         except OSError:
             continue
         if owner != os.geteuid():
-            return f"{path} belongs to another user ({user_name(owner)}); refusing to use it: {way_on(path)}"
+            return others_file(path, owner)
     return None
+
+
+def others_file(path: str, owner: int, way: str = "") -> str:
+    """The one line that refuses *path*, which user *owner* made: its name, its owner and
+    a way on (by default :func:`way_on`'s)."""
+    return f"{path} belongs to another user ({user_name(owner)}); refusing to use it: {way or way_on(path)}"
 
 
 def user_name(uid: int) -> str:

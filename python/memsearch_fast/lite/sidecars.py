@@ -20,6 +20,7 @@ from memsearch_fast.errors import (
     UnusableDatabaseError,
     another_users_file,
     one_line,
+    others_file,
     user_name,
     way_on,
 )
@@ -86,7 +87,7 @@ def refuse_others(*paths: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             owner = os.lstat(path).st_uid
             if owner != os.geteuid():
-                raise _refuse(path, f"belongs to another user ({user_name(owner)})")
+                raise StoreUnavailableError(others_file(path, owner))
 
 
 def _refuse(path: str, what: str) -> StoreUnavailableError:
@@ -208,10 +209,8 @@ def check_layout(db_path: str) -> None:
         if owner != os.geteuid():
             # One made first in a shared directory by someone else: they could read what is
             # indexed into it and plant rows that come up in searches.
-            raise UnusableDatabaseError(
-                f"{db_path} belongs to another user (uid {owner}); refusing to use it: "
-                "choose a database path of your own (the default is ~/.memsearch/milvus.db)"
-            )
+            way = "choose a database path of your own (the default is ~/.memsearch/milvus.db)"
+            raise UnusableDatabaseError(others_file(db_path, owner, way))
     if major >= 3 and p.is_file():
         if _is_sqlite(p):
             raise UnusableDatabaseError(

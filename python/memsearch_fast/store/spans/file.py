@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsearch_fast.errors import StoreError, UnusableDatabaseError, user_name, way_on
+from memsearch_fast.errors import StoreError, UnusableDatabaseError, others_file, way_on
 from memsearch_fast.store.spans.reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
 
 if TYPE_CHECKING:
@@ -71,9 +71,7 @@ def check_file(path: str) -> None:
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
             raise UnusableDatabaseError(f"{p} is not a regular file (a link or other); refusing it: {way_on(p)}")
         if st.st_uid != os.geteuid():
-            raise UnusableDatabaseError(
-                f"{p} belongs to another user ({user_name(st.st_uid)}); refusing it: {way_on(p)}"
-            )
+            raise UnusableDatabaseError(others_file(p, st.st_uid))
 
 
 class SpanFile(SpanReads):
