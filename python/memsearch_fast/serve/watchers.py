@@ -164,12 +164,9 @@ class Registry:
                 self._touch()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), CHECK_S)
-        # Stopping (SIGTERM) cancels the runs in hand as Ctrl-C does an index: what
-        # they embedded is written and flushed, the next run does the rest. Waiting for them
-        # to finish kept a service that was told to go for as long as a cold run lasts.
+        # The runs in hand are cancelled as Ctrl-C cancels an index (what they embedded is
+        # written and flushed): waiting for them kept a stopped service as long as a cold run.
         tasks = [w.task for w in self._watched.values() if w.task is not None] + list(self._runs)
-        for w in self._watched.values():
-            w.stop.set()
         for task in tasks:
             task.cancel()
         if tasks:
