@@ -120,6 +120,10 @@ class Corpus:
         return json.loads(ok(run([*args, *common], self.env)).stdout)
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("mcp")
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Corpus]:
     root = tmp_path_factory.mktemp("mcp")

@@ -82,6 +82,10 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 needs_model = pytest.mark.skipif(MODEL_DIR is None, reason=MISSING)
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("model_import")
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The all-MiniLM-L6-v2 checkpoint: a .zip from the model package if installed, else rebuilt."""

@@ -41,6 +41,10 @@ class Corpus:
         return run(["get", *args, "--milvus-uri", self.common[1]], self.env)
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("recall_tiers")
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Corpus]:
     root = tmp_path_factory.mktemp("tiers")

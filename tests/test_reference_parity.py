@@ -124,6 +124,10 @@ class Lab:
             return sorted(cid for cid, _ in store.iter_ids_by_source())
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("reference_parity")
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     reference.require()

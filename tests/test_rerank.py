@@ -133,6 +133,10 @@ def numpy_logits(w: dict[str, np.ndarray], ids: list[int], types: list[int]) -> 
 # --------------------------------------------------------------------------- fixtures
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("rerank")
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = make_env(tmp_path_factory.mktemp("home"))

@@ -40,6 +40,7 @@ from tests.helpers.harness import (
 )
 
 pytestmark = [
+    pytest.mark.xdist_group("damaged"),  # its module fixture is built once, on one worker
     pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork"),
     pytest.mark.skipif((milvus_lite_major() or 0) >= 3, reason="a Milvus Lite 2.x database is one SQLite file"),
 ]

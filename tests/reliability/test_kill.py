@@ -51,7 +51,10 @@ from tests.helpers.harness import (
     timed_run,
 )
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and the shared server need POSIX")
+pytestmark = [
+    pytest.mark.xdist_group("kill"),  # its module fixture is built once, on one worker
+    pytest.mark.skipif(os.name != "posix", reason="signals and the shared server need POSIX"),
+]
 
 SEED = 15_2026
 CORPUS_BYTES = 120_000

@@ -20,6 +20,10 @@ from tests.helpers.harness import cli_env, index_args, memsearch, ok, one_line_e
 Indexed = tuple[Path, dict[str, str]]
 
 
+# Its module fixtures are built once, on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("limits")
+
+
 @pytest.fixture(scope="module")
 def long_line_db(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[Indexed]:
     base = tmp_path_factory.mktemp("limits")
