@@ -36,14 +36,19 @@ def served_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "home").mkdir()
 
 
-def inotify_instances(pid: int | str = "self") -> int:
-    n = 0
+def open_files(pid: int | str = "self") -> list[str]:
+    """What *pid*'s descriptors name (one closed while they are read is left out)."""
+    held = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+            held.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-    return n
+    return held
+
+
+def inotify_instances(pid: int | str = "self") -> int:
+    return open_files(pid).count("anon_inode:inotify")
 
 
 def _scenario(tmp_path: Path) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def test_the_service_watches_thirty_roots_with_one_inotify_instance_and_no_idle_
         time.sleep(0.5)
     assert inotify_instances(pid) <= 1
     # Between runs a root holds its watcher lock and nothing else (no span file, no journal).
-    held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    held = open_files(pid)
     assert not [h for h in held if ".spans" in h], held
     (roots[29] / "b.md").write_text("# Cache\n\nThe otter cache expires after ninety seconds.\n", encoding="utf-8")
     deadline = time.monotonic() + 60
