@@ -108,17 +108,30 @@ def ask(
 
     try:
         prepared = request_for(cfg, query, **options)
-    except Exception:  # noqa: BLE001 - e.g. an unresolvable path: this process searches and says why
+    except Exception as exc:  # noqa: BLE001 - e.g. an unresolvable path: this process searches and says why
+        _aside(f"the request could not be made ({exc})")
         return None
     if prepared is None:
         return None
     db_path, request = prepared
     request["render"] = render.copy() if render is not None else {}
     if server_record(db_path) is None and not _started_for_saved_copy(db_path, cfg.milvus.collection):
+        _aside("no ready server is recorded for the database")
         return None
     reply = call(db_path, request, timeout)
     text = reply.get("text") if reply is not None else None
-    return text if isinstance(text, str) else None
+    if isinstance(text, str):
+        return text
+    _aside("no service answered" if reply is None else f"the service answered {reply!r}")
+    return None
+
+
+def _aside(why: str) -> None:
+    """Say on stderr, under ``MEMSEARCH_DEBUG``, why the service did not answer (a search slower than it should be)."""
+    if environment.flag("MEMSEARCH_DEBUG"):
+        import sys
+
+        print(f"memsearch: searching in this process: {why}", file=sys.stderr)
 
 
 def _started_for_saved_copy(db_path: str, collection: str) -> bool:
@@ -357,7 +370,7 @@ class Service:
         return {"models": self.models.describe(), "searchers": len(self._instances), "release": released, **roots}
 
     def _search(self, req: protocol.Search) -> protocol.SearchAnswer:
-        from memsearch_fast.errors import StoreUnavailableError, one_line
+        from memsearch_fast.errors import StoreError, StoreUnavailableError, one_line
 
         self._touch()
         self._used(str(req["collection"]))
@@ -365,17 +378,22 @@ class Service:
             return {"unsupported": "damaged"}
         model_dir, model_name = str(req["model_dir"]), str(req["model_name"])
         ms = self._instance(str(req["collection"]), model_dir, model_name)
+        engine = self._engine_pid()
         try:
             try:
                 return self._search_with(ms, req, model_dir, model_name)
-            except StoreUnavailableError:
+            except StoreError as exc:
                 # The engine went away under it (killed from outside): the server
                 # starts it again on the same socket within seconds; once more then.
-                if not self._engine_back():
+                # A call cut off mid-answer need not read as unreachable: an engine
+                # started again since the search began counts too.
+                lost = isinstance(exc, StoreUnavailableError) or self._engine_pid() != engine
+                if not lost or not self._engine_back():
                     raise
                 ms.close_store()
                 return self._search_with(ms, req, model_dir, model_name)
         except Exception as exc:  # noqa: BLE001 - the client searches itself and reports it
+            logger.warning("search in %s left to its client: %s", req["collection"], one_line(exc))
             return {"error": one_line(exc)}
         finally:
             ms.close_store()
@@ -393,6 +411,14 @@ class Service:
             if self._damaged():  # the engine found damage while loading: the process reports it
                 return {"unsupported": "damaged"}
             return {"text": _render(ms, hits, req.get("render", {}))}
+
+    def _engine_pid(self) -> object:
+        """The recorded engine's pid (the server records each engine it starts again)."""
+        if self._db_path is None:
+            return None
+        from memsearch_fast.lite.state import read_state
+
+        return (read_state(self._db_path) or {}).get("engine_pid")
 
     def _engine_back(self, wait: float = 10.0) -> bool:
         """Whether the engine listens again within *wait* seconds."""
