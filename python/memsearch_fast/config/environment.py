@@ -158,7 +158,12 @@ _ALL = (
         False,
         "No network: no model download (`HF_HUB_OFFLINE` too), no update check",
     ),
-    Variable("MEMSEARCH_DEBUG", "set", False, "Errors show their traceback instead of one line"),
+    Variable(
+        "MEMSEARCH_DEBUG",
+        "set",
+        False,
+        "Errors show their traceback instead of one line; a search the service left to the CLI says why",
+    ),
     # -- indexing and search -------------------------------------------------------------------
     Variable(
         "MEMSEARCH_MODELS_DIR",
