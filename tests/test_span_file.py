@@ -236,10 +236,10 @@ def test_a_database_whose_spans_were_a_collection_moves_them_in_one_run(
 KILLED_RUN = """
 import asyncio, os, signal, sys
 from memsearch_fast import MemSearch
-from memsearch_fast.store.spans import file as span_file
+from memsearch_fast.store.spans import columns as span_columns
 
 calls, at = [0], int(sys.argv[4])
-packed = span_file._pack
+packed = span_columns._pack
 
 
 def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it packed, none committed
@@ -249,7 +249,7 @@ def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it pa
     return packed(*args, **kwargs)
 
 
-span_file._pack = pack
+span_columns._pack = pack
 with MemSearch([sys.argv[1]], embedding_model=sys.argv[3], milvus_uri=sys.argv[2]) as ms:
     asyncio.run(ms.index())
 """

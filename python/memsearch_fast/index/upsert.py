@@ -25,7 +25,7 @@ from typing import Any
 
 from memsearch_fast.index.embed import Pending
 from memsearch_fast.index.protocol import IndexStore
-from memsearch_fast.store.spans.collection import span_row
+from memsearch_fast.store.spans.columns import ChunkSpans
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4
@@ -46,13 +46,12 @@ def row(p: Pending) -> dict[str, Any]:
     }
 
 
-def span_rows(p: Pending) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    """The span rows of a chunk embedded as spans and its row 0; None without spans."""
+def chunk_spans(p: Pending) -> ChunkSpans | None:
+    """A chunk embedded as spans, as the span stores take it; None without spans."""
     if not p.spans:
         return None
     c = p.chunk
-    spans = [span_row(p.chunk_id, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector) for s in p.spans]
-    return spans, span_row(p.chunk_id, c.source, 0, c.start_line, c.end_line, "", p.vector)
+    return ChunkSpans(p.chunk_id, c.source, c.start_line, c.end_line, p.vector, p.spans)
 
 
 class UpsertStage:
@@ -89,7 +88,7 @@ class UpsertStage:
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
         self._keys: list[tuple[str, str]] = []  # (content hash, chunk id) of each buffered row
-        self._extra: list[tuple[list[dict[str, Any]], dict[str, Any]] | None] = []  # span rows of each
+        self._extra: list[ChunkSpans | None] = []  # the spans of each
         self._before_write = before_write
         self._on_written = on_written
         self.wrote = False  # a call that changes the store was made
@@ -110,7 +109,7 @@ class UpsertStage:
         for p in items:
             self._rows.append(row(p))
             self._keys.append((p.chunk.content_hash, p.chunk_id))
-            self._extra.append(span_rows(p) if self.spans else None)
+            self._extra.append(chunk_spans(p) if self.spans else None)
         while len(self._rows) >= self.batch_size:
             await self._send()
 
@@ -134,7 +133,7 @@ class UpsertStage:
         self,
         batch: list[dict[str, Any]],
         keys: list[tuple[str, str]],
-        extra: list[tuple[list[dict[str, Any]], dict[str, Any]] | None],
+        extra: list[ChunkSpans | None],
     ) -> None:
         try:
             written = await asyncio.to_thread(self._store_rows, batch)
@@ -160,15 +159,15 @@ class UpsertStage:
                 pass
         return int(self.store.upsert(batch))
 
-    def _store_spans(self, extra: list[tuple[list[dict[str, Any]], dict[str, Any]]]) -> None:
+    def _store_spans(self, extra: list[ChunkSpans]) -> None:
         with self._spans_ready:
             if self._span_store is None:
                 store = self.store.spans  # type: ignore[attr-defined]
-                sample = [r["embedding"] for rows, _ in extra for r in rows]  # its directions' fit
+                sample = [s.vector for c in extra for s in c.spans]  # its directions' fit
                 self.created_spans = bool(store.create(sample))
                 self._span_store = store
         # Rows a killed run left of these chunks go first (none in a fresh database).
-        self._span_store.put([r for rows, _ in extra for r in rows], [own for _, own in extra], replace=not self.fresh)
+        self._span_store.put_chunks(extra, replace=not self.fresh)
 
     def _raise_failure(self) -> None:
         if self._error is not None:

@@ -26,7 +26,7 @@ float32 vectors and is read and written as it is.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.store.compat import create_loaded
@@ -36,6 +36,7 @@ from memsearch_fast.store.rows import MAX_SOURCE_BYTES
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
     from memsearch_fast.store.spans.basis import Basis
+    from memsearch_fast.store.spans.columns import ChunkSpans
 
 SUFFIX = "_spans"
 #: Ids per ``in [...]`` filter, rows per write and per iterator page.
@@ -258,6 +259,16 @@ class SpanStore:
             self.delete_chunks(str(own["chunk_hash"]) for own in own_rows)
         self.insert(span_rows)
         return self.insert(own_rows) + len(span_rows)  # last: a chunk with row 0 has all its spans
+
+    def put_chunks(self, chunks: Sequence[ChunkSpans], *, replace: bool = True) -> int:
+        """:meth:`put` for chunks handed over with their spans."""
+        rows = [
+            span_row(c.chunk_hash, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector)
+            for c in chunks
+            for s in c.spans
+        ]
+        own = [span_row(c.chunk_hash, c.source, 0, c.start_line, c.end_line, "", c.vector) for c in chunks]
+        return self.put(rows, own, replace=replace)
 
     def insert(self, rows: list[dict[str, Any]]) -> int:
         """Add rows whose ids are not stored (the caller deleted their chunks' rows

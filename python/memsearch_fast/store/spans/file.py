@@ -25,19 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast.errors import StoreError, UnusableDatabaseError, others_file, way_on
-from memsearch_fast.store.spans.reads import BATCH, SpanReads, _pack, _Packed, _row, text_key
+from memsearch_fast.store.spans.columns import ChunkSpans, Columns
+from memsearch_fast.store.spans.reads import BATCH, SpanReads, _Packed, _row
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
@@ -320,33 +322,39 @@ class SpanFile(SpanReads):
         by_chunk: dict[str, list[int]] = {}
         for i, r in enumerate(span_rows):
             by_chunk.setdefault(str(r["chunk_hash"]), []).append(i)
-        n = len(span_rows)
-        index = np.fromiter((int(str(r["span_id"]).rpartition(":")[2]) for r in span_rows), np.int32, n)
-        starts = np.fromiter((int(r["start_line"]) for r in span_rows), np.int32, n)
-        ends = np.fromiter((int(r["end_line"]) for r in span_rows), np.int32, n)
-        ints = np.frombuffer(
-            b"".join(r.get("_key") or text_key(str(r["text_hash"])) for r in span_rows), "<i8"
-        ).reshape(n)
-        vectors = [r["embedding"] for r in span_rows]
-        codes, scales = self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
+        owners = [(str(o["chunk_hash"]), str(o["source"]), int(o["start_line"]), int(o["end_line"])) for o in own_rows]
+        spans = Columns.from_rows(span_rows, self._codes)
+        self._write_chunks(owners, [by_chunk.get(cid, []) for cid, *_ in owners], spans)
+        return len(span_rows) + len(own_rows)
+
+    def put_chunks(self, chunks: Sequence[ChunkSpans], *, replace: bool = True) -> int:
+        """:meth:`put` for chunks handed over with their spans (no row dicts)."""
+        if not chunks:
+            return 0
+        spans, picks = Columns.from_chunks(chunks, self._codes)
+        self._write_chunks([(c.chunk_hash, c.source, c.start_line, c.end_line) for c in chunks], picks, spans)
+        return len(spans.span_index) + len(chunks)
+
+    def _codes(self, vectors: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        return self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
+
+    def _write_chunks(self, owners: list[tuple[str, str, int, int]], picks: Sequence[Any], spans: Columns) -> None:
+        """One transaction: each owner's old spans out, its spans (*picks* of *spans*) in, whole."""
         with self._transaction() as db:
             assert db is not None
-            self._delete_in(db, [str(o["chunk_hash"]) for o in own_rows])
+            self._delete_in(db, [cid for cid, *_ in owners])
             texts: list[tuple[int, int]] = []
-            for own in own_rows:
-                cid = str(own["chunk_hash"])
-                picks = np.asarray(by_chunk.get(cid, []), np.int64)
-                picks = picks[np.argsort(index[picks], kind="stable")]
-                blob = _pack(index[picks], starts[picks], ends[picks], ints[picks], codes[picks], scales[picks])
+            for (cid, source, start, end), pick in zip(owners, picks, strict=True):
+                at = np.asarray(pick, np.int64)
+                blob = spans.take(at)
                 cur = db.execute(
                     f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (cid, str(own["source"]), int(own["start_line"]), int(own["end_line"]), len(picks), blob),
+                    (cid, source, start, end, len(at), blob),
                 )
                 rid = int(cur.lastrowid or 0)
-                texts.extend((int(k), rid) for k in ints[picks])
+                texts.extend(zip(spans.keys[at].tolist(), itertools.repeat(rid)))
             db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", texts)
-        return len(span_rows) + len(own_rows)
 
     def insert(self, rows: list[dict[str, Any]]) -> int:
         """Rows as the companion collection takes them: each chunk's row 0 with the

@@ -1,0 +1,64 @@
+"""The columns of a span write (:mod:`memsearch_fast.store.spans.columns`): chunks handed
+over with their spans pack exactly as the rows of a span collection do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memsearch_fast.store.spans.collection import span_row
+from memsearch_fast.store.spans.columns import ChunkSpans, Columns, key_ints
+from memsearch_fast.store.spans.reads import _Packed, text_key
+
+
+@dataclass
+class Span:
+    index: int
+    start_line: int
+    end_line: int
+    text_hash: str
+    vector: np.ndarray
+
+
+def encode(vectors: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    m = np.asarray(vectors, np.float32).reshape(len(vectors), -1)
+    scales = np.abs(m).max(axis=1) / 127
+    return np.round(m / scales[:, None]).astype(np.int8), scales.astype(np.float32)
+
+
+def chunks() -> list[ChunkSpans]:
+    rng = np.random.default_rng(7)
+    out = []
+    for c in range(5):
+        # spans handed over out of order in one chunk: stored in span order all the same
+        order = [3, 1, 2] if c == 2 else list(range(1, 2 + c))
+        spans = [Span(i, 10 * c + i, 10 * c + i + 1, f"{c:08x}{i:08x}", rng.standard_normal(8)) for i in order]
+        out.append(ChunkSpans(f"chunk{c}", f"/notes/{c}.md", 10 * c, 10 * c + 9, rng.standard_normal(8), spans))
+    return out
+
+
+def test_chunks_pack_as_their_rows_do() -> None:
+    given = chunks()
+    rows = [
+        span_row(c.chunk_hash, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector)
+        for c in given
+        for s in c.spans
+    ]
+    by_rows = Columns.from_rows(rows, encode)
+    by_chunks, picks = Columns.from_chunks(given, encode)
+    for a, b in zip(by_rows, by_chunks, strict=True):
+        assert np.array_equal(a, b)
+    assert [len(p) for p in picks] == [len(c.spans) for c in given]
+    packed = _Packed(by_chunks.take(picks[2]), 3, 8)
+    assert packed.index.tolist() == [1, 2, 3]  # span order
+    assert [packed.key(j).hex() for j in range(3)] == [f"00000002{i:08x}" for i in (1, 2, 3)]
+
+
+def test_keys_of_other_strings_are_hashed_as_one_at_a_time() -> None:
+    hashes = ["0123456789abcdef", "not a content hash", "fedcba9876543210"]
+    want = np.frombuffer(b"".join(text_key(h) for h in hashes), "<i8")
+    assert np.array_equal(key_ints(hashes), want)
+    # sixteen characters that are no hex: hashed, not decoded
+    assert np.array_equal(key_ints(["zz23456789abcdef"]), np.frombuffer(text_key("zz23456789abcdef"), "<i8"))
+    assert key_ints([]).shape == (0,)
