@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import MemSearch
-from memsearch_fast.index.spans import spans
+from memsearch_fast.index.spans import _sentences, spans
 from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.store.spans.collection import FIELDS
 
@@ -58,6 +58,21 @@ def test_a_chunk_becomes_spans_of_its_lines() -> None:
     # A heading without a word (a journal entry's time, a date) is no context for the model.
     for heading in ("### 10:00", "## 2026-11-26", "10:00 (2)"):
         assert [s.text for s in spans(content, heading, 5, budget=64)] == [s.text.split("\n", 1)[1] for s in out]
+
+
+def test_sentences_end_at_their_stop_and_short_ones_join_a_neighbour() -> None:
+    first = "The migration took an advisory lock on the table."
+    second = "Then the deploy waited for it to be released."
+    assert _sentences(f"{first}  {second}") == [first, second]  # the white space between goes
+    assert _sentences(f"{first}\t{second}") == [first, second]
+    assert _sentences(f"v1.2 shipped on 3.4 rc... {second}") == [f"v1.2 shipped on 3.4 rc... {second}"]
+    # CJK stops end a sentence without white space; one of under 40 bytes joins the next
+    assert _sentences("我们明天去北京看望祖母和外公外婆。然后回家吃晚饭和看电视节目。") == [
+        "我们明天去北京看望祖母和外公外婆。",
+        "然后回家吃晚饭和看电视节目。",
+    ]
+    assert _sentences(f"Done. {first} {second}") == [f"Done. {first}", second]
+    assert _sentences(f"{first} Done. (ticket 12).") == [f"{first} Done.", "(ticket 12)."]
 
 
 def test_a_turns_speaker_stays_with_its_later_sentences() -> None:

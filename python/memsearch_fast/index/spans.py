@@ -42,7 +42,25 @@ FIRST = 1
 #: --set conversation``) spans lost 7 points of hit@5 to no spans without it, and hold
 #: with it (docs/retrieval.md, "Spans in conversations").
 SPEAKER = re.compile(r"^(?:[-*+]\s+)?(?:\*\*)?([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2})(?:\*\*)?:(?:\*\*)?\s")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
+#: A sentence ends after one of these followed by white space (dropped), or after a CJK one.
+_SENTENCE_END = re.compile(r"[.!?。！？；;]\s+|[。！？；]")
+
+
+def _size(text: str) -> int:
+    """UTF-8 bytes of *text* (most are ASCII: no encoding then)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def _split(text: str) -> list[str]:
+    """*text* cut after each sentence's end (a scan for the ends: a look-behind at every
+    character cost a third of the span cutting)."""
+    parts: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        parts.append(text[start : m.start() + 1])
+        start = m.end()
+    parts.append(text[start:])
+    return parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +101,8 @@ def _sentences(text: str) -> list[str]:
     sentence takes in one such neighbour at most, so a run of short sentences makes pairs."""
     out: list[str] = []
     joined: list[bool] = []
-    for part in (s for s in _SENTENCE_END.split(text) if s.strip()):
-        short = len(part.encode()) < MIN_SENTENCE_BYTES or (out and len(out[-1].encode()) < MIN_SENTENCE_BYTES)
+    for part in (s for s in _split(text) if s.strip()):
+        short = _size(part) < MIN_SENTENCE_BYTES or (out and _size(out[-1]) < MIN_SENTENCE_BYTES)
         if out and short and not joined[-1]:
             out[-1] = f"{out[-1]} {part}"
             joined[-1] = True
@@ -98,12 +116,17 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
     """The spans of a chunk (its ``content``, ``heading`` and first line), in order;
     empty when the chunk is short or makes one span."""
     units = _units(content.split("\n"), start_line)
-    if sum(len(text.encode()) + 1 for _, _, text in units) <= MIN_CHUNK_BYTES:
+    if sum(_size(text) + 1 for _, _, text in units) <= MIN_CHUNK_BYTES:
         return []
+    prefix = f"{heading.strip()}\n" if has_word(heading) else ""
+    if budget <= 0:  # the default: a span a sentence
+        if len(units) < 2:
+            return []
+        return [Span(FIRST + i, a, b, prefix + text) for i, (a, b, text) in enumerate(units)]
     groups: list[list[tuple[int, int, str]]] = []
     size = 0
     for unit in units:
-        n = len(unit[2].encode())
+        n = _size(unit[2])
         if groups and size + n + 1 <= budget:
             groups[-1].append(unit)
             size += n + 1
@@ -112,7 +135,6 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
             size = n
     if len(groups) < 2:
         return []
-    prefix = f"{heading.strip()}\n" if has_word(heading) else ""
     return [
         Span(FIRST + i, g[0][0], g[-1][1], prefix + "\n".join(text for _, _, text in g)) for i, g in enumerate(groups)
     ]
