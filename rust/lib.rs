@@ -2,6 +2,7 @@
 //! scanning, chunking and hashing, and the int8 span search of a long-lived
 //! process — behind a small typed surface.
 
+pub mod b64;
 pub mod chunker;
 pub mod hashing;
 pub mod pytext;
@@ -21,7 +22,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
 /// A markdown file found by `scan_paths`.
 #[pyclass(frozen, module = "memsearch_fast._core")]
@@ -392,6 +393,20 @@ fn compute_chunk_id(
     hashing::chunk_id(source, start_line, end_line, content_hash, model)
 }
 
+/// Base64 rows of `row_len` characters each, joined in `text`, as their bytes
+/// (the vectors of an OpenAI-compatible server), decoded without the GIL.
+#[pyfunction]
+fn decode_base64_rows<'py>(
+    py: Python<'py>,
+    text: &str,
+    row_len: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let raw = py
+        .allow_threads(|| b64::decode_rows(text.as_bytes(), row_len))
+        .map_err(PyValueError::new_err)?;
+    Ok(PyBytes::new(py, &raw))
+}
+
 /// First 16 hex digits of the SHA-256 of `text` (UTF-8).
 #[pyfunction]
 fn content_hash(text: &str) -> String {
@@ -486,6 +501,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_files, m)?)?;
     m.add_function(wrap_pyfunction!(compute_chunk_id, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_base64_rows, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
     m.add_function(wrap_pyfunction!(heading_levels, m)?)?;
     m.add_function(wrap_pyfunction!(best_groups, m)?)?;

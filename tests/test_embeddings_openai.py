@@ -205,6 +205,20 @@ def test_malformed_base64_vector_is_reported(server: FakeServer) -> None:
         lists(run(p.embed(["x"])))
 
 
+@pytest.mark.parametrize("dim", [384, 1024, 3])  # 1,024 and 3 floats: each row padded
+def test_base64_rows_decode_to_their_floats_and_bad_ones_are_refused(dim: int) -> None:
+    import numpy as np
+
+    from memsearch_fast.embeddings._remote import decode_base64_rows
+
+    m = np.random.default_rng(dim).standard_normal((40, dim)).astype(np.float32)
+    rows = [base64.b64encode(r.tobytes()).decode() for r in m]
+    assert np.array_equal(decode_base64_rows(rows), m)
+    for bad in ([rows[0][:-4] + "*" * 4], [rows[0], rows[1][:-4]], ["é" * len(rows[0])], ["\ud800" * 4]):
+        with pytest.raises(ValueError):
+            decode_base64_rows(bad)
+
+
 def test_token_budget_splits_requests(server: FakeServer) -> None:
     texts = [("x" * 100) + str(i) for i in range(6)]  # ~26 approximate tokens each
     with openai(server, model="custom", dimensions=DIM, max_tokens_per_request=60) as p:

@@ -9,7 +9,6 @@ concurrency, retries, normalisation and order preservation live here once.
 from __future__ import annotations
 
 import asyncio
-import binascii
 import logging
 import os
 from collections.abc import Mapping
@@ -377,18 +376,18 @@ class HostedEmbedding(RemoteEmbedding):
 
 def decode_base64_rows(rows: list[str]) -> Any:
     """Base64 vectors (little-endian float32, ``encoding_format: base64``) as one
-    float32 array of shape (rows, dimension): unpadded strings of one length are
-    joined and decoded in one call, the cost of a copy."""
+    float32 array of shape (rows, dimension): rows of one length, joined and decoded
+    in one call by the Rust core, without the GIL (a 50 MB index decodes 1 GB of it)."""
     import numpy as np
+
+    from memsearch_fast._core import decode_base64_rows as decode
 
     if len({len(r) for r in rows}) != 1:
         raise ValueError("base64 vectors of different lengths")
-    # Not validated (as OpenAI's own client): a stray character changes the
-    # length, which is checked; binascii.Error is a ValueError.
-    if any(r.endswith("=") for r in rows):  # padding inside a join is invalid: one at a time
-        raw = b"".join(binascii.a2b_base64(r) for r in rows)
-    else:
-        raw = binascii.a2b_base64("".join(rows))
+    try:
+        raw = decode("".join(rows), len(rows[0]))
+    except UnicodeEncodeError:
+        raise ValueError("bad base64 vector") from None
     if not raw or len(raw) % (4 * len(rows)):
         raise ValueError("bad base64 vector")
     return np.frombuffer(raw, dtype="<f4").reshape(len(rows), -1)
