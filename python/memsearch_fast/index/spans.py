@@ -46,7 +46,7 @@ SPEAKER = re.compile(r"^(?:[-*+]\s+)?(?:\*\*)?([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.
 _SENTENCE_END = re.compile(r"[.!?。！？；;]\s+|[。！？；]")
 
 
-def _size(text: str) -> int:
+def utf8_size(text: str) -> int:
     """UTF-8 bytes of *text* (most are ASCII: no encoding then)."""
     return len(text) if text.isascii() else len(text.encode())
 
@@ -102,7 +102,7 @@ def _sentences(text: str) -> list[str]:
     out: list[str] = []
     joined: list[bool] = []
     for part in (s for s in _split(text) if s.strip()):
-        short = _size(part) < MIN_SENTENCE_BYTES or (out and _size(out[-1]) < MIN_SENTENCE_BYTES)
+        short = utf8_size(part) < MIN_SENTENCE_BYTES or (out and utf8_size(out[-1]) < MIN_SENTENCE_BYTES)
         if out and short and not joined[-1]:
             out[-1] = f"{out[-1]} {part}"
             joined[-1] = True
@@ -116,7 +116,7 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
     """The spans of a chunk (its ``content``, ``heading`` and first line), in order;
     empty when the chunk is short or makes one span."""
     units = _units(content.split("\n"), start_line)
-    if sum(_size(text) + 1 for _, _, text in units) <= MIN_CHUNK_BYTES:
+    if sum(utf8_size(text) + 1 for _, _, text in units) <= MIN_CHUNK_BYTES:
         return []
     prefix = f"{heading.strip()}\n" if has_word(heading) else ""
     if budget <= 0:  # the default: a span a sentence
@@ -126,7 +126,7 @@ def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTE
     groups: list[list[tuple[int, int, str]]] = []
     size = 0
     for unit in units:
-        n = _size(unit[2])
+        n = utf8_size(unit[2])
         if groups and size + n + 1 <= budget:
             groups[-1].append(unit)
             size += n + 1

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import logging
 import os
 import sqlite3
@@ -343,18 +342,21 @@ class SpanFile(SpanReads):
         with self._transaction() as db:
             assert db is not None
             self._delete_in(db, [cid for cid, *_ in owners])
-            texts: list[tuple[int, int]] = []
+            rids: list[int] = []
+            ats: list[np.ndarray] = []
             for (cid, source, start, end), pick in zip(owners, picks, strict=True):
                 at = np.asarray(pick, np.int64)
-                blob = spans.take(at)
                 cur = db.execute(
                     f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (cid, source, start, end, len(at), blob),
+                    (cid, source, start, end, len(at), spans.take(at)),
                 )
-                rid = int(cur.lastrowid or 0)
-                texts.extend(zip(spans.keys[at].tolist(), itertools.repeat(rid)))
-            db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", texts)
+                rids.append(int(cur.lastrowid or 0))
+                ats.append(at)
+            # Each span's text key and its chunk's row, for the reuse of stored vectors.
+            keys = spans.keys[np.concatenate(ats)].tolist() if ats else []
+            rows = np.repeat(np.asarray(rids, np.int64), [len(at) for at in ats]).tolist()
+            db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", zip(keys, rows, strict=True))
 
     def insert(self, rows: list[dict[str, Any]]) -> int:
         """Rows as the companion collection takes them: each chunk's row 0 with the
