@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from memsearch_fast.store.compat import create_loaded
 from memsearch_fast.store.filters import in_filter
 from memsearch_fast.store.rows import MAX_SOURCE_BYTES
+from memsearch_fast.store.spans.reads import HALF_SCAN_COST
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 SUFFIX = "_spans"
 #: Ids per ``in [...]`` filter, rows per write and per iterator page.
 BATCH = 512
-#: What Lite's scan of a float16 row costs, in float32 rows (3.5 at 5 MB of journals).
-HALF_SCAN_COST = 4
 FIELDS = ["span_id", "chunk_hash", "source", "text_hash", "start_line", "end_line"]
 #: The rows of spans, not a chunk's own (row 0 has no text hash).
 SPANS_ONLY = 'text_hash != ""'
