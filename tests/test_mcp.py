@@ -434,6 +434,8 @@ def test_lines_that_are_no_request_get_json_rpc_errors(corpus: Corpus, tmp_path:
             proc.wait(timeout=60)
             pump.join(10)  # it ends at the pipe's end
             proc.stdout.close()
+    # a notification the server does not act on is dropped quietly (the SDK logged a page of warnings)
+    assert "notifications/nothing" not in (tmp_path / "err.log").read_text(), (tmp_path / "err.log").read_text()
     assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
         (None, -32700),
         (7, -32600),

@@ -35,6 +35,18 @@ def _request_methods() -> frozenset[str]:
         return frozenset()
 
 
+def _notification_methods() -> frozenset[str]:
+    """The notifications the SDK knows (empty, so none is dropped, if its types change)."""
+    try:
+        members = typing.get_args(types.ClientNotification.model_fields["root"].annotation)
+        return frozenset(typing.get_args(m.model_fields["method"].annotation)[0] for m in members)
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return frozenset()
+
+
+_NOTIFICATIONS = _notification_methods()
+
+
 def _rpc_error(id_: Any, code: int, message: str) -> str:
     error = {"code": code, "message": message}
     return json.dumps({"jsonrpc": "2.0", "id": id_ if _valid_id(id_) else None, "error": error})
@@ -65,6 +77,8 @@ def check_line(
         return _rpc_error(None, -32600, "Invalid Request: id must be a string or a number")  # not a notification
     if has_id and isinstance(method, str) and methods and method not in methods:
         return _rpc_error(raw["id"], -32601, f"Method not found: {method}")
+    if not has_id and isinstance(method, str) and _NOTIFICATIONS and method not in _NOTIFICATIONS:
+        return None  # a notification nobody here acts on: no answer, and no page of warnings from the SDK
     params = raw.get("params")
     if has_id and isinstance(method, str) and params is not None and not isinstance(params, dict):
         return _rpc_error(raw["id"], -32602, "Invalid params: params must be an object")
