@@ -90,8 +90,8 @@ def _mean(parts: list[SpanVector]) -> list[float]:
     """The chunk's vector: the normalised mean of its spans' (their sum, normalised:
     a chunk a call, so the fewest array operations)."""
     vectors = [s.vector for s in parts if s.vector is not None]
-    m = vectors[0] + vectors[1] if len(vectors) > 1 else np.array(vectors[0], np.float32)
-    for v in vectors[2:]:
+    m = np.array(vectors[0], np.float32)  # a copy: the spans keep their own
+    for v in vectors[1:]:
         m += v
     n = math.sqrt(float(np.dot(m, m)))
     if n > 0:

@@ -112,6 +112,9 @@ def ask(
         _aside(f"the request could not be made ({exc})")
         return None
     if prepared is None:
+        _aside(
+            "the service does not take this search (a remote Milvus, an embedded database, another provider, a reranker, a model not on this machine, or MEMSEARCH_SEARCH_SERVICE=0)"
+        )
         return None
     db_path, request = prepared
     request["render"] = render.copy() if render is not None else {}
@@ -387,7 +390,7 @@ class Service:
                 # starts it again on the same socket within seconds; once more then.
                 # A call cut off mid-answer need not read as unreachable: an engine
                 # started again since the search began counts too.
-                lost = isinstance(exc, StoreUnavailableError) or self._engine_pid() != engine
+                lost = isinstance(exc, StoreUnavailableError) or self._engine_pid() != engine or not self._engine_up()
                 if not lost or not self._engine_back():
                     raise
                 ms.close_store()
@@ -420,13 +423,16 @@ class Service:
 
         return (read_state(self._db_path) or {}).get("engine_pid")
 
-    def _engine_back(self, wait: float = 10.0) -> bool:
-        """Whether the engine listens again within *wait* seconds."""
+    def _engine_up(self) -> bool:
         from memsearch_fast.lite.process import endpoint_open
 
+        return endpoint_open(self._engine_uri.removeprefix("http://"), timeout=0.2)
+
+    def _engine_back(self, wait: float = 10.0) -> bool:
+        """Whether the engine listens again within *wait* seconds."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if endpoint_open(self._engine_uri.removeprefix("http://"), timeout=0.2):
+            if self._engine_up():
                 return True
             time.sleep(0.2)
         return False
