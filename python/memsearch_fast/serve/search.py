@@ -113,7 +113,8 @@ def ask(
         return None
     if prepared is None:
         _aside(
-            "the service does not take this search (a remote Milvus, an embedded database, another provider, a reranker, a model not on this machine, or MEMSEARCH_SEARCH_SERVICE=0)"
+            "the service does not take this search (a remote Milvus, an embedded database, another "
+            f"provider, a reranker, a model not on this machine, or {ENV_SWITCH}=0)"
         )
         return None
     db_path, request = prepared
