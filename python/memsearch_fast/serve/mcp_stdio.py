@@ -26,25 +26,22 @@ from mcp import types
 from mcp.shared.message import SessionMessage
 
 
+def _methods(union: Any) -> frozenset[str]:
+    """The methods of the SDK's messages in *union* (empty, so nothing is refused or
+    dropped, if its types change)."""
+    try:
+        members = typing.get_args(union.model_fields["root"].annotation)
+        return frozenset(typing.get_args(m.model_fields["method"].annotation)[0] for m in members)
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return frozenset()
+
+
 def _request_methods() -> frozenset[str]:
-    """The request methods the SDK knows (empty, so nothing is refused, if its types change)."""
-    try:
-        members = typing.get_args(types.ClientRequest.model_fields["root"].annotation)
-        return frozenset(typing.get_args(m.model_fields["method"].annotation)[0] for m in members)
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return frozenset()
+    return _methods(types.ClientRequest)
 
 
-def _notification_methods() -> frozenset[str]:
-    """The notifications the SDK knows (empty, so none is dropped, if its types change)."""
-    try:
-        members = typing.get_args(types.ClientNotification.model_fields["root"].annotation)
-        return frozenset(typing.get_args(m.model_fields["method"].annotation)[0] for m in members)
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return frozenset()
-
-
-_NOTIFICATIONS = _notification_methods()
+#: The notifications the SDK acts on; another is dropped without a word.
+_NOTIFICATIONS = _methods(types.ClientNotification)
 
 
 def _rpc_error(id_: Any, code: int, message: str) -> str:
