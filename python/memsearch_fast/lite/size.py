@@ -3,7 +3,8 @@
 Milvus Lite holds the whole database in its engine's memory (its RSS follows
 the file within a few percent), and its writes slow as the file grows: about
 1,000 span rows a second from 1.5 GB, and 180-350 a second past 5.2 GB on two
-cores (docs/scale.md, "Toward 1 GB on Milvus Lite"). From
+cores (docs/scale.md, "Toward 1 GB on Milvus Lite"), and its engine loads the
+file for minutes before it answers (307 s for 5.5 GB). From
 :data:`WARN_BYTES` on, ``index`` and ``status`` say so, with the way on: a
 Milvus server.
 """
@@ -35,7 +36,7 @@ def too_large(db_path: str) -> str:
     if not limit or size < limit:
         return ""
     return (
-        f"note: {db_path} holds {size / 1e9:.1f} GB; Milvus Lite keeps all of it in memory and writes slowly "
-        "at this size: move the index to a Milvus server (docs/scale.md), e.g. "
+        f"note: {db_path} holds {size / 1e9:.1f} GB; Milvus Lite keeps all of it in memory, loads it for minutes "
+        "after a restart and writes slowly at this size: move the index to a Milvus server (docs/scale.md), e.g. "
         "memsearch index PATH --milvus-uri http://HOST:19530"
     )
