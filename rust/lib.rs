@@ -7,6 +7,7 @@ pub mod chunker;
 pub mod hashing;
 pub mod pytext;
 pub mod scanner;
+pub mod spans;
 pub mod stream;
 pub mod vectors;
 
@@ -413,6 +414,33 @@ fn content_hash(text: &str) -> String {
     hashing::sha256_hex16(text.as_bytes())
 }
 
+/// The spans of each chunk `(content, heading, start_line)`, cut in parallel
+/// without the GIL: `(index, start_line, end_line, text, content_hash)` each.
+#[pyfunction]
+#[pyo3(signature = (chunks, *, budget, min_chunk, min_sentence, first))]
+fn cut_spans(
+    py: Python<'_>,
+    chunks: Vec<(String, String, i64)>,
+    budget: i64,
+    min_chunk: usize,
+    min_sentence: usize,
+    first: i64,
+) -> Vec<Vec<spans::Span>> {
+    use rayon::prelude::*;
+    let rules = spans::Rules {
+        budget: budget.max(0) as usize,
+        min_chunk,
+        min_sentence,
+        first,
+    };
+    py.allow_threads(|| {
+        chunks
+            .par_iter()
+            .map(|(content, heading, start)| spans::cut(content, heading, *start, rules))
+            .collect()
+    })
+}
+
 /// Heading level of each line (0 = none), fence-aware as the chunker is.
 #[pyfunction]
 fn heading_levels(lines: Vec<String>) -> Vec<u8> {
@@ -501,6 +529,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_files, m)?)?;
     m.add_function(wrap_pyfunction!(compute_chunk_id, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(cut_spans, m)?)?;
     m.add_function(wrap_pyfunction!(decode_base64_rows, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
     m.add_function(wrap_pyfunction!(heading_levels, m)?)?;

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memsearch_fast import MemSearch
-from memsearch_fast.index.spans import _sentences, spans
+from memsearch_fast.index.spans import spans
 from memsearch_fast.store.manifest import Manifest
 from memsearch_fast.store.spans.collection import FIELDS
 
@@ -58,6 +58,12 @@ def test_a_chunk_becomes_spans_of_its_lines() -> None:
     # A heading without a word (a journal entry's time, a date) is no context for the model.
     for heading in ("### 10:00", "## 2026-11-26", "10:00 (2)"):
         assert [s.text for s in spans(content, heading, 5, budget=64)] == [s.text.split("\n", 1)[1] for s in out]
+
+
+def _sentences(text: str) -> list[str]:
+    """The spans of *text* as the first line of a chunk long enough to have spans."""
+    pad = "- a second line, long enough that the chunk gets spans of its own lines " * 5
+    return [s.text for s in spans(f"{text}\n{pad}", "", 1) if s.start_line == 1]
 
 
 def test_sentences_end_at_their_stop_and_short_ones_join_a_neighbour() -> None:

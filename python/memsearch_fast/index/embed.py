@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsearch_fast._core import Chunk, clean_content_for_embedding, content_hash
-from memsearch_fast.index.spans import spans as spans_of
-from memsearch_fast.index.spans import utf8_size
+from memsearch_fast._core import Chunk, clean_content_for_embedding
+from memsearch_fast.index.spans import SpanFields, utf8_size
+from memsearch_fast.index.spans import cut as cut_spans
 
 if TYPE_CHECKING:
     from memsearch_fast.embeddings import EmbeddingProvider
@@ -160,7 +160,7 @@ class EmbedStage:
         """Queue items; waits when `in_flight` batches are already running."""
         self._raise_failure()
         ready: list[Pending] = []
-        queued = 0
+        new: list[Pending] = []
         for p in items:
             h = p.chunk.content_hash
             done = self._delivered.get(h)
@@ -173,7 +173,10 @@ class EmbedStage:
                 later.append(p)
                 continue
             self._waiting[h] = []
-            queued += self._queue(p)
+            new.append(p)
+        # The new chunks' spans, cut by the Rust core in one batch without the GIL.
+        cuts = cut_spans([(p.chunk.content, p.chunk.heading, p.chunk.start_line) for p in new]) if self._spans else None
+        queued = sum(self._queue(p, cuts[i] if cuts is not None else None) for i, p in enumerate(new))
         self._on_work(queued, 0)
         if ready:
             self.shared += len(ready)
@@ -182,20 +185,19 @@ class EmbedStage:
             window, self._buffer = self._buffer[: self.window], self._buffer[self.window :]
             await self._launch_sorted(window)
 
-    def _queue(self, p: Pending) -> int:
-        """Buffer *p*'s texts: its spans' (with spans on, for a long chunk), or its own;
-        returns their UTF-8 bytes.
+    def _queue(self, p: Pending, parts: list[SpanFields] | None) -> int:
+        """Buffer *p*'s texts: its spans' (*parts*, with spans on, for a long chunk), or
+        its own; returns their UTF-8 bytes.
 
         UTF-8 length tracks token count better than characters (a CJK
         character is a token, an English word of five letters about one).
         """
         c = p.chunk
-        if self._spans:
-            parts = spans_of(c.content, c.heading, c.start_line)
-            p.spans = [SpanVector(s.index, s.start_line, s.end_line, content_hash(s.text)) for s in parts]
+        if parts is not None:
+            p.spans = [SpanVector(i, a, b, h) for i, a, b, _, h in parts]
             if parts:
                 self._left[id(p)] = len(parts)
-                texts = [(utf8_size(s.text), s.text, p, i) for i, s in enumerate(parts)]
+                texts = [(utf8_size(s[3]), s[3], p, i) for i, s in enumerate(parts)]
                 self._buffer.extend(texts)
                 return sum(n for n, *_ in texts)
         t = embedding_text(c)

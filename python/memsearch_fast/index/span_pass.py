@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsearch_fast._core import content_hash
 from memsearch_fast.config import environment
-from memsearch_fast.index.spans import spans
+from memsearch_fast.index.spans import Span, cut
 from memsearch_fast.store.spans.collection import span_row
 
 if TYPE_CHECKING:
@@ -124,12 +123,10 @@ def _reconcile(store: MilvusStore, report: SpanReport) -> list[str]:
 async def _page(
     store: MilvusStore, provider: EmbeddingProvider, rows: list[dict[str, Any]], report: SpanReport
 ) -> None:
-    pieces = [
-        (row, s)
-        for row in rows
-        for s in spans(str(row.get("content") or ""), str(row.get("heading") or ""), int(row.get("start_line") or 0))
-    ]
-    hashes = [content_hash(s.text) for _, s in pieces]
+    chunks = [(str(r.get("content") or ""), str(r.get("heading") or ""), int(r.get("start_line") or 0)) for r in rows]
+    cuts = cut(chunks)
+    pieces = [(row, Span(*s)) for row, parts in zip(rows, cuts, strict=True) for s in parts]
+    hashes = [s.text_hash for _, s in pieces]
     known = await asyncio.to_thread(store.spans.vectors_for, hashes)
     wanted = list(dict.fromkeys(h for h in hashes if h not in known))
     texts = {h: s.text for (_, s), h in zip(pieces, hashes, strict=True)}
