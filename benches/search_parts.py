@@ -6,7 +6,9 @@ process searches this way).
 
 Prints, for five questions, the median and the slowest of each part: the
 engine's dense list (30 and 300 deep) and its BM25 list, the span file scored
-span by span and for the chunks of a list, and the whole hybrid search both
+span by span and for the chunks of a list, what a search would still ask the
+engine with a dense list of its own (the hits' rows by id, the dense scores
+of the BM25 hits, the BM25 scores of the dense hits), and the whole hybrid search both
 ways (``MEMSEARCH_SPAN_SCAN_MAX`` above the file's spans, and at its default).
 Say the machine and its load: the figures move with both.
 """
@@ -34,6 +36,7 @@ def main() -> None:
     os.environ["MEMSEARCH_DENSE_INDEX"] = "0"  # the engine and the span file alone
     from benches.lite_gb import HashVectors
     from memsearch_fast.store import MilvusStore
+    from memsearch_fast.store.schema import QUERY_FIELDS
 
     db = sys.argv[1]
     store = MilvusStore(db, database=db)
@@ -55,6 +58,18 @@ def main() -> None:
     timed("spans, every one (span file)", lambda q, v: store.spans.search(v, 30, None), n=2)
     ids = [h["chunk_hash"] for h in found]
     timed("spans of 300 chunks (span file)", lambda q, v: store.spans.best_of(v, ids))
+    # What a dense list from outside the engine would still ask it: the rows of
+    # its hits, the dense scores of the BM25 hits, the BM25 scores of its hits.
+    bm25 = {q: [h["chunk_hash"] for h in store.sparse_search(q, top_k=30)] for q in QUESTIONS}
+    timed("rows of 30 hits by id (engine)", lambda q, v: store.rows_for_ids(bm25[q], QUERY_FIELDS))
+    timed(
+        "dense among 30 BM25 hits (engine)",
+        lambda q, v: store._search_among(store.collection, [v], "embedding", "COSINE", bm25[q], ["chunk_hash"]),
+    )
+    timed(
+        "BM25 among 300 dense hits (engine)",
+        lambda q, v: store._search_among(store.collection, [q], "sparse_vector", "BM25", ids, ["chunk_hash"]),
+    )
     os.environ["MEMSEARCH_SPAN_SCAN_MAX"] = str(10**12)
     timed("search, every span", lambda q, v: store.search(v, q, top_k=5), n=2)
     del os.environ["MEMSEARCH_SPAN_SCAN_MAX"]
