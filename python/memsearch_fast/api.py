@@ -21,7 +21,10 @@ from memsearch_fast.index import IndexReport, Progress, run_index
 from memsearch_fast.parallelism import plan
 
 if TYPE_CHECKING:
+    from memsearch_fast.embeddings import EmbeddingProvider
     from memsearch_fast.index.sync import SyncReport
+    from memsearch_fast.store import MilvusStore
+    from memsearch_fast.store.copy.dense_index import DenseIndex
     from memsearch_fast.store.schema import EmbeddingModel
 
 
@@ -86,8 +89,8 @@ class MemSearch:
         #: Cross-encoder that reorders the fused hits ("" = none); see :mod:`memsearch_fast.recall.rerank`.
         self.reranker_model = reranker_model or ""
         self._reranker: Any = None
-        self._provider: Any = None
-        self._store: Any = None
+        self._provider: EmbeddingProvider | None = None
+        self._store: MilvusStore | None = None
         self._query_cache = QueryCache()
         #: Vectors in memory for processes that search many times (:mod:`memsearch_fast.store.copy.dense_index`);
         #: ``manifest_uri``: the local database (its server's URI given) whose manifest and span file count.
@@ -97,7 +100,7 @@ class MemSearch:
             from memsearch_fast.store.copy.dense_index import read_ahead
 
             read_ahead(self._manifest_uri, collection)
-        self._dense: Any = None
+        self._dense: DenseIndex | None = None
         self.on_wait: Callable[[str], None] | None = None  # hears a run wait for another writer
 
     @classmethod
@@ -112,8 +115,7 @@ class MemSearch:
         workers: int | None = None,
         dense_index: bool = False,
     ) -> MemSearch:
-        """The instance a resolved configuration (``config.resolve()``) describes;
-        *ignore_files* and *exclude* add to the configured lists."""
+        """The instance ``config.resolve()``'s settings describe, plus *ignore_files* and *exclude*."""
         emb, milvus, chunking, indexing = cfg.embedding, cfg.milvus, cfg.chunking, cfg.indexing
         return cls(
             list(paths),
@@ -177,16 +179,15 @@ class MemSearch:
         self._check_dimension(self._store)
         return self._store
 
-    def _read_store(self) -> Any:
-        """The store opened once, with no model: never creates a collection
-        (expand, stats, and the existence check before a search)."""
+    def _read_store(self) -> MilvusStore:
+        """The store opened once, with no model (expand, stats, search): never creates a collection."""
         if self._store is None:
             from memsearch_fast.store import MilvusStore
 
             self._store = MilvusStore(**self._store_args)
         return self._store
 
-    def _check_dimension(self, store: Any) -> None:
+    def _check_dimension(self, store: MilvusStore) -> None:
         """The collection's vectors must come from this instance's model."""
         store.check_embedder(self._embedding_model(), self.provider.dimension, self.provider.model_name)
 
@@ -366,7 +367,7 @@ class MemSearch:
         """Whether the in-memory copy of the vectors is being read from the engine now."""
         return self._dense is not None and self._dense.loading
 
-    def _dense_index(self, store: Any) -> Any:
+    def _dense_index(self, store: MilvusStore) -> DenseIndex | None:
         """The in-memory copy of the vectors; None for a server URI."""
         if self._dense is None:
             from memsearch_fast.store.copy.dense_index import DenseIndex
@@ -375,7 +376,7 @@ class MemSearch:
             self._dense_wanted = self._dense is not None
         return self._dense
 
-    def _search_store(self) -> Any:
+    def _search_store(self) -> MilvusStore | None:
         """The store for search, or None when nothing is indexed yet."""
         store = self._read_store()
         if not store.exists:
@@ -384,8 +385,7 @@ class MemSearch:
         return store
 
     def collection_exists(self) -> bool:
-        """Whether the collection exists; opens the store without a model and
-        never creates anything (checked before a search loads a model)."""
+        """Whether the collection exists (before a search loads a model); creates nothing."""
         return bool(self._read_store().exists)
 
     def stats(self) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ still opening, ``store.opening.OpeningStore``, stands in for it too).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Protocol
 
 
@@ -27,7 +27,7 @@ class IndexStore(Protocol):
 
     def count(self) -> int: ...
 
-    def iter_ids_by_source(self, sources: Iterable[str] | None = None) -> Iterator[tuple[str, str]]: ...
+    def iter_ids_by_source(self, sources: Iterable[str] | None = None) -> Generator[tuple[str, str]]: ...
 
     def iter_rows_for_sources(self, sources: list[str], fields: list[str]) -> Iterator[list[dict[str, Any]]]: ...
 

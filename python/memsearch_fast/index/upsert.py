@@ -21,11 +21,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.index.embed import Pending
 from memsearch_fast.index.protocol import IndexStore
 from memsearch_fast.store.spans.columns import ChunkSpans
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.spans.collection import SpanStore
+    from memsearch_fast.store.spans.file import SpanFile
 
 #: Upsert calls in flight; each holds one batch of rows in memory.
 IN_FLIGHT = 4
@@ -83,7 +87,7 @@ class UpsertStage:
         self.spans = spans
         self.created_spans = False
         self._spans_ready = threading.Lock()
-        self._span_store: Any = None
+        self._span_store: SpanStore | SpanFile | None = None
         self.fresh = fresh and callable(getattr(store, "insert", None))
         self.batch_size = max(1, batch_size)
         self._rows: list[dict[str, Any]] = []
@@ -162,7 +166,7 @@ class UpsertStage:
     def _store_spans(self, extra: list[ChunkSpans]) -> None:
         with self._spans_ready:
             if self._span_store is None:
-                store = self.store.spans  # type: ignore[attr-defined]
+                store: SpanStore | SpanFile = self.store.spans  # type: ignore[attr-defined]
                 sample = [s.vector for c in extra for s in c.spans]  # its directions' fit
                 self.created_spans = bool(store.create(sample))
                 self._span_store = store

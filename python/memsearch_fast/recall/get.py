@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.errors import MemsearchError
+
+if TYPE_CHECKING:
+    from memsearch_fast.index.protocol import IndexStore
 
 
 class GetError(MemsearchError):
@@ -25,7 +28,7 @@ def real_path(path: str | os.PathLike[str]) -> str:
     return os.path.realpath(os.path.expanduser(os.fspath(path)))
 
 
-def is_indexed(store: Any, source: str) -> bool:
+def is_indexed(store: IndexStore, source: str) -> bool:
     """Whether ``source`` is stored in the collection (the store escapes the filter value)."""
     rows = store.iter_ids_by_source([source])
     try:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memsearch_fast.config.tuning import DEFAULT_TOP_K
+
+if TYPE_CHECKING:
+    from memsearch_fast.embeddings import EmbeddingProvider
 
 #: Search hits longer than this are cut in text output (as memsearch 0.4.23 does).
 SNIPPET_CHARS = 500
@@ -30,7 +33,7 @@ class Searcher(Protocol):
     its search, and its provider for counting tokens."""
 
     @property
-    def provider(self) -> Any: ...
+    def provider(self) -> EmbeddingProvider: ...
     async def search(
         self,
         query: str,
@@ -123,7 +126,7 @@ def approx_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def token_counter(provider: Any) -> tuple[TokenCounter, str]:
+def token_counter(provider: EmbeddingProvider) -> tuple[TokenCounter, str]:
     """A token count with the embedding model's own tokenizer, and its name.
 
     The provider's public ``count_tokens`` and ``tokenizer_name`` (the ONNX and

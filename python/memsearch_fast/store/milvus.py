@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -295,7 +295,7 @@ class MilvusStore(StoreSearch):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def iter_ids_by_source(self, sources: Iterable[str] | None = None) -> Iterator[tuple[str, str]]:
+    def iter_ids_by_source(self, sources: Iterable[str] | None = None) -> Generator[tuple[str, str]]:
         """Yield ``(chunk_hash, source)`` for the given sources, or for all rows when None."""
         if not self._exists:
             return

@@ -132,15 +132,15 @@ class DenseIndex:
     """
 
     @classmethod
-    def for_store(cls, store_args: dict[str, Any], manifest_uri: str, store: Any) -> DenseIndex | None:
+    def for_store(cls, store_args: dict[str, Any], manifest_uri: str, store: MilvusStore) -> DenseIndex | None:
         """The copy of the collection that ``MilvusStore(**store_args)`` opens (*store*
         is one open on it); None for a server URI, whose writers elsewhere never
-        touch this machine's manifest."""
+        touch this machine's manifest, or a store of no known dimension."""
         from memsearch_fast.store import MilvusStore
         from memsearch_fast.store.compat import is_local_uri
         from memsearch_fast.store.manifest import manifest_path
 
-        if not is_local_uri(manifest_uri):
+        if not is_local_uri(manifest_uri) or store.dimension is None:
             return None
         args = dict(store_args)
         return cls(lambda: MilvusStore(**args), manifest_path(manifest_uri, str(args["collection"])), store.dimension)

@@ -43,6 +43,7 @@ from memsearch_fast.store.spans.reads import BATCH, SpanReads, _Packed, _row
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
     from memsearch_fast.store.spans.basis import Basis
+    from memsearch_fast.store.spans.collection import SpanStore
 
 logger = logging.getLogger(__name__)
 
@@ -458,7 +459,7 @@ class SpanFile(SpanReads):
 
     # -- a collection's spans, moved here ------------------------------------------------
 
-    def adopt(self, legacy: Any) -> int:
+    def adopt(self, legacy: SpanStore) -> int:
         """Move the spans of *legacy* (a span collection of this database, made
         before they lived here) into the file, then drop it; the chunks moved.
         Its vectors are taken as stored: nothing is embedded again."""
