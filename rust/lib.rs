@@ -2,7 +2,6 @@
 //! scanning, chunking and hashing, and the int8 span search of a long-lived
 //! process — behind a small typed surface.
 
-pub mod answers;
 pub mod b64;
 pub mod chunker;
 pub mod hashing;
@@ -409,14 +408,6 @@ fn decode_base64_rows<'py>(
     Ok(PyBytes::new(py, &raw))
 }
 
-/// The vectors of an OpenAI-shaped base64 answer for `n` texts, in input order,
-/// read without the GIL; None when it is not one (the caller reads it then).
-#[pyfunction]
-fn base64_answer<'py>(py: Python<'py>, body: &[u8], n: usize) -> Option<Bound<'py, PyBytes>> {
-    let raw = py.allow_threads(|| answers::base64_answer(body, n))?;
-    Some(PyBytes::new(py, &raw))
-}
-
 /// First 16 hex digits of the SHA-256 of `text` (UTF-8).
 #[pyfunction]
 fn content_hash(text: &str) -> String {
@@ -540,7 +531,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(cut_spans, m)?)?;
     m.add_function(wrap_pyfunction!(decode_base64_rows, m)?)?;
-    m.add_function(wrap_pyfunction!(base64_answer, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
     m.add_function(wrap_pyfunction!(heading_levels, m)?)?;
     m.add_function(wrap_pyfunction!(best_groups, m)?)?;

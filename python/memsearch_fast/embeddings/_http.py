@@ -207,10 +207,8 @@ async def post_json(
     max_delay: float,
     key_env: str | None = None,
     key_rejected: Callable[[int, str], bool] | None = None,
-    fast: Callable[[bytes], Any] | None = None,
 ) -> Any:
-    """POST *payload* and return the decoded JSON answer, retrying 429/5xx and network errors;
-    *fast* may read a success's body first (its answer, unless None).
+    """POST *payload* and return the decoded JSON answer, retrying 429/5xx and network errors.
 
     Raises ``EmbeddingAPIError`` with a one-line message for anything else.
     401/403, and any answer ``key_rejected(status, message)`` recognises (an
@@ -227,9 +225,6 @@ async def post_json(
             problem, status = f"cannot reach {where} ({redact(str(exc), secret)})", 0
         else:
             if response.status < 300:
-                read = fast(response.body) if fast is not None else None
-                if read is not None:
-                    return read
                 try:
                     return json.loads(response.body)
                 except ValueError:

@@ -206,7 +206,6 @@ class RemoteEmbedding:
                 max_delay=self._max_delay,
                 key_env=self.key_env,
                 key_rejected=self._key_rejected,
-                fast=_Base64Answer(len(texts)) if asked_base64 else None,
             )
         except EmbeddingAPIError as exc:
             if not (asked_base64 and exc.status in BASE64_REFUSED):
@@ -219,7 +218,7 @@ class RemoteEmbedding:
                 logger.info("%s at %s refused base64 vectors (%s); asking for floats", self.kind, where, exc)
             return vectors
         try:
-            vectors = data.vectors if isinstance(data, _Base64Answer) else self._parse(data, len(texts))
+            vectors = self._parse(data, len(texts))
         except (KeyError, TypeError, ValueError, IndexError):
             raise EmbeddingAPIError(f"{self.kind} at {safe_url(self._url)} sent an unexpected answer", 200) from None
         if len(vectors) != len(texts):
@@ -392,27 +391,6 @@ def decode_base64_rows(rows: list[str]) -> Any:
     if not raw or len(raw) % (4 * len(rows)):
         raise ValueError("bad base64 vector")
     return np.frombuffer(raw, dtype="<f4").reshape(len(rows), -1)
-
-
-class _Base64Answer:
-    """Reads a base64 answer for *n* texts in the Rust core, without the GIL (a
-    gigabyte of it at 50 MB of markdown); any other answer is left to the JSON parser
-    and :func:`parse_indexed`, which name what is wrong with it."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.vectors: Any = None
-
-    def __call__(self, body: bytes) -> _Base64Answer | None:
-        import numpy as np
-
-        from memsearch_fast._core import base64_answer
-
-        raw = base64_answer(body, self.n)
-        if raw is None:
-            return None
-        self.vectors = np.frombuffer(raw, dtype="<f4").reshape(self.n, -1)
-        return self
 
 
 def parse_indexed(data: Any, n: int) -> Any:
