@@ -82,6 +82,8 @@ def embedding_text(chunk: Chunk) -> str:
 _Text = tuple[int, str, Pending, int]
 
 
+#: Chunks cut into spans in one call to the Rust core.
+CUT_BATCH = 256
 #: The key texts are sorted by: their size (a C call, not a Python one, per text).
 _first = operator.itemgetter(0)
 
@@ -174,16 +176,26 @@ class EmbedStage:
                 continue
             self._waiting[h] = []
             new.append(p)
-        # The new chunks' spans, cut by the Rust core in one batch without the GIL.
-        cuts = cut_spans([(p.chunk.content, p.chunk.heading, p.chunk.start_line) for p in new]) if self._spans else None
-        queued = sum(self._queue(p, cuts[i] if cuts is not None else None) for i, p in enumerate(new))
-        self._on_work(queued, 0)
+        self._on_work(self._queue_new(new), 0)
         if ready:
             self.shared += len(ready)
             await self._deliver(ready)
         while len(self._buffer) >= self.window:
             window, self._buffer = self._buffer[: self.window], self._buffer[self.window :]
             await self._launch_sorted(window)
+
+    def _queue_new(self, new: list[Pending]) -> int:
+        """Buffer the texts of chunks met here first: their spans cut by the Rust core
+        without the GIL, :data:`CUT_BATCH` chunks a call (the core's memory for a call
+        is kept by its allocator for the next: a small batch keeps it small)."""
+        if not self._spans:
+            return sum(self._queue(p, None) for p in new)
+        queued = 0
+        for at in range(0, len(new), CUT_BATCH):
+            part = new[at : at + CUT_BATCH]
+            cuts = cut_spans([(p.chunk.content, p.chunk.heading, p.chunk.start_line) for p in part])
+            queued += sum(self._queue(p, parts) for p, parts in zip(part, cuts, strict=True))
+        return queued
 
     def _queue(self, p: Pending, parts: list[SpanFields] | None) -> int:
         """Buffer *p*'s texts: its spans' (*parts*, with spans on, for a long chunk), or
