@@ -6,7 +6,9 @@
 //!
 //! The character classes are Python's (`str.isspace`, `\w`, `\d`,
 //! `str.islower`), so the spans are the ones the Python rules give: tests
-//! compare the two on random and real text.
+//! compare the two on random and real text. The list marker, the lines with
+//! no text and the heading's letter are those of `store/spans/words.py`,
+//! which search reads a matched line with: a change goes to both.
 
 use std::sync::LazyLock;
 

@@ -10,7 +10,7 @@ own or one of its spans') and still returns the chunk: small to find, big
 to read.
 
 A conversation's turn (``Maya: …``) keeps its speaker: a later sentence of
-the turn carries the name (:data:`SPEAKER`).
+the turn carries the name (the speaker rule, below).
 
 A short chunk (at most :data:`MIN_CHUNK_BYTES` of span text) needs no spans:
 its own vector is not diluted, and spans would multiply the vectors stored.
