@@ -129,8 +129,8 @@ fn units(content: &str, first_line: i64, min_sentence: usize) -> Vec<(i64, i64, 
             .filter(|name| !name.chars().next().is_some_and(char::is_lowercase))
             .map(|name| format!("{name}: "));
         for (i, s) in sentences(&text, min_sentence).into_iter().enumerate() {
-            let s = match (&label, i) {
-                (Some(l), i) if i > 0 => format!("{l}{s}"),
+            let s = match &label {
+                Some(l) if i > 0 => format!("{l}{s}"),
                 _ => s,
             };
             out.push((start, end, s));
