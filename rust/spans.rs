@@ -81,20 +81,18 @@ fn split(text: &str) -> Vec<&str> {
 /// one per sentence.
 fn sentences(text: &str, min: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    let mut joined: Vec<bool> = Vec::new();
+    let mut joined = false; // the last sentence took in a neighbour already
     for part in split(text).into_iter().filter(|s| !strip(s).is_empty()) {
         let short = part.len() < min || out.last().is_some_and(|o| o.len() < min);
         match out.last_mut() {
-            Some(last) if short && !joined.last().copied().unwrap_or(true) => {
+            Some(last) if short && !joined => {
                 last.push(' ');
                 last.push_str(part);
-                if let Some(j) = joined.last_mut() {
-                    *j = true;
-                }
+                joined = true;
             }
             _ => {
                 out.push(part.to_owned());
-                joined.push(false);
+                joined = false;
             }
         }
     }
