@@ -256,10 +256,11 @@ def test_small_and_large_collections_and_the_switch_leave_it_to_milvus(corpus, d
         assert not ms._dense.loaded
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
     monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
+    monkeypatch.setenv("MEMSEARCH_LEAN_COPY_MAX_ROWS", "10")
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         assert asyncio.run(ms.search(QUERIES[0]))
         ms._dense.wait(60)
-        assert not ms._dense.loaded  # above the largest size that gets a copy
+        assert not ms._dense.loaded  # above the largest size that gets a copy, even a lean one
     monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
     monkeypatch.setenv(dense_index.ENV_SWITCH, "0")
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
@@ -520,6 +521,10 @@ FILTER_QUERIES = [
     "deploy key fingerprint",
 ]
 FILTER_FOLDERS = [f"team-{i}" for i in range(6)]
+#: How far apart two fused scores may be and still swap between a filtered search
+#: and the same search of those sources alone: BM25's statistics are the whole
+#: collection's (0.0026 seen; a BM25 list's own scores move by up to 10 %).
+NEAR_TIE = 0.01
 
 
 def _open_on(paths: list[Path], db: Path, model_dir: Path, collection: str, copy: bool) -> MemSearch:
@@ -590,7 +595,12 @@ def test_a_filtered_search_finds_what_those_sources_alone_give(tmp_path, db, mod
                         filtered = asyncio.run(shared.search(text, top_k=5, source_prefix=root / folder, explain=True))
                         whole = asyncio.run(own.search(text, top_k=5, explain=True))
                         assert filtered and all(h["source"].startswith(str(root / folder)) for h in filtered)
-                        assert _ids(filtered)[0] == _ids(whole)[0], (copy, folder, text)
+                        # BM25 weighs a word by its rarity in the whole collection (the engine's
+                        # statistics), so near-equal hits may swap: the top one is the other's
+                        # top one or within a near-tie of it.
+                        near = {i: h["score"] for i, h in zip(_ids(whole), whole, strict=True)}
+                        top = _ids(filtered)[0]
+                        assert near.get(top, -1.0) >= whole[0]["score"] - NEAR_TIE, (copy, folder, text)
                         mine, theirs = _dense_scores(filtered), _dense_scores(whole)
                         both = mine.keys() & theirs.keys()
                         assert len(both) >= len(whole) - 1, (copy, folder, text)  # a swap at the cut at most
