@@ -36,7 +36,6 @@ scores may swap places.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -49,7 +48,10 @@ import numpy as np
 
 from memsearch_fast._os import file_stamp
 from memsearch_fast.config import environment
-from memsearch_fast.store.copy.rows import FIELDS, Copy, Rows
+from memsearch_fast.store.copy import lean
+from memsearch_fast.store.copy.file_rows import read_manifest
+from memsearch_fast.store.copy.lean import Lean
+from memsearch_fast.store.copy.rows import FIELDS, Copy, Rows, under, unit
 from memsearch_fast.store.copy.spans import held_directions, read_spans
 from memsearch_fast.store.search import MAX_TOP_K
 
@@ -89,27 +91,17 @@ def max_rows() -> int:
     return environment.integer(ENV_MAX_ROWS, DEFAULT_MAX_ROWS)
 
 
-def _worth_a_copy(store: MilvusStore) -> bool:
-    """Between :func:`min_rows` and :func:`max_rows` chunks, span rows counted
-    toward the minimum at their cost to Milvus's scan (it reads them all too)."""
+def _kind(store: MilvusStore) -> str | None:
+    """ "full" between :func:`min_rows` and :func:`max_rows` chunks (span rows counted
+    toward the minimum at their cost to Milvus's scan: it reads them all too), "lean"
+    past it up to :func:`.lean.max_rows` (:mod:`.lean`), else None."""
     chunks = int(store.count())
     if chunks > max_rows():
-        return False
+        return "lean" if chunks <= lean.max_rows() else None
     if chunks >= min_rows():
-        return True
+        return "full"
     spans = getattr(store, "spans", None)
-    return spans is not None and spans.exists and chunks + spans.scan_rows() >= min_rows()
-
-
-def _read_manifest(path: Path) -> tuple[int, dict[str, str]] | None:
-    """(rows, {source: packed chunk records}) from the manifest, or None."""
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
-        rows, files = data["rows"], data["files"]
-        return int(rows), {str(k): str(v[3]) for k, v in files.items()}
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
+    return "full" if spans is not None and spans.exists and chunks + spans.scan_rows() >= min_rows() else None
 
 
 def read_ahead(manifest_uri: str, collection: str) -> None:
@@ -152,7 +144,7 @@ class DenseIndex:
         self._manifest = Path(manifest)
         self._writer = Manifest(self._manifest)  # only probed: its writer lock is never taken here
         self._dim = dimension
-        self._copy: Copy | None = None
+        self._copy: Copy | Lean | None = None
         self._pos: dict[str, int] = {}
         self._by_source: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
@@ -190,7 +182,7 @@ class DenseIndex:
         if copy is not None and self._unsaved:  # refreshed since its last save
             self._save(copy)
 
-    def _install(self, copy: Copy | None) -> None:
+    def _install(self, copy: Copy | Lean | None) -> None:
         """Make ``copy`` the one searches use (called with ``_lock`` held)."""
         self._copy = copy
         self._pos = copy.positions() if copy else {}
@@ -222,7 +214,7 @@ class DenseIndex:
         collection loads it first (34 s there), so the first search waits for it."""
         if now < self._retry_after or self.loading:
             return False
-        if not _worth_a_copy(store):  # the search's own connection: no thread
+        if _kind(store) is None:  # the search's own connection: no thread
             self._later(RECHECK_S)
             return False
         saved = self._saved_at is None and self._saved.is_file() and not self._saved.is_symlink()
@@ -263,7 +255,10 @@ class DenseIndex:
                     self._saved_at = time.monotonic()
                     copy = saved_copy.load(self._saved, self._dim)  # the last process's, refreshed as a held one
                     full = copy is None
-            new = self._refresh(store, copy) if not full and copy is not None else self._load_all(store)
+            if full or copy is None:
+                new = self._load_all(store)
+            else:
+                new = self._lean(store, copy) if isinstance(copy, Lean) else self._refresh(store, copy)
             with self._lock:
                 if new is not None and not self._closed:
                     self._install(new)
@@ -285,7 +280,10 @@ class DenseIndex:
             with contextlib.suppress(Exception):
                 store.close()
 
-    def _save(self, copy: Copy) -> None:
+    def _save(self, copy: Copy | Lean) -> None:
+        if isinstance(copy, Lean):  # read again from the engine by the next process
+            self._saved_at, self._unsaved = time.monotonic(), False
+            return
         from memsearch_fast.store.copy import saved as saved_copy
 
         saved_copy.save(self._saved, copy)
@@ -296,17 +294,20 @@ class DenseIndex:
         and its row count is that of ``rows``; None when the rows cannot be trusted."""
         if token is None or self._quiet() != token:
             return None
-        manifest = _read_manifest(self._manifest)
-        if manifest is None or manifest[0] != len(rows.ids) or self._quiet() != token:
+        manifest = read_manifest(self._manifest)
+        if manifest is None or manifest.rows != len(rows.ids) or self._quiet() != token:
             return None
-        return manifest[1]
+        return manifest.entries
 
-    def _load_all(self, store: MilvusStore) -> Copy | None:
+    def _load_all(self, store: MilvusStore) -> Copy | Lean | None:
         """Every row, kept only when no run wrote meanwhile and the manifest describes them."""
         token = self._quiet()
-        if token is None or not store.exists or not _worth_a_copy(store):
+        kind = _kind(store) if token is not None and store.exists else None
+        if kind is None:
             self._later(RECHECK_S if token is not None else RETRY_S)
             return None
+        if kind == "lean":
+            return self._lean(store, None)
         rows = Rows(self._dim)
         for page in store.iter_rows(FIELDS):
             if self._closed:
@@ -323,13 +324,22 @@ class DenseIndex:
         copy = rows.copy(token, entries)
         return copy.hold(spans.build(copy.matrix) if spans is not None else None)
 
-    def _refresh(self, store: MilvusStore, copy: Copy) -> Copy | None:
+    def _lean(self, store: MilvusStore, old: Lean | None) -> Lean | Copy | None:
+        """The lean copy (:mod:`.lean`), *old*'s unchanged files kept."""
+        if old is not None and _kind(store) != "lean":
+            return self._load_all(store)
+        new = lean.load(store, self._dim, self._manifest, self._quiet, old, stop=lambda: self._closed)
+        if new is None:
+            self._later(RETRY_S)  # a run wrote while the rows were read, or a writer keeps no manifest
+        return new
+
+    def _refresh(self, store: MilvusStore, copy: Copy) -> Copy | Lean | None:
         """Re-read only the sources whose recorded chunks changed since ``copy``."""
         token = self._quiet()
-        manifest = _read_manifest(self._manifest) if token is not None else None
+        manifest = read_manifest(self._manifest) if token is not None else None
         if manifest is None or copy.entries is None:
             return None
-        entries = manifest[1]
+        entries = manifest.entries
         changed = {s for s in entries.keys() | copy.entries.keys() if entries.get(s) != copy.entries.get(s)}
         spans_store = getattr(store, "spans", None)
         if spans_store is not None and not spans_store.present():
@@ -430,16 +440,23 @@ class DenseIndex:
                 self._stale()
                 return None
             copy.checked = now
+        as_list = list(map(float, vector))
+        among = under(by_source, source_prefix) if source_prefix else None
+        if isinstance(copy, Lean):
+            hits = lean.search(
+                store, copy, pos, among, as_list, query_text, top_k=top_k, source_prefix=source_prefix, explain=explain
+            )
+            if hits is None:
+                self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
+            return hits
         from memsearch_fast.store import fusion
         from memsearch_fast.store.search import together
         from memsearch_fast.store.spans import merge
 
         deep = fusion.depth(top_k, MAX_TOP_K)
-        as_list = list(map(float, vector))
         held = copy.spans
-        among = _among(by_source, source_prefix) if source_prefix else None
         dense, span_hits, sparse = together(  # the engine's BM25 list while the others are ranked here
-            lambda: [] if held is not None else self._dense(copy, vector, deep, among),
+            lambda: [] if held is not None else copy.dense(vector, deep, among),
             lambda: (
                 held.search(copy.ids, copy.sources, as_list, deep, among)  # chunk vectors and spans at once
                 if held is not None
@@ -461,7 +478,7 @@ class DenseIndex:
                 if copy.spans is not None
                 else store.spans.best_of(as_list, lacking)
             )
-            q = self._unit(vector)
+            q = unit(vector)
             own = [(cid, float(copy.matrix[pos[cid]] @ q)) for cid in lacking]
             scores, found = merge.merge_dense(own, list(best.values()), len(lacking))
             matched.update(found)
@@ -470,30 +487,3 @@ class DenseIndex:
         for cid, _ in ranked:
             rows.setdefault(cid, copy.row(pos[cid]))
         return store.fuse_lists(ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain)
-
-    @staticmethod
-    def _unit(vector: Any) -> np.ndarray:
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(q))
-        return q / norm if norm else q
-
-    def _dense(self, copy: Copy, vector: Any, top_k: int, among: list[int] | None) -> list[tuple[str, float]]:
-        """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it;
-        of the chunks at positions *among* alone when given."""
-        q = self._unit(vector)
-        rows = np.asarray(among, dtype=np.int64) if among is not None else None
-        scores = copy.matrix[rows] @ q if rows is not None else copy.matrix @ q
-        k = min(top_k, scores.shape[0])
-        if k <= 0:
-            return []
-        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
-        top = top[np.lexsort((top, -scores[top]))]  # by score, then by position (a stable order for ties)
-        ids = rows[top] if rows is not None else top
-        return [(copy.ids[i], float(scores[j])) for i, j in zip(ids, top, strict=True)]
-
-
-def _among(by_source: dict[str, np.ndarray], prefix: str) -> list[int]:
-    """The positions of the chunks whose source starts with *prefix* (a filtered search
-    ranks these alone, with the codes the unfiltered one uses)."""
-    picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
-    return np.concatenate(picked).tolist() if picked else []

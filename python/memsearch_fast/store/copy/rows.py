@@ -42,6 +42,20 @@ class Copy:
     def positions(self) -> dict[str, int]:
         return {cid: i for i, cid in enumerate(self.ids)}
 
+    def dense(self, vector: Any, top_k: int, among: list[int] | None) -> list[tuple[str, float]]:
+        """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it;
+        of the chunks at positions *among* alone when given."""
+        q = unit(vector)
+        rows = np.asarray(among, dtype=np.int64) if among is not None else None
+        scores = self.matrix[rows] @ q if rows is not None else self.matrix @ q
+        k = min(top_k, scores.shape[0])
+        if k <= 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+        top = top[np.lexsort((top, -scores[top]))]  # by score, then by position (a stable order for ties)
+        ids = rows[top] if rows is not None else top
+        return [(self.ids[i], float(scores[j])) for i, j in zip(ids, top, strict=True)]
+
     def row(self, i: int) -> dict[str, Any]:
         """The display fields of row ``i``, in the order :meth:`MilvusStore.search` gives them."""
         own = {"chunk_hash": self.ids[i], "source": self.sources[i]}
@@ -87,3 +101,16 @@ class Rows:
     def copy(self, token: tuple[int, int, int] | None, entries: dict[str, str] | None) -> Copy:
         matrix = np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), np.float32)
         return Copy(self.ids, self.sources, self.fields, matrix, token, entries, time.monotonic())
+
+
+def unit(vector: Any) -> np.ndarray:
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(q))
+    return q / norm if norm else q
+
+
+def under(by_source: dict[str, np.ndarray], prefix: str) -> list[int]:
+    """The positions of the chunks whose source starts with *prefix* (a filtered search
+    ranks these alone, with the codes the unfiltered one uses)."""
+    picked = [ix for s, ix in by_source.items() if s.startswith(prefix)]
+    return np.concatenate(picked).tolist() if picked else []

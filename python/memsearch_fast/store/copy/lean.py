@@ -1,0 +1,212 @@
+"""Past the copy's cap: each chunk's own vector alone, as int8 codes, and the
+hits' fields read again from their files.
+
+Past :func:`~.dense_index.max_rows` chunks the full copy would hold gigabytes
+(display fields, a float16 matrix, every span's codes), and Milvus Lite
+answers a search of 1 GB of journals (1.2 M chunks) in about half a second:
+a scan of every chunk vector for the dense list (about 300 ms) and a scan by
+primary key for the rows the lists lack (434 ms for 30; docs/scale.md). A
+long-lived process keeps instead each chunk's own vector as int8 codes with
+their sign bits (about 440 bytes a chunk: 530 MB at 1 GB), ranked by the
+copy's kernel (:class:`.spans.OwnRows`); the spans of the chunks that list and
+BM25 found are scored from the span file, one indexed read each, as a search
+without a copy does (:meth:`~memsearch_fast.store.search.StoreSearch.search`);
+and a hit's fields, where the BM25 list did not carry them, come from its
+markdown file while the manifest shows it unchanged (:mod:`.file_rows`),
+else from Milvus. The copy answers under the rules of the full one (the
+manifest the same, no run writing); after a run, the files whose recorded
+chunks changed are read again and the rest kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memsearch_fast.config import environment
+from memsearch_fast.store.copy.file_rows import Described, read_manifest, rows_from_files
+from memsearch_fast.store.copy.spans import OwnRows, quantised, sign_bits
+from memsearch_fast.store.schema import QUERY_FIELDS
+from memsearch_fast.store.search import MAX_TOP_K, candidates, together
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.milvus import MilvusStore
+
+#: Past this many chunks no copy is kept (the codes' scan passes 60 ms near 5 M
+#: chunks, docs/scale.md: a graph index is then worth its build).
+DEFAULT_MAX_ROWS = 5_000_000
+ENV_MAX_ROWS = "MEMSEARCH_LEAN_COPY_MAX_ROWS"
+#: What the lean copy reads of each row.
+FIELDS = ["chunk_hash", "source", "embedding"]
+
+
+def max_rows() -> int:
+    return environment.integer(ENV_MAX_ROWS, DEFAULT_MAX_ROWS)
+
+
+@dataclass(slots=True)
+class Lean:
+    """The chunks *ids* (from *sources*) with their own vectors as codes, current
+    while the manifest is *token*; *described*: that manifest."""
+
+    ids: list[str]
+    sources: list[str]
+    own: OwnRows
+    token: tuple[int, int, int] | None
+    described: Described
+    checked: float
+
+    @property
+    def entries(self) -> dict[str, str]:
+        return self.described.entries
+
+    def positions(self) -> dict[str, int]:
+        return {cid: i for i, cid in enumerate(self.ids)}
+
+
+class LeanRows:
+    """Ids, sources and codes gathered page by page."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.ids: list[str] = []
+        self.sources: list[str] = []
+        self.codes: list[np.ndarray] = []
+        self.scales: list[np.ndarray] = []
+
+    def add(self, page: list[dict[str, Any]]) -> None:
+        if not page:
+            return
+        self.ids.extend(str(r["chunk_hash"]) for r in page)
+        self.sources.extend(str(r["source"]) for r in page)
+        codes, scales = quantised([r["embedding"] for r in page], self.dim)
+        self.codes.append(codes)
+        self.scales.append(scales)
+
+    def keep(self, old: Lean, keep: list[int]) -> None:
+        """The rows of *old* at positions *keep*."""
+        at = np.asarray(keep, dtype=np.int64)
+        self.ids.extend(old.ids[i] for i in keep)
+        self.sources.extend(old.sources[i] for i in keep)
+        self.codes.append(np.frombuffer(old.own.codes, np.int8).reshape(-1, self.dim)[at])
+        self.scales.append(np.frombuffer(old.own.scales, "<f4")[at])
+
+    def build(self, token: tuple[int, int, int] | None, described: Described) -> Lean:
+        """The copy, keeping the first of an id read twice (a row written while the pages were read)."""
+        ids, sources = self.ids, self.sources
+        codes = np.concatenate(self.codes) if self.codes else np.zeros((0, self.dim), np.int8)
+        scales = np.concatenate(self.scales) if self.scales else np.zeros(0, np.float32)
+        self.codes, self.scales = [], []
+        if len(set(ids)) != len(ids):
+            first: dict[str, int] = {}
+            for i, cid in enumerate(ids):
+                first.setdefault(cid, i)
+            at = sorted(first.values())
+            ids, sources = [ids[i] for i in at], [sources[i] for i in at]
+            codes, scales = codes[np.asarray(at, dtype=np.int64)], scales[np.asarray(at, dtype=np.int64)]
+        own = OwnRows(codes.tobytes(), scales.astype("<f4").tobytes(), sign_bits(codes), self.dim)
+        return Lean(ids, sources, own, token, described, time.monotonic())
+
+
+def load(
+    store: MilvusStore,
+    dim: int,
+    manifest: Path,
+    quiet: Callable[[], tuple[int, int, int] | None],
+    old: Lean | None,
+    *,
+    stop: Callable[[], bool],
+) -> Lean | None:
+    """The lean copy of *store*'s collection (the files whose recorded chunks changed
+    since *old* read again, the rest kept), or None when a run wrote meanwhile, the
+    manifest does not describe the rows, or *stop* said so."""
+    token = quiet()
+    described = read_manifest(manifest, files=True) if token is not None else None
+    if described is None:
+        return None
+    rows = LeanRows(dim)
+    if old is None:
+        pages = store.iter_rows(FIELDS)
+    else:
+        now, was = described.entries, old.entries
+        changed = {s for s in now.keys() | was.keys() if now.get(s) != was.get(s)}
+        rows.keep(old, [i for i, s in enumerate(old.sources) if s not in changed])
+        pages = store.iter_rows_for_sources(sorted(changed & now.keys()), FIELDS)
+    for page in pages:
+        if stop():
+            return None
+        rows.add(page)
+    if quiet() != token or described.rows != len(set(rows.ids)):
+        return None
+    return rows.build(token, described)
+
+
+def search(
+    store: MilvusStore,
+    lean: Lean,
+    pos: dict[str, int],
+    among: list[int] | None,
+    vector: list[float],
+    query_text: str,
+    *,
+    top_k: int,
+    source_prefix: str | None,
+    explain: bool,
+) -> list[dict[str, Any]] | None:
+    """The hybrid hits :meth:`MilvusStore.search` would give; None when BM25 found a
+    chunk the copy lacks (a row written by a tool that keeps no manifest)."""
+    from memsearch_fast.store import fusion
+    from memsearch_fast.store.spans import merge
+
+    deep = fusion.depth(top_k, MAX_TOP_K)
+    wide = candidates(deep)  # deeper, as a search without a copy asks: the chunks whose spans are scored
+
+    def dense() -> list[tuple[int, float]]:
+        scores = lean.own.top(vector, wide) if among is None else lean.own.scores(vector, among)
+        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:wide]
+
+    found, sparse = together(dense, lambda: store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix))
+    if any(h["chunk_hash"] not in pos for h in sparse):
+        return None
+    listed = [(lean.ids[g], score) for g, score in found]
+    spans = store.spans
+    asked = [*(cid for cid, _ in listed), *(h["chunk_hash"] for h in sparse)]
+    span_of = spans.best_of(vector, asked) if spans.present() else {}
+    ranked, matched = merge.merge_dense(listed, list(span_of.values()), deep)
+    have = {cid for cid, _ in ranked}
+    lacking = [cid for cid in dict.fromkeys(h["chunk_hash"] for h in sparse) if cid not in have]
+    if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
+        own = lean.own.scores(vector, [pos[cid] for cid in lacking])
+        best = [span_of[cid] for cid in lacking if cid in span_of]
+        scores, more = merge.merge_dense([(lean.ids[g], s) for g, s in own.items()], best, len(lacking))
+        matched.update(more)
+        ranked = merge.fill_dense(ranked, dict(scores))
+    rows: dict[str, dict[str, Any]] = {h["chunk_hash"]: h for h in sparse}
+    pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
+    missing = {cid: lean.sources[pos[cid]] for cid, _ in ranked if cid not in rows}
+    filled, found_rows = together(
+        lambda: store.fill_sparse(pairs, ranked, query_text),
+        lambda: _rows(store, lean.described, missing),
+    )
+    rows.update(found_rows)
+    ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a chunk gone meanwhile
+    return store.fuse_lists(
+        ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+    )
+
+
+def _rows(store: MilvusStore, described: Described, wanted: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The fields of the chunks *wanted* ({id: source}): from their files where
+    unchanged, the rest from Milvus."""
+    if not wanted:
+        return {}
+    out = rows_from_files(described, wanted)
+    rest = [cid for cid in wanted if cid not in out]
+    if rest:
+        out.update((str(r["chunk_hash"]), r) for r in store.rows_for_ids(rest, QUERY_FIELDS))
+    return out

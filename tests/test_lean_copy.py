@@ -1,0 +1,157 @@
+"""The lean copy past the in-memory copy's cap (:mod:`memsearch_fast.store.copy.lean`).
+
+Real Milvus Lite, the real model, real index runs; the cap is lowered so a
+60 KB corpus is "past it". The copy must rank as Milvus does, take the hits'
+fields from their files only while those are as indexed, and see every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memsearch_fast.store.copy import dense_index, lean
+from tests.test_dense_index import QUERIES, assert_same_ranking, loaded, open_ms, vector
+
+pytestmark = pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the lean copy")
+
+
+@pytest.fixture
+def past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dense_index.ENV_MIN_ROWS, "0")
+    monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
+    monkeypatch.delenv(lean.ENV_MAX_ROWS, raising=False)
+    monkeypatch.delenv(dense_index.ENV_SWITCH, raising=False)
+
+
+def no_row_lookups(store) -> list[list[str]]:
+    """Record the ids *store* is asked rows for (a scan of the collection in Lite)."""
+    asked: list[list[str]] = []
+    rows_for_ids = store.rows_for_ids
+
+    def recorded(ids, fields):
+        asked.append(list(ids))
+        return rows_for_ids(ids, fields)
+
+    store.rows_for_ids = recorded
+    return asked
+
+
+def test_the_lean_copy_ranks_as_milvus_does_with_fields_from_the_files(corpus, db, model_dir, past_the_cap):
+    with open_ms(corpus, db, model_dir) as ms:
+        asyncio.run(ms.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        store = ms._search_store()
+        copy = dense._copy
+        assert isinstance(copy, lean.Lean) and sorted(copy.ids) == sorted(
+            r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p
+        )
+        assert len(copy.own.codes) == 384 * len(copy.ids)  # each chunk's own vector, nothing else
+        asked = no_row_lookups(store)
+        some = sorted(corpus.rglob("*.md"))[3]
+        compared = 0
+        for text in [*QUERIES, ""]:
+            vec = vector(ms, text or "lock")
+            for k in (1, 3, 5, 10):
+                for prefix in (None, str(some.parent), str(some)):
+                    before = len(asked)
+                    ours = dense.search(store, vec, text, top_k=k, source_prefix=prefix)
+                    assert ours is not None, "the lean copy did not answer"
+                    assert len(asked) == before, "rows looked up in Milvus where the files were unchanged"
+                    milvus = store.search(vec, text, top_k=k, source_prefix=prefix)
+                    assert_same_ranking(ours, milvus)
+                    if prefix:
+                        assert all(h["source"].startswith(prefix) for h in ours)
+                    compared += bool(ours)
+        assert compared > 40
+        # Through MemSearch.search too, --explain naming the span.
+        hits = asyncio.run(ms.search(QUERIES[1], top_k=3, explain=True))
+        assert hits and "explain" in hits[0]
+
+
+def test_a_hit_in_a_file_changed_since_its_run_takes_its_fields_from_milvus(corpus, db, model_dir, past_the_cap):
+    from memsearch_fast.store.copy import file_rows
+
+    with open_ms(corpus, db, model_dir) as ms:
+        asyncio.run(ms.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        store = ms._search_store()
+        copy = dense._copy
+        assert isinstance(copy, lean.Lean)
+        text = QUERIES[0]
+        vec = vector(ms, text)
+        before = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert before
+        wanted = {h["chunk_hash"]: h["source"] for h in before}
+        from_files = file_rows.rows_from_files(copy.described, wanted)
+        assert from_files.keys() == wanted.keys()  # every file as indexed
+        for h in before:
+            assert from_files[h["chunk_hash"]] == {k: h[k] for k in from_files[h["chunk_hash"]]}
+        # Edited behind the index (no run yet): the manifest still describes the rows,
+        # the file no longer holds what it did. Its chunks' fields come from Milvus.
+        path = next(p for p in corpus.rglob("*.md") if str(p) == before[0]["source"])
+        path.write_text("# Rewritten\n\nNothing of the old text is left here.\n")
+        assert (
+            file_rows.rows_from_files(copy.described, wanted)
+            .keys()
+            .isdisjoint(cid for cid, src in wanted.items() if src == str(path))
+        )
+        asked = no_row_lookups(store)
+        after = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert after == before  # the stored rows, as Milvus holds them until the next run
+        assert_same_ranking(after, store.search(vec, text, top_k=5))
+        assert any(asked)
+
+
+def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, model_dir, past_the_cap):
+    with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(writer.index())
+        dense = loaded(ms)
+        store = ms._search_store()
+        files = sorted(corpus.rglob("*.md"))
+        gone, edited = files[0], files[1]
+        gone_ids = {r["chunk_hash"] for r in store.rows_for_sources([str(gone)], ["chunk_hash"])}
+        assert gone_ids
+        gone.unlink()
+        edited.write_text(edited.read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+        asyncio.run(writer.index())
+
+        read: list[str] = []
+        opened = dense._open_store
+
+        def changed_only():
+            s = opened()
+            s.iter_rows = lambda *a, **k: pytest.fail("a full load where a refresh would do")
+            rows_for = s.iter_rows_for_sources
+
+            def rows(sources, fields):
+                read.extend(sources)
+                return rows_for(sources, fields)
+
+            s.iter_rows_for_sources = rows
+            return s
+
+        dense._open_store = changed_only
+        text = "quokka relay port 47113"
+        vec = vector(ms, text)
+        assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None, "a stale copy answered"
+        assert dense.wait(60)
+        hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert hits is not None and "quokka relay" in hits[0]["content"]
+        assert read == [str(edited)]
+        copy = dense._copy
+        assert isinstance(copy, lean.Lean) and len(copy.ids) == store.count()
+        assert not gone_ids & set(copy.ids)
+        assert_same_ranking(hits, store.search(vec, text, top_k=5))
+
+
+def test_past_the_lean_copys_own_cap_milvus_answers(corpus, db, model_dir, past_the_cap, monkeypatch):
+    monkeypatch.setenv(lean.ENV_MAX_ROWS, "20")
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(ms.index())
+        assert asyncio.run(ms.search(QUERIES[0]))
+        ms._dense.wait(60)
+        assert not ms._dense.loaded
