@@ -1,0 +1,99 @@
+"""Warm search past the in-memory copy's cap, through the lean copy
+(:mod:`memsearch_fast.store.copy.lean`), on a database ``benches.lite_gb`` made.
+
+    python -m benches.lean_search DB [ROUNDS]
+
+Loads the lean copy as a long-lived process does (the database's service,
+the MCP server), printing how long that took and this process's resident
+memory before and after; then asks the agent set's 40 questions *ROUNDS*
+times (default 3) through ``DenseIndex.search``, the way the service answers
+(the query vectors made beforehand by ``benches.lite_gb``'s zero-cost
+embedder, the engine's BM25 list and fill included), and prints p50 / p95,
+beside the same search without a copy (Milvus and the span file, five
+questions) and each part of a lean search on its own. Say the machine and
+its load: the figures move with both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _rss_mb(field: str = "VmRSS") -> int:
+    return int(Path("/proc/self/status").read_text().split(f"{field}:")[1].split()[0]) // 1024
+
+
+def main() -> None:
+    from benches.fusion_offline import facts_of
+    from benches.lite_gb import HashVectors
+    from memsearch_fast.store import MilvusStore
+    from memsearch_fast.store.copy import dense_index, lean
+    from memsearch_fast.store.copy.file_rows import rows_from_files
+    from memsearch_fast.store.schema import QUERY_FIELDS
+    from memsearch_fast.store.search import candidates
+
+    db = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    store = MilvusStore(db, database=db, dimension=HashVectors.dimension)
+    print(f"chunks {store.count():,}, spans {store.spans.count():,}, load {os.getloadavg()[0]:.2f}", flush=True)
+    questions = [f.question for f in facts_of("agent", 40, 0, False)]
+    vectors = [list(map(float, asyncio.run(HashVectors().embed_query(q)))) for q in questions]
+
+    def timed(label: str, fn: Callable[[str, list[float]], Any], n: int = len(questions), times: int = 1) -> Any:
+        took, out = [], None
+        for _ in range(times):
+            for q, v in zip(questions[:n], vectors[:n], strict=True):
+                start = time.perf_counter()
+                out = fn(q, v)
+                took.append(time.perf_counter() - start)
+        took.sort()
+        p95 = took[min(len(took) - 1, round(0.95 * (len(took) - 1)))]
+        print(f"{label:40s} p50 {statistics.median(took) * 1000:8.1f} ms   p95 {p95 * 1000:8.1f} ms", flush=True)
+        return out
+
+    os.environ["MEMSEARCH_DENSE_INDEX"] = "0"
+    timed("search without a copy (engine, span file)", lambda q, v: store.search(v, q, top_k=5), n=5)
+    del os.environ["MEMSEARCH_DENSE_INDEX"]
+
+    rss0 = _rss_mb()
+    args = {"uri": db, "collection": store.collection, "database": db}
+    dense = dense_index.DenseIndex.for_store(args, db, store)
+    assert dense is not None
+    start = time.perf_counter()
+    dense._start(full=True)
+    if not dense.wait(3600) or not isinstance(dense._copy, lean.Lean):
+        raise SystemExit("the lean copy did not load")
+    copy = dense._copy
+    print(
+        f"lean copy: {len(copy.ids):,} chunks loaded in {time.perf_counter() - start:.1f} s; "
+        f"RSS {rss0} -> {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)",
+        flush=True,
+    )
+    timed("search, lean copy (k=5)", lambda q, v: dense.search(store, v, q, top_k=5, source_prefix=None), times=rounds)
+    timed("search, lean copy (k=10)", lambda q, v: dense.search(store, v, q, top_k=10, source_prefix=None))
+
+    wide = candidates(30)
+    top = timed("  own vectors, 300 best (codes)", lambda q, v: copy.own.top(v, wide))
+    timed("  BM25 list, 30 (engine)", lambda q, v: store.sparse_search(q, top_k=30, source_prefix=None))
+    ids = [copy.ids[g] for g in top]
+    timed("  spans of 330 chunks (span file)", lambda q, v: store.spans.best_of(v, ids))
+    wanted = {copy.ids[g]: copy.sources[g] for g in list(top)[:30]}
+    timed("  fields of 30 hits (files)", lambda q, v: rows_from_files(copy.described, wanted))
+    timed("  fields of 30 hits (engine, by id)", lambda q, v: store.rows_for_ids(list(wanted), QUERY_FIELDS), n=3)
+    pairs = {q: [(h["chunk_hash"], h["distance"]) for h in store.sparse_search(q, top_k=30)] for q in questions}
+    ranked = [(cid, 0.5) for cid in list(wanted)]
+    timed("  BM25 of 30 dense hits (engine)", lambda q, v: store.fill_sparse(pairs[q], ranked, q))
+    print(f"RSS after: {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)", flush=True)
+    dense.close()
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
