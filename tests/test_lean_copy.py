@@ -155,3 +155,40 @@ def test_past_the_lean_copys_own_cap_milvus_answers(corpus, db, model_dir, past_
         assert asyncio.run(ms.search(QUERIES[0]))
         ms._dense.wait(60)
         assert not ms._dense.loaded
+
+
+def test_a_restarted_process_starts_from_the_saved_lean_copy_and_reads_only_what_changed(
+    corpus, db, model_dir, past_the_cap
+):
+    from memsearch_fast.store.copy import saved as saved_copy
+    from tests.test_dense_index import no_full_read
+
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        dense = loaded(ms)
+        assert isinstance(dense._copy, lean.Lean)
+        saved = dense._saved
+        assert saved.stat().st_mode & 0o777 == 0o600
+    held = saved_copy.load(saved, 384)
+    assert isinstance(held, lean.Lean) and held.token is None  # current only once compared with the manifest
+
+    files = sorted(corpus.rglob("*.md"))
+    files[1].write_text(files[1].read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+    with open_ms(corpus, db, model_dir) as writer:
+        asyncio.run(writer.index())
+    text = "quokka relay port 47113"
+    with open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        read: list[str] = []
+        no_full_read(ms._dense_index(ms._search_store()), read)
+        dense = loaded(ms)
+        store = ms._search_store()
+        assert read == [str(files[1])]
+        copy = dense._copy
+        assert isinstance(copy, lean.Lean) and sorted(copy.ids) == sorted(
+            r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p
+        )
+        vec = vector(ms, text)
+        hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert hits is not None and "quokka relay" in hits[0]["content"]
+        assert_same_ranking(hits, store.search(vec, text, top_k=5))

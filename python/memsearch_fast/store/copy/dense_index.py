@@ -281,9 +281,6 @@ class DenseIndex:
                 store.close()
 
     def _save(self, copy: Copy | Lean) -> None:
-        if isinstance(copy, Lean):  # read again from the engine by the next process
-            self._saved_at, self._unsaved = time.monotonic(), False
-            return
         from memsearch_fast.store.copy import saved as saved_copy
 
         saved_copy.save(self._saved, copy)

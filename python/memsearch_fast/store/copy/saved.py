@@ -33,10 +33,13 @@ import zipfile
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from memsearch_fast._os import file_stamp
+from memsearch_fast.store.copy.file_rows import Described
+from memsearch_fast.store.copy.lean import Lean
 from memsearch_fast.store.copy.rows import Copy
 from memsearch_fast.store.copy.spans import OwnRows, Spans, sign_bits
 from memsearch_fast.store.manifest import saved_copy_path
@@ -48,11 +51,27 @@ FORMAT = 2
 _SPAN_ARRAYS = ("codes", "scales", "offsets", "starts", "ends", "index")
 
 
-def save(path: Path, copy: Copy) -> None:
+def save(path: Path, copy: Copy | Lean) -> None:
     """Write *copy* to *path* atomically (a private temp file, then a rename, never
     through a link); a failure leaves the old file or none and is only logged.
     Span vectors read from a span file are left out: the loader reads them from
-    that file again, in a second or two at 50 MB of journals, not twice on disk."""
+    that file again, in a second or two at 50 MB of journals, not twice on disk.
+    A lean copy (past the copy's cap) keeps its ids, sources and codes."""
+    arrays = _lean_arrays(copy) if isinstance(copy, Lean) else _arrays_of(copy)
+    from memsearch_fast._os import write_atomic
+
+    key = copy_key(create=True)
+    if key is None:
+        logger.info("dense index: copy not saved to %s (no key to seal it with)", path)
+        return
+    arrays["seal"] = np.frombuffer(_seal(key, arrays), np.uint8)
+    try:  # a link planted at *path* is replaced, never written through
+        write_atomic(path, lambda f: np.savez(f, **arrays), fsync=False)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 - the copy held in memory is not affected
+        logger.info("dense index: copy not saved to %s (%s)", path, exc)
+
+
+def _arrays_of(copy: Copy) -> dict[str, np.ndarray]:
     if copy.spans is not None and copy.spans.filed:
         copy = replace(copy, spans=None)
     meta = {
@@ -81,22 +100,22 @@ def save(path: Path, copy: Copy) -> None:
         )
         if s.own is not None:
             arrays.update(own_codes=np.frombuffer(s.own.codes, np.int8), own_scales=np.frombuffer(s.own.scales, "<f4"))
-    from memsearch_fast._os import write_atomic
+    return arrays
 
-    key = copy_key(create=True)
-    if key is None:
-        logger.info("dense index: copy not saved to %s (no key to seal it with)", path)
-        return
-    arrays["seal"] = np.frombuffer(_seal(key, arrays), np.uint8)
-    try:  # a link planted at *path* is replaced, never written through
-        write_atomic(path, lambda f: np.savez(f, **arrays), fsync=False)  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - the copy held in memory is not affected
-        logger.info("dense index: copy not saved to %s (%s)", path, exc)
+
+def _lean_arrays(copy: Lean) -> dict[str, np.ndarray]:
+    meta = {"format": FORMAT, "kind": "lean", "dim": copy.own.dim, "ids": copy.ids, "sources": copy.sources}
+    meta["entries"] = copy.entries
+    return {
+        "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode("utf-8"), np.uint8),
+        "own_codes": np.frombuffer(copy.own.codes, np.int8),
+        "own_scales": np.frombuffer(copy.own.scales, "<f4"),
+    }
 
 
 #: A file read ahead and never asked for is let go after this many seconds.
 AHEAD_KEEP_S = 120.0
-_ahead: dict[Path, tuple[tuple[int, int, int], Future[Copy | None], object]] = {}
+_ahead: dict[Path, tuple[tuple[int, int, int], Future[Copy | Lean | None], object]] = {}
 _ahead_lock = threading.Lock()
 
 
@@ -107,7 +126,7 @@ def read_ahead(path: Path) -> None:
     stamp = file_stamp(path, follow_symlinks=False)
     if stamp is None:
         return
-    result: Future[Copy | None] = Future()
+    result: Future[Copy | Lean | None] = Future()
     token = object()  # what the timer holds: never the copy itself
     with _ahead_lock:
         if path in _ahead and _ahead[path][0] == stamp:
@@ -144,7 +163,7 @@ def drop_ahead(path: Path) -> None:
         _ahead.pop(path, None)
 
 
-def load(path: Path, dim: int) -> Copy | None:
+def load(path: Path, dim: int) -> Copy | Lean | None:
     """The copy saved at *path*, or None when there is none or it does not hold
     rows of *dim* dimensions as :func:`save` writes them. A read started by
     :func:`read_ahead` is used when the file has not changed since."""
@@ -153,10 +172,12 @@ def load(path: Path, dim: int) -> Copy | None:
     if ahead is None or stamp != file_stamp(path, follow_symlinks=False):
         return _copy(path, dim)
     copy = ahead.result()
+    if isinstance(copy, Lean):
+        return copy if copy.own.dim == dim else None
     return copy if copy is not None and copy.matrix.shape[1] == dim else None
 
 
-def _copy(path: Path, dim: int | None) -> Copy | None:
+def _copy(path: Path, dim: int | None) -> Copy | Lean | None:
     """The copy in the file at *path* (of *dim* dimensions; None: those it says)."""
     arrays = _arrays(path)
     if arrays is None:
@@ -243,7 +264,7 @@ def _seal(key: bytes, arrays: dict[str, np.ndarray]) -> bytes:
     return mac.digest()
 
 
-def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
+def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | Lean | None:
     meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return None
@@ -251,6 +272,8 @@ def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
         dim = meta.get("dim")
     if not isinstance(dim, int) or dim <= 0 or meta.get("dim") != dim:
         return None
+    if meta.get("kind") == "lean":
+        return _lean(meta, arrays, dim)
     ids, sources, fields, entries = meta["ids"], meta["sources"], meta["fields"], meta["entries"]
     matrix = arrays["matrix"]
     n = len(ids)
@@ -277,6 +300,25 @@ def _parse(arrays: dict[str, np.ndarray], dim: int | None) -> Copy | None:
             return None
     out = Copy(list(map(str, ids)), list(map(str, sources)), fields, matrix, None, entries, time.monotonic())
     return out.hold(spans)
+
+
+def _lean(meta: dict[str, Any], arrays: dict[str, np.ndarray], dim: int) -> Lean | None:
+    """A lean copy, current once the loader has compared it with the manifest."""
+    ids, sources, entries = meta["ids"], meta["sources"], meta["entries"]
+    n = len(ids)
+    if (
+        len(set(ids)) != n
+        or len(sources) != n
+        or not isinstance(entries, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items())
+    ):
+        return None
+    own = _own(arrays, n, dim)
+    if own is None:
+        return None
+    names: dict[str, str] = {}
+    kept = [names.setdefault(src, src) for src in map(str, sources)]
+    return Lean(list(map(str, ids)), kept, own, None, Described(-1, entries), time.monotonic())
 
 
 def _own(a: dict[str, np.ndarray], chunks: int, dim: int) -> OwnRows | None:
