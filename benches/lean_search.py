@@ -1,7 +1,7 @@
 """Warm search past the in-memory copy's cap, through the lean copy
 (:mod:`memsearch_fast.store.copy.lean`), on a database ``benches.lite_gb`` made.
 
-    python -m benches.lean_search DB [ROUNDS]
+    python -m benches.lean_search DB [ROUNDS] [CORPUS_DIR]
 
 Loads the lean copy as a long-lived process does (the database's service,
 the MCP server), printing how long that took and this process's resident
@@ -10,8 +10,12 @@ times (default 3) through ``DenseIndex.search``, the way the service answers
 (the query vectors made beforehand by ``benches.lite_gb``'s zero-cost
 embedder, the engine's BM25 list and fill included), and prints p50 / p95,
 beside the same search without a copy (Milvus and the span file, five
-questions) and each part of a lean search on its own. Say the machine and
-its load: the figures move with both.
+questions) and each part of a lean search on its own. With CORPUS_DIR (the
+journals DB holds), one file is then edited and indexed as ``watch`` does
+(that file alone), and the time until the copy's search finds the new line
+is printed: searchable (the copy, or Milvus while the copy is being refreshed,
+as the service answers), and through the refreshed copy. Say the machine and its load:
+the figures move with both.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+#: The journal edited (by name order).
+EDITED = 7
 
 
 def _rss_mb(field: str = "VmRSS") -> int:
@@ -91,8 +98,44 @@ def main() -> None:
     ranked = [(cid, 0.5) for cid in list(wanted)]
     timed("  BM25 of 30 dense hits (engine)", lambda q, v: store.fill_sparse(pairs[q], ranked, q))
     print(f"RSS after: {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)", flush=True)
+    if len(sys.argv) > 3:
+        _edit(store, dense, Path(sys.argv[3]), db)
     dense.close()
     store.close()
+
+
+def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
+    """Edit one journal, index it as ``watch`` does, and wait for the copy to find it."""
+    from benches.lite_gb import HashVectors
+    from memsearch_fast.index.run import run_index
+    from memsearch_fast.store.manifest import Manifest
+
+    path = str(sorted(root.rglob("*.md"))[EDITED])
+    text = f"zephyr gateway port {int(time.time()) % 100000}"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"\n\n## Ports\n\nThe {text} was opened for the relay.\n")
+    start = time.perf_counter()
+    manifest = Manifest.for_store(db, store.collection)
+    asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
+    indexed = time.perf_counter()
+    vector = list(map(float, asyncio.run(HashVectors().embed_query(text))))
+    found: dict[str, float] = {}
+    while time.perf_counter() - indexed < 120 and len(found) < 2:
+        hits = dense.search(store, vector, text, top_k=5, source_prefix=None)
+        if hits is None:  # what the service does meanwhile: Milvus and the span file answer
+            hits = store.search(vector, text, top_k=5)
+        elif text in hits[0]["content"]:
+            found.setdefault("copy", time.perf_counter())
+        if hits and text in hits[0]["content"]:
+            found.setdefault("searchable", time.perf_counter())
+        time.sleep(0.02)
+    if len(found) < 2:
+        raise SystemExit("the edit was not found through the copy in 120 s")
+    print(
+        f"edit -> searchable {found['searchable'] - start:.2f} s (index run {indexed - start:.2f} s), "
+        f"through the copy {found['copy'] - start:.2f} s; RSS {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ class DenseIndex:
         self._dim = dimension
         self._copy: Copy | Lean | None = None
         self._pos: dict[str, int] = {}
-        self._by_source: dict[str, np.ndarray] = {}
+        self._by_source: tuple[Copy | Lean, dict[str, np.ndarray]] | None = None
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._retry_after = 0.0
@@ -186,10 +186,21 @@ class DenseIndex:
         """Make ``copy`` the one searches use (called with ``_lock`` held)."""
         self._copy = copy
         self._pos = copy.positions() if copy else {}
+        self._by_source = None  # made by the first filtered search (a second at 1.2 M chunks)
+
+    def _grouped(self, copy: Copy | Lean) -> dict[str, np.ndarray]:
+        """The positions of each source's chunks in *copy*."""
+        held = self._by_source
+        if held is not None and held[0] is copy:
+            return held[1]
         by: dict[str, list[int]] = {}
-        for i, src in enumerate(copy.sources if copy else ()):
+        for i, src in enumerate(copy.sources):
             by.setdefault(src, []).append(i)
-        self._by_source = {s: np.asarray(ix, dtype=np.int64) for s, ix in by.items()}
+        out = {s: np.asarray(ix, dtype=np.int64) for s, ix in by.items()}
+        with self._lock:
+            if self._copy is copy:
+                self._by_source = (copy, out)
+        return out
 
     @property
     def loading(self) -> bool:
@@ -418,13 +429,13 @@ class DenseIndex:
         self, store: MilvusStore, vector: Any, query_text: str, top_k: int, source_prefix: str | None, explain: bool
     ) -> list[dict[str, Any]] | None:
         with self._lock:
-            copy, pos, by_source = self._copy, self._pos, self._by_source
+            copy, pos = self._copy, self._pos
         now = time.monotonic()
         if copy is None:
             if not self._begin(store, now):
                 return None
             with self._lock:
-                copy, pos, by_source = self._copy, self._pos, self._by_source
+                copy, pos = self._copy, self._pos
             if copy is None:
                 return None
         token = self._quiet()
@@ -438,7 +449,7 @@ class DenseIndex:
                 return None
             copy.checked = now
         as_list = list(map(float, vector))
-        among = under(by_source, source_prefix) if source_prefix else None
+        among = under(self._grouped(copy), source_prefix) if source_prefix else None
         if isinstance(copy, Lean):
             hits = lean.search(
                 store, copy, pos, among, as_list, query_text, top_k=top_k, source_prefix=source_prefix, explain=explain

@@ -78,6 +78,7 @@ class LeanRows:
         self.sources: list[str] = []
         self.codes: list[np.ndarray] = []
         self.scales: list[np.ndarray] = []
+        self.signs: list[np.ndarray] = []
         self._names: dict[str, str] = {}  # one string a source, not one a row (1.2 M rows at 1 GB)
 
     def add(self, page: list[dict[str, Any]]) -> None:
@@ -88,7 +89,8 @@ class LeanRows:
         self.sources.extend(names.setdefault(s, s) for s in (str(r["source"]) for r in page))
         codes, scales = quantised([r["embedding"] for r in page], self.dim)
         self.codes.append(codes)
-        self.scales.append(scales)
+        self.scales.append(scales.astype("<f4"))
+        self.signs.append(np.frombuffer(sign_bits(codes), np.uint8).reshape(len(codes), -1))
 
     def keep(self, old: Lean, keep: list[int]) -> None:
         """The rows of *old* at positions *keep*."""
@@ -97,21 +99,28 @@ class LeanRows:
         self.sources.extend(self._names.setdefault(old.sources[i], old.sources[i]) for i in keep)
         self.codes.append(np.frombuffer(old.own.codes, np.int8).reshape(-1, self.dim)[at])
         self.scales.append(np.frombuffer(old.own.scales, "<f4")[at])
+        self.signs.append(np.frombuffer(old.own.signs, np.uint8).reshape(len(old.ids), -1)[at])
 
     def build(self, token: tuple[int, int, int] | None, described: Described) -> Lean:
         """The copy, keeping the first of an id read twice (a row written while the pages were read)."""
         ids, sources = self.ids, self.sources
-        codes = np.concatenate(self.codes) if self.codes else np.zeros((0, self.dim), np.int8)
-        scales = np.concatenate(self.scales) if self.scales else np.zeros(0, np.float32)
-        self.codes, self.scales = [], []
+        parts = {"codes": self.codes, "scales": self.scales, "signs": self.signs}
+        self.codes, self.scales, self.signs = [], [], []
+        at = None
         if len(set(ids)) != len(ids):
             first: dict[str, int] = {}
             for i, cid in enumerate(ids):
                 first.setdefault(cid, i)
-            at = sorted(first.values())
-            ids, sources = [ids[i] for i in at], [sources[i] for i in at]
-            codes, scales = codes[np.asarray(at, dtype=np.int64)], scales[np.asarray(at, dtype=np.int64)]
-        own = OwnRows(codes.tobytes(), scales.astype("<f4").tobytes(), sign_bits(codes), self.dim)
+            kept = sorted(first.values())
+            ids, sources, at = [ids[i] for i in kept], [sources[i] for i in kept], np.asarray(kept, dtype=np.int64)
+
+        def joined(name: str) -> bytes:  # one column's bytes, its pages let go as they are read
+            pages = parts.pop(name)
+            whole = np.concatenate(pages) if pages else np.zeros(0, np.uint8)
+            pages.clear()
+            return (whole[at] if at is not None else whole).tobytes()
+
+        own = OwnRows(joined("codes"), joined("scales"), joined("signs"), self.dim)
         return Lean(ids, sources, own, token, described, time.monotonic())
 
 
@@ -147,9 +156,8 @@ def load(
         if stop():
             return None
         rows.add(page)
-    if quiet() != token or described.rows != len(set(rows.ids)):
-        return None
-    return rows.build(token, described)
+    out = rows.build(token, described)
+    return out if quiet() == token and described.rows == len(out.ids) else None
 
 
 def search(
