@@ -24,6 +24,7 @@ import asyncio
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,11 +117,17 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
         f.write(f"\n\n## Ports\n\nThe {text} was opened for the relay.\n")
     start = time.perf_counter()
     manifest = Manifest.for_store(db, store.collection)
-    asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
-    indexed = time.perf_counter()
+    ran: dict[str, float] = {}
+
+    def run() -> None:  # as `watch` does, in a process of its own: the service searches meanwhile
+        asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
+        ran["done"] = time.perf_counter()
+
+    runner = threading.Thread(target=run)
+    runner.start()
     vector = list(map(float, asyncio.run(HashVectors().embed_query(text))))
     found: dict[str, float] = {}
-    while time.perf_counter() - indexed < 120 and len(found) < 2:
+    while time.perf_counter() - start < 120 and len(found) < 2:
         hits = dense.search(store, vector, text, top_k=5, source_prefix=None)
         if hits is None:  # what the service does meanwhile: Milvus and the span file answer
             hits = store.search(vector, text, top_k=5)
@@ -129,6 +136,8 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
         if hits and text in hits[0]["content"]:
             found.setdefault("searchable", time.perf_counter())
         time.sleep(0.02)
+    runner.join()
+    indexed = ran.get("done", float("nan"))
     if len(found) < 2:
         raise SystemExit("the edit was not found through the copy in 120 s")
     print(
