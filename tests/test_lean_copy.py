@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from memsearch_fast.store.copy import dense_index, lean
-from tests.test_dense_index import QUERIES, assert_same_ranking, loaded, open_ms, vector
+from tests.test_dense_index import QUERIES, assert_same_ranking, loaded, no_full_read, open_ms, vector
 
 pytestmark = pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the lean copy")
 
@@ -23,6 +23,18 @@ def past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
     monkeypatch.delenv(lean.ENV_MAX_ROWS, raising=False)
     monkeypatch.delenv(dense_index.ENV_SWITCH, raising=False)
+
+
+def stored_ids(store) -> list[str]:
+    return sorted(r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p)
+
+
+def lean_of(ms):
+    """The instance's lean copy, loaded, with the store it searches."""
+    dense = loaded(ms)
+    copy = dense._copy
+    assert isinstance(copy, lean.Lean)
+    return dense, ms._search_store(), copy
 
 
 def no_row_lookups(store) -> list[list[str]]:
@@ -42,12 +54,8 @@ def test_the_lean_copy_ranks_as_milvus_does_with_fields_from_the_files(corpus, d
     with open_ms(corpus, db, model_dir) as ms:
         asyncio.run(ms.index())
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
-        dense = loaded(ms)
-        store = ms._search_store()
-        copy = dense._copy
-        assert isinstance(copy, lean.Lean) and sorted(copy.ids) == sorted(
-            r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p
-        )
+        dense, store, copy = lean_of(ms)
+        assert sorted(copy.ids) == stored_ids(store)
         assert len(copy.own.codes) == 384 * len(copy.ids)  # each chunk's own vector, nothing else
         asked = no_row_lookups(store)
         some = sorted(corpus.rglob("*.md"))[3]
@@ -77,10 +85,7 @@ def test_a_hit_in_a_file_changed_since_its_run_takes_its_fields_from_milvus(corp
     with open_ms(corpus, db, model_dir) as ms:
         asyncio.run(ms.index())
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
-        dense = loaded(ms)
-        store = ms._search_store()
-        copy = dense._copy
-        assert isinstance(copy, lean.Lean)
+        dense, store, copy = lean_of(ms)
         text = QUERIES[0]
         vec = vector(ms, text)
         before = dense.search(store, vec, text, top_k=5, source_prefix=None)
@@ -120,21 +125,7 @@ def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, 
         asyncio.run(writer.index())
 
         read: list[str] = []
-        opened = dense._open_store
-
-        def changed_only():
-            s = opened()
-            s.iter_rows = lambda *a, **k: pytest.fail("a full load where a refresh would do")
-            rows_for = s.iter_rows_for_sources
-
-            def rows(sources, fields):
-                read.extend(sources)
-                return rows_for(sources, fields)
-
-            s.iter_rows_for_sources = rows
-            return s
-
-        dense._open_store = changed_only
+        no_full_read(dense, read)  # a refresh: the changed files only
         text = "quokka relay port 47113"
         vec = vector(ms, text)
         assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None, "a stale copy answered"
@@ -161,7 +152,6 @@ def test_a_restarted_process_starts_from_the_saved_lean_copy_and_reads_only_what
     corpus, db, model_dir, past_the_cap
 ):
     from memsearch_fast.store.copy import saved as saved_copy
-    from tests.test_dense_index import no_full_read
 
     with open_ms(corpus, db, model_dir) as writer:
         asyncio.run(writer.index())
@@ -181,13 +171,9 @@ def test_a_restarted_process_starts_from_the_saved_lean_copy_and_reads_only_what
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         read: list[str] = []
         no_full_read(ms._dense_index(ms._search_store()), read)
-        dense = loaded(ms)
-        store = ms._search_store()
+        dense, store, copy = lean_of(ms)
         assert read == [str(files[1])]
-        copy = dense._copy
-        assert isinstance(copy, lean.Lean) and sorted(copy.ids) == sorted(
-            r["chunk_hash"] for p in store.iter_rows(["chunk_hash"]) for r in p
-        )
+        assert sorted(copy.ids) == stored_ids(store)
         vec = vector(ms, text)
         hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
         assert hits is not None and "quokka relay" in hits[0]["content"]
