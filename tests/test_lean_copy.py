@@ -50,12 +50,18 @@ def no_row_lookups(store) -> list[list[str]]:
     return asked
 
 
-def test_the_lean_copy_ranks_as_milvus_does_with_fields_from_the_files(corpus, db, model_dir, past_the_cap):
+@pytest.mark.parametrize("spans", [True, False], ids=["spans", "no-spans"])
+def test_the_lean_copy_ranks_as_milvus_does_with_fields_from_the_files(
+    corpus, db, model_dir, past_the_cap, monkeypatch, spans
+):
+    if not spans:
+        monkeypatch.setenv("MEMSEARCH_SPANS", "0")
     with open_ms(corpus, db, model_dir) as ms:
         asyncio.run(ms.index())
     with open_ms(corpus, db, model_dir, dense_index=True) as ms:
         dense, store, copy = lean_of(ms)
         assert sorted(copy.ids) == stored_ids(store)
+        assert (store.spans.count() > 0) == spans
         assert len(copy.own.codes) == 384 * len(copy.ids)  # each chunk's own vector, nothing else
         asked = no_row_lookups(store)
         some = sorted(corpus.rglob("*.md"))[3]
