@@ -10,7 +10,8 @@ from Milvus, and the two lists are fused by :mod:`.fusion` as
 kept too: Lite finds a row by id with another full scan (about 10 ms at that
 size). At 61,000 chunks (a 50 MB corpus) the process grows by about 250 MB:
 94 MB of vectors, the text, and heap kept from the load. Only local databases
-with :data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one.
+with :data:`DEFAULT_MIN_ROWS` to :data:`DEFAULT_MAX_ROWS` rows get one; larger
+ones get a lean one (:mod:`.lean`: each chunk's own vector, nothing else).
 
 The copy answers only while it can be shown current, Milvus whenever not:
 
@@ -92,9 +93,9 @@ def max_rows() -> int:
 
 
 def _kind(store: MilvusStore) -> str | None:
-    """ "full" between :func:`min_rows` and :func:`max_rows` chunks (span rows counted
-    toward the minimum at their cost to Milvus's scan: it reads them all too), "lean"
-    past it up to :func:`.lean.max_rows` (:mod:`.lean`), else None."""
+    """The copy a collection gets: "full" between :func:`min_rows` and :func:`max_rows`
+    chunks (span rows counted toward the minimum at their cost to Milvus's scan: it
+    reads them all too), "lean" past it up to :func:`.lean.max_rows` (:mod:`.lean`), else None."""
     chunks = int(store.count())
     if chunks > max_rows():
         return "lean" if chunks <= lean.max_rows() else None

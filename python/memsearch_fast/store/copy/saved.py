@@ -104,8 +104,14 @@ def _arrays_of(copy: Copy) -> dict[str, np.ndarray]:
 
 
 def _lean_arrays(copy: Lean) -> dict[str, np.ndarray]:
-    meta = {"format": FORMAT, "kind": "lean", "dim": copy.own.dim, "ids": copy.ids, "sources": copy.sources}
-    meta["entries"] = copy.entries
+    meta = {
+        "format": FORMAT,
+        "kind": "lean",
+        "dim": copy.own.dim,
+        "ids": copy.ids,
+        "sources": copy.sources,
+        "entries": copy.entries,
+    }
     return {
         "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode("utf-8"), np.uint8),
         "own_codes": np.frombuffer(copy.own.codes, np.int8),
