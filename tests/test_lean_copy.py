@@ -80,9 +80,25 @@ def test_the_lean_copy_ranks_as_milvus_does_with_fields_from_the_files(
                         assert all(h["source"].startswith(prefix) for h in ours)
                     compared += bool(ours)
         assert compared > 40
-        # Through MemSearch.search too, --explain naming the span.
-        hits = asyncio.run(ms.search(QUERIES[1], top_k=3, explain=True))
-        assert hits and "explain" in hits[0]
+        # --explain names the span that gave each hit its score, as Milvus's search does
+        # (codes and floats may choose differently between a chunk's own vector and a
+        # span of nearly its score: one such choice in ten is allowed).
+        named, differ = 0, 0
+        for text in QUERIES:
+            vec = vector(ms, text)
+            ours = dense.search(store, vec, text, top_k=5, source_prefix=None, explain=True)
+            milvus = {h["chunk_hash"]: h["explain"] for h in store.search(vec, text, top_k=5, explain=True)}
+            assert ours is not None and all("explain" in h for h in ours)
+            for h in ours:
+                if h["chunk_hash"] in milvus:
+                    lines = [
+                        (x["start_line"], x["end_line"]) if x else None
+                        for x in (h["explain"].get("span"), milvus[h["chunk_hash"]].get("span"))
+                    ]
+                    named += lines[0] is not None
+                    differ += lines[0] != lines[1]
+        assert (named > 0) == spans and differ <= max(1, named // 10)
+        assert asyncio.run(ms.search(QUERIES[1], top_k=3, explain=True))  # through MemSearch.search too
 
 
 def test_a_hit_in_a_file_changed_since_its_run_takes_its_fields_from_milvus(corpus, db, model_dir, past_the_cap):
