@@ -24,7 +24,10 @@ def merge_dense(
                 matched[cid] = hit
             else:
                 matched.pop(cid, None)
-    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:deep]  # stable: ties keep the dense order
+    # Equal scores (one span in two chunks, through the overlap of their lines) are ordered
+    # by chunk id: Milvus and the in-memory copy list them in orders of their own, and
+    # the fusion weighs a chunk by its place in this list.
+    ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:deep]
     return ranked, {cid: matched[cid] for cid, _ in ranked if cid in matched}
 
 
@@ -37,7 +40,7 @@ def fill_dense(ranked: list[tuple[str, float]], scores: dict[str, float]) -> lis
     extra = [(cid, score) for cid, score in scores.items() if cid not in have]
     if not extra:
         return ranked
-    return sorted([*ranked, *extra], key=lambda kv: -kv[1])
+    return sorted([*ranked, *extra], key=lambda kv: (-kv[1], kv[0]))
 
 
 def explain_span(out: dict[str, Any], hit: dict[str, Any] | None, words_share: float | None = None) -> dict[str, Any]:
