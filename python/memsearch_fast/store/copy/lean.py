@@ -194,10 +194,13 @@ def search(
     ranked, matched = merge.merge_dense(listed, list(span_of.values()), deep)
     have = {cid for cid, _ in ranked}
     lacking = [cid for cid in dict.fromkeys(h["chunk_hash"] for h in sparse) if cid not in have]
-    if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
-        own = lean.own.scores(vector, [pos[cid] for cid in lacking])
+    if lacking:  # BM25 hits the fused depth left out: their real dense scores
+        scored = dict(listed)  # the deeper list scored some already
+        asked_own = [pos[cid] for cid in lacking if cid not in scored]
+        own = [(cid, scored[cid]) for cid in lacking if cid in scored]
+        own += [(lean.ids[g], s) for g, s in (lean.own.scores(vector, asked_own) if asked_own else {}).items()]
         best = [span_of[cid] for cid in lacking if cid in span_of]
-        scores, more = merge.merge_dense([(lean.ids[g], s) for g, s in own.items()], best, len(lacking))
+        scores, more = merge.merge_dense(own, best, len(lacking))
         matched.update(more)
         ranked = merge.fill_dense(ranked, dict(scores))
     rows: dict[str, dict[str, Any]] = {h["chunk_hash"]: h for h in sparse}
