@@ -244,6 +244,16 @@ def test_the_in_process_entry_reads_its_request_too(service) -> None:
     assert service.handle({**GOOD["index.run"], "v": protocol.VERSION, "code": CODE}) == {"unsupported": "request"}
 
 
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed *sock* (read within its timeout): an end of stream,
+    or a reset where the server closed with bytes of ours unread (a dripping
+    client's), as the kernel reports that."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
 def test_clients_that_send_nothing_or_drip_delay_no_other(service, monkeypatch) -> None:
     """Each connection's request is read in a thread of its own, by a deadline: a
     client that connects and says nothing, or sends a byte now and then, no longer
@@ -289,8 +299,8 @@ def test_clients_that_send_nothing_or_drip_delay_no_other(service, monkeypatch) 
         # The silent and the dripping client are let go at their deadline.
         idle.settimeout(10)
         drip.settimeout(10)
-        assert idle.recv(1) == b""
-        assert drip.recv(1) == b""
+        assert _closed_by_server(idle)
+        assert _closed_by_server(drip)
     finally:
         stop.set()
         idle.close()
