@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from memsearch_fast._os import pid_alive
 from memsearch_fast.config import environment
 from memsearch_fast.errors import DatabaseDamagedError, StoreUnavailableError, another_users_file, one_line
+from memsearch_fast.lite import pk_index
 from memsearch_fast.lite.process import (
     endpoint_open,
     is_engine_of,
@@ -51,24 +52,28 @@ def server_status(db_path: str) -> dict[str, Any] | None:
     return None
 
 
-def attach(db_path: str, connect: Callable[[str], _T], *, start_timeout: float | None = None) -> _T:
+def attach(
+    db_path: str, connect: Callable[[str], _T], *, start_timeout: float | None = None, tables: tuple[str, ...] = ()
+) -> _T:
     """Connect to the server owning ``db_path``, starting one if needed.
 
     ``connect(uri)`` runs while the broker lock is held, so the server cannot
-    reach its idle exit between being found and being connected to.
+    reach its idle exit between being found and being connected to. A server
+    started here makes the ``tables`` (collections) with a primary-key index
+    when absent (:mod:`memsearch_fast.lite.pk_index`).
     """
     db_path = str(Path(db_path).expanduser().resolve())
     start_timeout = start_timeout or environment.number(ENV_START, DEFAULT_START_TIMEOUT)
     make_parent(db_path)
     try:
-        return _attach_locked(db_path, connect, start_timeout)
+        return _attach_locked(db_path, connect, start_timeout, tables)
     except OSError as exc:
         raise StoreUnavailableError(
             another_users_file(exc) or f"cannot use Milvus Lite database {db_path}: {one_line(exc)}"
         ) from None
 
 
-def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: float) -> _T:
+def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: float, tables: tuple[str, ...]) -> _T:
     paths = sidecar_paths(db_path)
     refuse_others(paths["state"], paths["log"])  # planted by another user: said before a server fails on it
     with flock(paths["lock"], timeout=start_timeout + 30):
@@ -102,7 +107,7 @@ def _attach_locked(db_path: str, connect: Callable[[str], _T], start_timeout: fl
             logger.info("ignoring the record of %s: pid %s is not its server", db_path, st.get("pid"))
         if st:
             _cleanup(db_path, st)
-        st = _spawn(db_path, start_timeout)
+        st = _spawn(db_path, start_timeout, tables)
         address, problem = verify_server(db_path, st)
         if address is None:
             raise StoreUnavailableError(f"the Milvus Lite server started for {db_path} failed its check: {problem}")
@@ -166,14 +171,15 @@ def _open_log(path: str) -> int:
     return open_sidecar(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, replace=True)
 
 
-def _spawn(db_path: str, start_timeout: float) -> dict[str, Any]:
+def _spawn(db_path: str, start_timeout: float, tables: tuple[str, ...] = ()) -> dict[str, Any]:
     """Start a detached server for ``db_path`` and wait until it serves."""
     paths = sidecar_paths(db_path)
     env = os.environ.copy()
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env.pop(ENV_MODE, None)
-    cmd = [sys.executable, "-m", SERVER_MARK, "serve", "--detach", "--idle-timeout", str(idle_timeout()), db_path]
+    cmd = [sys.executable, "-m", SERVER_MARK, "serve", "--detach", "--idle-timeout", str(idle_timeout())]
+    cmd += [a for t in tables if pk_index.NAME.fullmatch(t) for a in ("--table", t)] + [db_path]
     log = _open_log(paths["log"])
     try:
         proc = subprocess.Popen(

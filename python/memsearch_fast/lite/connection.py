@@ -49,7 +49,7 @@ class LiteConnection:
             embedded.release(self.db_path)
 
 
-def connect(db_path: str, make_client: Callable[[str], Any]) -> LiteConnection:
+def connect(db_path: str, make_client: Callable[[str], Any], tables: tuple[str, ...] = ()) -> LiteConnection:
     """Connect to the Milvus Lite database at ``db_path``.
 
     ``make_client(uri)`` builds the client: ``uri`` is the shared server's
@@ -60,10 +60,12 @@ def connect(db_path: str, make_client: Callable[[str], Any]) -> LiteConnection:
     :class:`~memsearch_fast.errors.DatabaseDamagedError` (found damaged, see
     :mod:`.damage`) or :class:`~memsearch_fast.errors.StoreUnavailableError`
     (held by another process, a server that cannot start), each one line.
+    A server started here makes the ``tables`` a client is about to use
+    (:mod:`.pk_index`).
     """
     db_path = str(Path(db_path).expanduser().resolve())
     check_layout(db_path)
     damage.check(db_path)  # found damaged before: the same error, no server started
     if lite_mode() == "embedded":
         return LiteConnection(embedded.open_client(db_path, make_client), db_path, shared=False)
-    return LiteConnection(broker.attach(db_path, make_client), db_path, shared=True)
+    return LiteConnection(broker.attach(db_path, make_client, tables=tables), db_path, shared=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import signal
 import socket
@@ -17,12 +18,14 @@ import time
 from typing import Any
 
 from memsearch_fast.errors import StoreUnavailableError, one_line
-from memsearch_fast.lite import damage
+from memsearch_fast.lite import damage, pk_index
 from memsearch_fast.lite.process import cmdline_args, endpoint_open, served_database
 from memsearch_fast.lite.settings import ENV_MODE, HOST
 from memsearch_fast.lite.sidecars import open_sidecar, writable_dir
 from memsearch_fast.lite.sockets import socket_file
 from memsearch_fast.lite.version import milvus_lite_major
+
+logger = logging.getLogger(__name__)
 
 
 class Activity:
@@ -177,11 +180,19 @@ def _make_interceptor(grpc: Any, activity: Activity) -> Any:
 class Lite2Engine(Engine):
     """Milvus Lite 2.x: its C++ server binary, listening on our socket (or a local TCP port)."""
 
-    def __init__(self, db_path: str, listen: str) -> None:
+    def __init__(self, db_path: str, listen: str, tables: tuple[str, ...] = ()) -> None:
         log_start = damage.log_size(db_path)
         probe = _server_spec(db_path, None)
         self._lock_path = probe._lock_path
         self._lock, self._own_lock = _engine_lock(self._lock_path, db_path)
+        self.tables = tables
+        if self._lock is not None:  # no engine has the file: its tables may be indexed
+            started = time.perf_counter()
+            indexed = pk_index.prepare(db_path, tables)
+            if indexed:
+                logger.info(
+                    "indexed the primary keys of %s in %.1f s", ", ".join(indexed), time.perf_counter() - started
+                )
         last_error = "did not listen"
         any_port = listen.endswith(":0")
         for _ in range(3 if any_port else 1):

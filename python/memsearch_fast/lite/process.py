@@ -61,6 +61,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="serve on 127.0.0.1:PORT (TCP, no authentication) instead of a private socket",
     )
+    parser.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="a collection a client is about to use: its table is made with a primary-key index if absent",
+    )
 
 
 class _NotServe(Exception):

@@ -89,6 +89,7 @@ def serve(
     detach: bool = False,
     port: int | None = None,
     services: Services | None = None,
+    tables: tuple[str, ...] = (),
 ) -> int:
     """Run the server for ``db_path`` until idle for ``idle`` seconds or signalled.
 
@@ -116,7 +117,7 @@ def serve(
         os.close(ready_w)
     activity = Activity()
     log_offset = damage.log_size(db_path)  # where this server's (and its engine's) output starts
-    engine = _start_engine(db_path, pid, port, activity, log_offset)
+    engine = _start_engine(db_path, pid, port, activity, log_offset, tables)
     if engine is None:
         return 1
     service = (
@@ -162,7 +163,9 @@ def _quiet_logging() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module="jieba")
 
 
-def _start_engine(db_path: str, pid: int, port: int | None, activity: Activity, log_offset: int) -> Engine | None:
+def _start_engine(
+    db_path: str, pid: int, port: int | None, activity: Activity, log_offset: int, tables: tuple[str, ...] = ()
+) -> Engine | None:
     """Open the database in the engine of the installed milvus-lite; None once
     a failure is recorded (and, when the database is damaged, marked)."""
     try:
@@ -174,7 +177,7 @@ def _start_engine(db_path: str, pid: int, port: int | None, activity: Activity, 
             unlink_socket(listen)  # only a dead server with our pid can have left it
         else:
             listen = f"{HOST}:{port}"
-        return Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else Lite2Engine(db_path, listen)
+        return Lite3Engine(db_path, activity, listen) if (major or 0) >= 3 else Lite2Engine(db_path, listen, tables)
     except Exception as exc:  # noqa: BLE001 - reported through the record
         error = one_line(exc)
         found_damaged = isinstance(exc, DatabaseDamagedError)
@@ -284,7 +287,7 @@ def _revive(db_path: str, dead: Engine) -> Engine | None:
     logger.warning("engine for %s was killed; starting it again", db_path)
     dead.stop()  # its lock and socket
     try:
-        return Lite2Engine(db_path, dead.address)
+        return Lite2Engine(db_path, dead.address, dead.tables)
     except Exception as exc:  # noqa: BLE001 - reported, and the server makes way
         logger.error("cannot start the engine for %s again: %s", db_path, one_line(exc))
         return None

@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "serve":
         timeout = args.idle_timeout or idle_timeout()
-        return serve(args.db, timeout, detach=args.detach, port=args.port, services=search_service)
+        return serve(
+            args.db, timeout, detach=args.detach, port=args.port, services=search_service, tables=tuple(args.table)
+        )
     if args.cmd == "status":
         st = server_status(args.db)
         print(json.dumps(st) if st else "not running")

@@ -84,7 +84,7 @@ class StoreClient:
         from memsearch_fast import lite
 
         assert self._path is not None
-        self._conn = lite.connect(self._path, lambda uri: self._new_client(uri, lite=True))
+        self._conn = lite.connect(self._path, lambda uri: self._new_client(uri, lite=True), (self.collection,))
         self._client = self._conn.client
         self._shared = self._conn.shared
 
