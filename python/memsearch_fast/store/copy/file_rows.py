@@ -14,11 +14,12 @@ holding the chunk) leaves its hits to Milvus.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from memsearch_fast.store.schema import QUERY_FIELDS
 
@@ -45,7 +46,7 @@ def read_manifest(path: Path, *, files: bool = False) -> Described | None:
     try:
         fd = open_private(path, os.O_RDONLY, single_link=False)
         with os.fdopen(fd, "rb") as f:
-            data = json.loads(f.read())
+            data = orjson.loads(f.read())
         rows, listed = int(data["rows"]), data["files"]
         out = Described(rows, {str(k): str(v[3]) for k, v in listed.items()})
         if files:
