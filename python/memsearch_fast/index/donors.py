@@ -40,6 +40,10 @@ FETCH_FIELDS = ["chunk_hash", "source", "start_line", "end_line", "embedding"]
 
 #: Recent additions kept in a dict before they are merged into the sorted arrays.
 _MERGE_AT = 65_536
+#: Hashes looked up by a scan of the records not yet sorted before they are
+#: sorted: an edit's few chunks need no sort of every chunk the manifest
+#: records (0.2 s at 1.2 M chunks, where a scan takes about 20 ms).
+_SCAN_MAX = 1024
 
 
 class Donors:
@@ -52,6 +56,7 @@ class Donors:
         self._recent: dict[bytes, bytes] = {}
         self._pending = bytearray()  # packed records not looked at yet: appending is all a run pays until a lookup
         self._loaders: list[Callable[[], bytes]] = []
+        self._scanned = 0  # hashes looked up by scans of the pending records so far
 
     def __len__(self) -> int:
         arrays = 0 if self._keys is None else len(self._keys)
@@ -119,7 +124,8 @@ class Donors:
 
     def lookup(self, hashes: list[str]) -> list[str | None]:
         """The donor id for each content hash, or None."""
-        if self._pending:
+        self._scanned += len(hashes)
+        if self._pending and (self._scanned > _SCAN_MAX or len(self._pending) // RECORD < _MERGE_AT):
             self._absorb()
         out: list[str | None] = [None] * len(hashes)
         rest: list[int] = []
@@ -138,7 +144,27 @@ class Donors:
             for j, i in enumerate(rest):
                 if found[j]:
                     out[i] = int(self._ids[pos[j]]).to_bytes(8, "big").hex()
+        rest = [i for i in rest if out[i] is None]
+        if rest and self._pending:
+            self._scan(hashes, rest, out)
         return out
+
+    def _scan(self, hashes: list[str], rest: list[int], out: list[str | None]) -> None:
+        """Look the hashes at *rest* up in the records not yet sorted (first one wins, as in the arrays)."""
+        import numpy as np
+
+        rec = np.frombuffer(bytes(self._pending), dtype=np.dtype([("h", ">u8"), ("i", ">u8")]))
+        keys = rec["h"].astype(np.uint64)
+        q = np.frombuffer(b"".join(bytes.fromhex(hashes[i][:16]) for i in rest), dtype=">u8").astype(np.uint64)
+        qs = np.sort(q)
+        pos = np.minimum(np.searchsorted(qs, keys), len(qs) - 1)
+        first: dict[int, int] = {}
+        for j in np.flatnonzero(qs[pos] == keys).tolist():
+            first.setdefault(int(keys[j]), int(rec["i"][j]))
+        for i, key in zip(rest, q.tolist(), strict=True):
+            hit = first.get(key)
+            if hit is not None:
+                out[i] = hit.to_bytes(8, "big").hex()
 
     async def resolve(self, store: IndexStore, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """Split ``items`` into those given a stored vector and those still to embed."""
