@@ -17,6 +17,7 @@ from memsearch_fast import MemSearch
 from memsearch_fast.errors import UnusableDatabaseError
 from memsearch_fast.store.milvus import MilvusStore
 from memsearch_fast.store.spans import basis as span_basis
+from memsearch_fast.store.spans import reads
 from memsearch_fast.store.spans.file import SpanFile, check_file, path_of
 from tests.test_spans import FACT, recorded
 from tests.test_spans import notes as notes  # a fixture
@@ -175,6 +176,14 @@ def test_past_the_scan_limit_a_search_scores_the_spans_of_the_chunks_its_lists_f
     spans.delete_chunks([own[0]["chunk_hash"]])
     monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "472")
     assert spans.scans_all()
+    # The count stops a page of chunks past the cap, and is the whole count below it.
+    monkeypatch.setattr(reads, "COUNT_PAGE", 7)
+    assert spans.count_past(10_000) == spans.count() == 472
+    for cap in (0, 55, 56, 400, 471):
+        assert cap < spans.count_past(cap) <= min(472, cap + 7 * 8)
+    assert spans.count_past(472) == 472
+    monkeypatch.setenv("MEMSEARCH_SPAN_SCAN_MAX", "471")
+    assert not spans.scans_all()
 
 
 def test_a_planted_or_damaged_span_file_is_refused_or_set_aside(tmp_path: Path) -> None:

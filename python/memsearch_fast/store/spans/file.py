@@ -212,15 +212,16 @@ class SpanFile(SpanReads):
         (about 1 µs each with the file in the page cache, 2.4 µs at 1 GB of journals;
         docs/scale.md). Past it, :meth:`memsearch_fast.store.search.StoreSearch.search` scores
         the spans of the chunks its dense and BM25 lists found. The count is taken
-        again only when the file changed (a sum over every chunk: 30 ms at 50 MB)."""
+        again only when the file changed, and only as far as the cap."""
         from memsearch_fast._os import file_stamp
         from memsearch_fast.config import environment
 
-        stamp = (file_stamp(self.path), file_stamp(self.path + "-wal"))
+        cap = environment.integer("MEMSEARCH_SPAN_SCAN_MAX")
+        stamp = (file_stamp(self.path), file_stamp(self.path + "-wal"), cap)
         counted = self._counted
         if counted is None or counted[0] != stamp:
-            counted = self._counted = (stamp, self.count())
-        return counted[1] <= environment.integer("MEMSEARCH_SPAN_SCAN_MAX")
+            counted = self._counted = (stamp, self.count_past(cap))
+        return counted[1] <= cap
 
     @property
     def half(self) -> bool:

@@ -33,6 +33,10 @@ def text_key(text_hash: str) -> bytes:
     return hashlib.blake2b(text_hash.encode("utf-8", "surrogateescape"), digest_size=KEY).digest()
 
 
+#: Chunks summed a query at a time by :meth:`SpanReads.count_past`.
+COUNT_PAGE = 10_000
+
+
 def _key_int(key: bytes) -> int:
     return int.from_bytes(key[:8], "little", signed=True)
 
@@ -112,6 +116,22 @@ class SpanReads:
 
     def count(self) -> int:
         return int(self._query(f"SELECT coalesce(sum(n), 0) FROM {self._chunks}")[0][0]) if self.exists else 0
+
+    def count_past(self, cap: int) -> int:
+        """The spans as :meth:`count` gives them up to *cap*, and some number past it
+        beyond: summed 10,000 chunks at a time until past *cap* (the whole sum reads
+        every chunk's row, 0.45 s at 1 GB of journals after each write)."""
+        total, after = 0, -1
+        while total <= cap and self.exists:
+            page = self._query(
+                f"SELECT coalesce(sum(n), 0), max(id) FROM "
+                f"(SELECT id, n FROM {self._chunks} WHERE id > ? ORDER BY id LIMIT ?)",
+                (after, COUNT_PAGE),
+            )
+            if not page or page[0][1] is None:
+                break
+            total, after = total + int(page[0][0]), int(page[0][1])
+        return total
 
     def counts(self) -> dict[str, int]:
         if not self.exists:
