@@ -12,7 +12,7 @@ embedder, the engine's BM25 list and fill included), and prints p50 / p95,
 beside the same search without a copy (Milvus and the span file, five
 questions) and each part of a lean search on its own. With CORPUS_DIR (the
 journals DB holds), one file is then edited and indexed as ``watch`` does
-(that file alone), and the time until the copy's search finds the new line
+(that file alone, in a process of its own), and the time until the copy's search finds the new line
 is printed: searchable (the copy, or Milvus while the copy is being refreshed,
 as the service answers), and through the refreshed copy. Say the machine and its load:
 the figures move with both.
@@ -105,27 +105,61 @@ def main() -> None:
     store.close()
 
 
-def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
-    """Edit one journal, index it as ``watch`` does, and wait for the copy to find it."""
-    from benches.lite_gb import HashVectors
-    from memsearch_fast.index.run import run_index
-    from memsearch_fast.store.manifest import Manifest
+#: The index run of ``_edit``, in a process of its own as ``watch`` runs it: the
+#: store opened and the modules imported first, then a path read from stdin
+#: indexed (that file alone) and "done" printed.
+_WATCHER = """
+import asyncio, sys
+from benches.lite_gb import HashVectors
+from memsearch_fast.index.run import run_index
+from memsearch_fast.store import MilvusStore
+from memsearch_fast.store.manifest import Manifest
 
+db = sys.argv[1]
+store = MilvusStore(db, database=db, dimension=HashVectors.dimension)
+print("ready", flush=True)
+for line in sys.stdin:
+    path = line.strip()
+    manifest = Manifest.for_store(db, store.collection)
+    asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
+    print("done", flush=True)
+"""
+
+
+def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
+    """Edit one journal, index it as ``watch`` does (in another process), and
+    wait for the service's search to find it, then for the copy to."""
+    import subprocess
+
+    from benches.lite_gb import HashVectors
+
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, db],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])},
+    )
+    assert watcher.stdin is not None and watcher.stdout is not None
+    if watcher.stdout.readline().strip() != "ready":
+        raise SystemExit("the index process did not start")
     path = str(sorted(root.rglob("*.md"))[EDITED])
     text = f"zephyr gateway port {int(time.time()) % 100000}"
+    vector = list(map(float, asyncio.run(HashVectors().embed_query(text))))
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"\n\n## Ports\n\nThe {text} was opened for the relay.\n")
     start = time.perf_counter()
-    manifest = Manifest.for_store(db, store.collection)
+    watcher.stdin.write(path + "\n")
+    watcher.stdin.flush()
     ran: dict[str, float] = {}
 
-    def run() -> None:  # as `watch` does, in a process of its own: the service searches meanwhile
-        asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
-        ran["done"] = time.perf_counter()
+    def wait() -> None:
+        assert watcher.stdout is not None
+        if watcher.stdout.readline().strip() == "done":
+            ran["done"] = time.perf_counter()
 
-    runner = threading.Thread(target=run)
-    runner.start()
-    vector = list(map(float, asyncio.run(HashVectors().embed_query(text))))
+    waiter = threading.Thread(target=wait)
+    waiter.start()
     found: dict[str, float] = {}
     while time.perf_counter() - start < 120 and len(found) < 2:
         hits = dense.search(store, vector, text, top_k=5, source_prefix=None)
@@ -136,7 +170,9 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
         if hits and text in hits[0]["content"]:
             found.setdefault("searchable", time.perf_counter())
         time.sleep(0.02)
-    runner.join()
+    waiter.join()
+    watcher.stdin.close()
+    watcher.wait()
     indexed = ran.get("done", float("nan"))
     if len(found) < 2:
         raise SystemExit("the edit was not found through the copy in 120 s")
