@@ -159,6 +159,9 @@ def test_an_index_run_is_seen_and_only_changed_files_are_read_again(corpus, db, 
         assert isinstance(copy, lean.Lean) and len(copy.ids) == store.count()
         assert not gone_ids & set(copy.ids)
         assert_same_ranking(hits, store.search(vec, text, top_k=5))
+        # The refreshed copy's positions are the last copy's, shifted: as a dict of its ids gives them.
+        assert isinstance(copy.index, lean.Shifted)
+        assert dict(copy.positions().items()) == {cid: i for i, cid in enumerate(copy.ids)}
 
 
 def test_past_the_lean_copys_own_cap_milvus_answers(corpus, db, model_dir, past_the_cap, monkeypatch):

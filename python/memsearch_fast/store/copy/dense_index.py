@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +146,7 @@ class DenseIndex:
         self._writer = Manifest(self._manifest)  # only probed: its writer lock is never taken here
         self._dim = dimension
         self._copy: Copy | Lean | None = None
-        self._pos: dict[str, int] = {}
+        self._pos: Mapping[str, int] = {}
         self._by_source: tuple[Copy | Lean, dict[str, np.ndarray]] | None = None
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None

@@ -32,7 +32,7 @@ at 384; 20,000 span rows of the 5 MB agent set, 40 questions).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +151,7 @@ class Spans:
         return out
 
     def best_of(
-        self, ids: list[str], sources: list[str], pos: dict[str, int], vector: list[float], wanted: list[str]
+        self, ids: list[str], sources: list[str], pos: Mapping[str, int], vector: list[float], wanted: list[str]
     ) -> dict[str, Any]:
         """The best vector (its own or a span's) of each *wanted* chunk; *pos*: positions of *ids*."""
         best = self._best(vector, [pos[cid] for cid in wanted if cid in pos])
