@@ -181,6 +181,13 @@ _ALL = (
     ),
     Variable("MEMSEARCH_SPANS", "flag", True, "Span vectors are written beside the chunk vectors"),
     Variable(
+        "MEMSEARCH_LITE_PK_INDEX",
+        "flag",
+        True,
+        "A Milvus Lite 2.x database's primary keys are indexed when its engine starts (off: left as the engine makes "
+        "them, for comparisons)",
+    ),
+    Variable(
         "MEMSEARCH_SPAN_STORE",
         "str",
         "",

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 
+#: Off: the engine's tables are left as it makes them (for comparisons).
+ENV = "MEMSEARCH_LITE_PK_INDEX"
 #: The engine's table of a collection (Milvus Lite 2.5), made the same way.
 _COLUMNS = ["id", "milvus_id", "data"]
 #: A collection name the engine accepts (and no option).
@@ -58,6 +60,10 @@ def prepare(db_path: str, tables: Iterable[str] = ()) -> list[str]:
 
     Call it only while no engine has the database open.
     """
+    from memsearch_fast.config import environment
+
+    if not environment.flag(ENV):
+        return []
     wanted = [t for t in dict.fromkeys(tables) if NAME.fullmatch(t)]
     exists = os.path.isfile(db_path)
     if not exists and not wanted:
