@@ -52,11 +52,16 @@ def _plan(path: str, table: str) -> str:
         c.close()
 
 
-def test_a_new_collection_is_made_with_its_primary_keys_indexed(db: str) -> None:
+def _written(db: str, n: int) -> tuple[MilvusStore, str, list[dict]]:
+    """A store on *db* (its engine started here) holding *n* rows."""
     s = MilvusStore(db, dimension=DIM)
-    table = s.collection
-    written = rows(0, 20)
+    written = rows(0, n)
     s.upsert(written)
+    return s, s.collection, written
+
+
+def test_a_new_collection_is_made_with_its_primary_keys_indexed(db: str) -> None:
+    s, table, written = _written(db, 20)
     s.delete_ids([r["chunk_hash"] for r in written[:5]])  # the engine's own delete, through the index
     assert s.count() == 15
     s.close()
@@ -72,10 +77,7 @@ def test_a_new_collection_is_made_with_its_primary_keys_indexed(db: str) -> None
 
 
 def test_a_database_from_before_gets_the_index_at_the_engines_next_start(db: str) -> None:
-    s = MilvusStore(db, dimension=DIM)
-    table = s.collection
-    written = rows(0, 40)
-    s.upsert(written)
+    s, table, written = _written(db, 40)
     s.close()
     lite_broker.stop_server(db)
     c = sqlite3.connect(db)  # a database indexed before this version: no index of ours
