@@ -207,7 +207,7 @@ def test_rows_written_without_a_manifest_send_the_search_to_milvus(corpus, db, m
 
 
 @pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
-def test_no_answer_while_a_run_holds_the_writer_lock_or_the_manifest_is_gone(corpus, db, model_dir, small_ok):
+def test_no_answer_once_a_run_has_written_or_the_manifest_is_gone(corpus, db, model_dir, small_ok):
     from memsearch_fast.store.manifest import Manifest
 
     with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
@@ -216,8 +216,8 @@ def test_no_answer_while_a_run_holds_the_writer_lock_or_the_manifest_is_gone(cor
         store = ms._search_store()
         vec = vector(ms, QUERIES[1])
         assert dense.search(store, vec, QUERIES[1], top_k=3, source_prefix=None) is not None
-        with Manifest.for_store(str(db), ms.collection).writer():  # as an index or watch run holds it
-            assert dense.search(store, vec, QUERIES[1], top_k=3, source_prefix=None) is None
+        with Manifest.for_store(str(db), ms.collection).writer():  # a run that has begun: nothing written yet
+            assert dense.search(store, vec, QUERIES[1], top_k=3, source_prefix=None) is not None
         assert dense.search(store, vec, QUERIES[1], top_k=3, source_prefix=None) is not None
         dense._manifest.unlink()  # a run has begun writing, or one that keeps no manifest ran
         assert dense.search(store, vec, QUERIES[1], top_k=3, source_prefix=None) is None

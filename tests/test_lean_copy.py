@@ -8,6 +8,7 @@ fields from their files only while those are as indexed, and see every run.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -203,3 +204,38 @@ def test_a_restarted_process_starts_from_the_saved_lean_copy_and_reads_only_what
         hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
         assert hits is not None and "quokka relay" in hits[0]["content"]
         assert_same_ranking(hits, store.search(vec, text, top_k=5))
+
+
+def test_a_refresh_a_run_overtook_keeps_the_copy_and_is_tried_again(corpus, db, model_dir, past_the_cap, monkeypatch):
+    """A run that starts writing while the copy refreshes spoils that refresh: the copy it
+    started from stays (Milvus answers meanwhile), never dropped to be read again whole
+    (500 s at 1 GB of journals), and the refresh is tried again."""
+    monkeypatch.setattr(dense_index, "RETRY_S", 0.05)
+    with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(writer.index())
+        dense, store, first = lean_of(ms)
+        edited = sorted(corpus.rglob("*.md"))[1]
+        edited.write_text(edited.read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+        asyncio.run(writer.index())
+
+        real, calls = lean.load, []
+
+        def overtaken(*args, **kwargs):
+            calls.append(1)
+            return None if len(calls) == 1 else real(*args, **kwargs)  # as when a run wrote meanwhile
+
+        monkeypatch.setattr(lean, "load", overtaken)
+        read: list[str] = []
+        no_full_read(dense, read)
+        text = "quokka relay port 47113"
+        vec = vector(ms, text)
+        assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None
+        assert dense.wait(60) and dense._copy is first, "the copy was dropped"
+        deadline = time.monotonic() + 60
+        hits = None
+        while hits is None and time.monotonic() < deadline:
+            hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+            dense.wait(60)
+        assert hits is not None and "quokka relay" in hits[0]["content"]
+        assert len(calls) >= 2 and dense._copy is not first
+        assert set(read) == {str(edited)}

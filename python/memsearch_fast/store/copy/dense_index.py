@@ -20,9 +20,11 @@ The copy answers only while it can be shown current, Milvus whenever not:
   lock, removes the manifest before its first write and writes a new one
   after its flush. The copy is kept only when the manifest stayed the same
   while the rows were read, no run held the lock, and the manifest's row
-  count is the copy's; it answers only while that is still so. After a run,
-  the files whose recorded chunks changed are read again and the rest kept
-  (with the same checks), else the whole copy is loaded again.
+  count is the copy's; it answers while that manifest is there unchanged (a
+  run that has begun but not written yet changes nothing). After a run, the
+  files whose recorded chunks changed are read again and the rest kept (with
+  the same checks); a refresh a run's writes overtook keeps the copy it
+  started from, Milvus answering, and is tried again.
 - Writers that keep no manifest (memsearch 0.4.23 itself) leave a row count
   the manifest does not describe, so no copy is made; rows they write later
   are caught by a BM25 hit the copy lacks, or by the row count, compared
@@ -274,8 +276,9 @@ class DenseIndex:
             with self._lock:
                 if new is not None and not self._closed:
                     self._install(new)
-                elif new is None and not full:
-                    self._install(None)  # the refresh could not be shown right: Milvus answers
+            # A refresh a run's writes overtook keeps the copy it started from: Milvus answers
+            # while the manifest is not that copy's, and the refresh is tried again (a copy
+            # dropped would be read again whole: 500 s at 1 GB of journals).
             if new is not None and (copy is None or new.entries != copy.entries):
                 self._unsaved = True
                 if copy is None or time.monotonic() - (self._saved_at or 0.0) >= SAVE_EVERY_S:
@@ -439,9 +442,10 @@ class DenseIndex:
                 copy, pos = self._copy, self._pos
             if copy is None:
                 return None
-        token = self._quiet()
-        if token != copy.token:
-            if token is not None:
+        # The manifest as the copy saw it: no run has written since (a run removes
+        # it before its first write; one that has only begun is planning).
+        if file_stamp(self._manifest) != copy.token:
+            if self._quiet() is not None:
                 self._start(full=False)  # a run finished: read the files it changed
             return None  # or a run is writing now: Milvus answers
         if now - copy.checked > RECHECK_S:
