@@ -1,7 +1,7 @@
 """Warm search past the in-memory copy's cap, through the lean copy
 (:mod:`memsearch_fast.store.copy.lean`), on a database ``benches.lite_gb`` made.
 
-    python -m benches.lean_search DB [ROUNDS] [CORPUS_DIR]
+    python -m benches.lean_search DB [ROUNDS] [CORPUS_DIR [EDITS]]
 
 Loads the lean copy as a long-lived process does (the database's service,
 the MCP server), printing how long that took and this process's resident
@@ -14,7 +14,8 @@ questions) and each part of a lean search on its own. With CORPUS_DIR (the
 journals DB holds), one file is then edited and indexed as ``watch`` does
 (that file alone, in a process of its own), and the time until the copy's search finds the new line
 is printed: searchable (the copy, or Milvus while the copy is being refreshed,
-as the service answers), and through the refreshed copy. Say the machine and its load:
+as the service answers), and through the refreshed copy; *EDITS* times (default
+1), each in a new index process. Say the machine and its load:
 the figures move with both.
 """
 
@@ -99,15 +100,17 @@ def main() -> None:
     ranked = [(cid, 0.5) for cid in list(wanted)]
     timed("  BM25 of 30 dense hits (engine)", lambda q, v: store.fill_sparse(pairs[q], ranked, q))
     print(f"RSS after: {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)", flush=True)
-    if len(sys.argv) > 3:
+    copy = None  # the copy loaded first: let the refreshed ones replace it
+    for _ in range(int(sys.argv[4]) if len(sys.argv) > 4 else 1) if len(sys.argv) > 3 else ():
         _edit(store, dense, Path(sys.argv[3]), db)
     dense.close()
     store.close()
 
 
 #: The index run of ``_edit``, in a process of its own as ``watch`` runs it: the
-#: store opened and the modules imported first, then a path read from stdin
-#: indexed (that file alone) and "done" printed.
+#: store opened and the file indexed once unchanged first (as a watcher's first
+#: sync warms it), then a path read from stdin indexed (that file alone) and
+#: "done" printed.
 _WATCHER = """
 import asyncio, sys
 from benches.lite_gb import HashVectors
@@ -117,11 +120,17 @@ from memsearch_fast.store.manifest import Manifest
 
 db = sys.argv[1]
 store = MilvusStore(db, database=db, dimension=HashVectors.dimension)
-print("ready", flush=True)
-for line in sys.stdin:
-    path = line.strip()
+
+
+def index(path):
     manifest = Manifest.for_store(db, store.collection)
     asyncio.run(run_index(store, HashVectors(), [path], only_sources=[path], manifest=manifest))
+
+
+index(sys.argv[2])
+print("ready", flush=True)
+for line in sys.stdin:
+    index(line.strip())
     print("done", flush=True)
 """
 
@@ -133,8 +142,9 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
 
     from benches.lite_gb import HashVectors
 
+    path = str(sorted(root.rglob("*.md"))[EDITED])
     watcher = subprocess.Popen(
-        [sys.executable, "-c", _WATCHER, db],
+        [sys.executable, "-c", _WATCHER, db, path],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -143,9 +153,11 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
     assert watcher.stdin is not None and watcher.stdout is not None
     if watcher.stdout.readline().strip() != "ready":
         raise SystemExit("the index process did not start")
-    path = str(sorted(root.rglob("*.md"))[EDITED])
     text = f"zephyr gateway port {int(time.time()) % 100000}"
     vector = list(map(float, asyncio.run(HashVectors().embed_query(text))))
+    deadline = time.perf_counter() + 120  # the copy current again after the watcher's first sync
+    while dense.search(store, vector, text, top_k=5, source_prefix=None) is None and time.perf_counter() < deadline:
+        time.sleep(0.1)
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"\n\n## Ports\n\nThe {text} was opened for the relay.\n")
     start = time.perf_counter()
