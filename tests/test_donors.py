@@ -10,7 +10,7 @@ from memsearch_fast.store.manifest import pack
 
 
 def _hex(rng: random.Random) -> str:
-    return "%016x" % rng.getrandbits(64)
+    return f"{rng.getrandbits(64):016x}"
 
 
 def test_an_edit_scans_the_records_and_finds_what_the_sorted_index_finds() -> None:

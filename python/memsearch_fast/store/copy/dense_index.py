@@ -23,8 +23,7 @@ The copy answers only while it can be shown current, Milvus whenever not:
   count is the copy's; it answers while that manifest is there unchanged (a
   run that has begun but not written yet changes nothing). After a run, the
   files whose recorded chunks changed are read again and the rest kept (with
-  the same checks); a refresh a run's writes overtook keeps the copy it
-  started from, Milvus answering, and is tried again.
+  the same checks).
 - Writers that keep no manifest (memsearch 0.4.23 itself) leave a row count
   the manifest does not describe, so no copy is made; rows they write later
   are caught by a BM25 hit the copy lacks, or by the row count, compared
@@ -276,9 +275,8 @@ class DenseIndex:
             with self._lock:
                 if new is not None and not self._closed:
                     self._install(new)
-            # A refresh a run's writes overtook keeps the copy it started from: Milvus answers
-            # while the manifest is not that copy's, and the refresh is tried again (a copy
-            # dropped would be read again whole: 500 s at 1 GB of journals).
+            # A refresh a run's writes overtook keeps its copy (Milvus answers) and is tried
+            # again: a copy dropped is read again whole (500 s at 1 GB of journals).
             if new is not None and (copy is None or new.entries != copy.entries):
                 self._unsaved = True
                 if copy is None or time.monotonic() - (self._saved_at or 0.0) >= SAVE_EVERY_S:
