@@ -34,7 +34,9 @@ def test_an_edit_scans_the_records_and_finds_what_the_sorted_index_finds() -> No
     assert got[5:] == [None] * 5
 
     # Past the scans' budget the records are sorted once, and answer the same.
-    many = [pairs[i][0] for i in range(donors_mod._SCAN_MAX + 1)]
+    for _ in range(donors_mod._SCANS_MAX - 1):
+        assert scanned.lookup(queries) == want and scanned._keys is None
+    many = [pairs[i][0] for i in range(2_000)]
     assert scanned.lookup(many) == [pairs[i][1] for i in range(len(many))]
     assert scanned._keys is not None
     assert scanned.lookup(queries) == want
