@@ -361,28 +361,19 @@ def _record_holder(fd: int) -> None:
 
 
 def _entry(raw: Any) -> Entry | None:
-    """An entry from its JSON list, or None when malformed."""
-    if type(raw) is list and len(raw) == 6:  # as written: exact types (a bool is no int), checked at once
-        size, mtime, fingerprint, chunks, ino, ctime = raw
-        if (
-            type(size) is int
-            and (type(mtime) is float or mtime is None)
-            and type(fingerprint) is str
-            and type(chunks) is str
-            and type(ino) is int
-            and type(ctime) is float
-        ):
-            return Entry(size, mtime, fingerprint, chunks, ino, ctime)
-    if not isinstance(raw, list) or len(raw) not in (4, 6):
+    """An entry from its JSON list, or None when malformed: exact types (JSON gives no
+    subclasses, and a bool is no int), checked in one pass (97,000 entries at 1 GB)."""
+    if type(raw) is not list or len(raw) not in (4, 6):
         return None
     size, mtime, fingerprint, chunks = raw[:4]
     ino, ctime = raw[4:] if len(raw) == 6 else (0, 0.0)
-    if not isinstance(ino, int) or isinstance(ino, bool) or not isinstance(ctime, (int, float)):
-        return None
-    if not isinstance(size, int) or isinstance(size, bool):
-        return None
-    if mtime is not None and (not isinstance(mtime, (int, float)) or isinstance(mtime, bool)):
-        return None
-    if not isinstance(fingerprint, str) or not isinstance(chunks, str):
+    if (
+        type(size) is not int
+        or type(ino) is not int
+        or type(fingerprint) is not str
+        or type(chunks) is not str
+        or (mtime is not None and type(mtime) is not float and type(mtime) is not int)
+        or not isinstance(ctime, (int, float))
+    ):
         return None
     return Entry(size, None if mtime is None else float(mtime), fingerprint, chunks, ino, float(ctime))
