@@ -7,7 +7,7 @@ peak RSS of every process of the database, bytes on disk per byte of markdown.
 Runs ``memsearch index CORPUS_DIR --milvus-uri DB --provider openai`` and polls
 ``/proc`` four times a second for the summed RSS of the CLI and every process
 whose command line names DB (the Lite engine and its server), then prints one
-JSON line: wall seconds, that peak, the database's bytes on disk (the database
+JSON line: wall seconds, that peak and each process's share of it, the database's bytes on disk (the database
 and its span file; not the manifest nor a saved copy) per byte of markdown, the
 index report's chunks and spans, and the load. Give DB a fresh path each run;
 set ``MEMSEARCH_SPANS=0`` or ``MEMSEARCH_SPAN_STORE=collection`` in the
@@ -30,6 +30,17 @@ def _rss_kb(pid: int) -> int:
         return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _name(pid: int) -> str:
+    """A process's program and its pid, for the peak's parts."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    words = [a.decode(errors="replace") for a in args[:4] if a]
+    module = next((w for w in words[1:] if w.startswith("memsearch")), "")
+    return f"{os.path.basename(words[0]) if words else '?'} {module} {pid}".replace("  ", " ")
 
 
 def _related(db: str, cli: int) -> list[int]:
@@ -57,9 +68,11 @@ def main() -> None:
     cmd += ["--base-url", args.base_url, "-m", args.model, "-j"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    peak = 0
+    peak, at_peak = 0, {}
     while proc.poll() is None:
-        peak = max(peak, sum(_rss_kb(p) for p in _related(args.db, proc.pid)))
+        each = {p: _rss_kb(p) for p in _related(args.db, proc.pid)}
+        if sum(each.values()) > peak:
+            peak, at_peak = sum(each.values()), each
         time.sleep(0.25)
     wall = time.perf_counter() - start
     report = json.loads(proc.stdout.read() if proc.stdout else b"{}")
@@ -71,6 +84,7 @@ def main() -> None:
             {
                 "wall_s": round(wall, 1),
                 "peak_rss_mb_all": peak // 1024,
+                "at_peak_mb": {_name(p): kb // 1024 for p, kb in at_peak.items()},
                 "disk_mb": round(size / 1e6),
                 "bytes_per_md_byte": round(size / markdown, 2),
                 "chunks": report.get("chunks"),

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "IN_PROCESS",
     "PROVIDERS",
     "EmbeddingAPIError",
     "EmbeddingError",
@@ -46,6 +47,8 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "mistral": ("memsearch_fast.embeddings.mistral", "MistralEmbedding"),
     "local": ("memsearch_fast.embeddings.local", "LocalEmbedding"),
 }
+#: Providers that compute vectors in this process, on threads of their own.
+IN_PROCESS = frozenset({"onnx", "local"})
 
 
 @runtime_checkable
