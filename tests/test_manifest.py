@@ -164,6 +164,41 @@ def test_manifest_lives_beside_the_database_or_under_home(tmp_path: Path, monkey
     assert manifest_path("http://other.example:19530", "memsearch_chunks") != remote
 
 
+_WRITE_ELSEWHERE = """
+import sys
+from memsearch_fast.store.manifest import Entry, Header, Manifest
+Manifest(sys.argv[1]).save(Header("m", 1500, 1, "c", "id"), 7, {"/b.md": Entry(20, 2.0, "g", b"y" * 16, 6, 3.0)})
+"""
+
+
+def test_a_manifest_this_process_left_is_taken_again_unread_until_another_writes_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from memsearch_fast.store import manifest as module
+    from memsearch_fast.store.manifest import Entry, Header
+
+    path = tmp_path / "m.json"
+    header = Header("m", 1500, 1, "c", "id")
+    Manifest(path).save(header, 3, {"/a.md": Entry(10, 1.0, "f", b"x" * 16, 5, 2.0)})
+    parsed: list[int] = []
+    loads = module.orjson.loads
+    monkeypatch.setattr(module.orjson, "loads", lambda raw: parsed.append(1) or loads(raw))
+    again = Manifest(path).load(header)  # a later run's Manifest, as the service makes one a run
+    assert again is not None and again.rows == 3 and again.entries["/a.md"].packed() == b"x" * 16
+    assert parsed == []  # the file this process left: not read again
+    again.entries.clear()  # what a run does with its copy leaves the next run's alone
+    assert Manifest(path).load(header).entries["/a.md"].fingerprint == "f"  # type: ignore[union-attr]
+    assert Manifest(path).load(Header("m", 1000, 1, "c", "id")) is None  # another header: read, refused
+    assert parsed == [1]
+    # Another process writes it: read again, its entries, not the ones this process left.
+    subprocess.run([sys.executable, "-c", _WRITE_ELSEWHERE, str(path)], check=True, timeout=60)
+    other = Manifest(path).load(header)
+    assert other is not None and other.rows == 7 and set(other.entries) == {"/b.md"}
+    assert len(parsed) == 2
+    Manifest(path).invalidate()
+    assert Manifest(path).load(header) is None
+
+
 def test_noop_reads_no_file_and_fetches_no_id(tmp_path: Path, store, provider) -> None:
     root = tree(tmp_path / "notes")
     first, counting = index(store, provider, root)

@@ -55,6 +55,18 @@ FORMAT = 1
 #: One packed chunk record: 8 bytes of content hash, then the 8-byte chunk id.
 RECORD = 16
 
+#: The last manifest this process read or wrote, by path, with the stamp of the file
+#: it read or left: a long-lived process (the service, ``watch``) takes it again
+#: without reading the file while that is the one it left (at 1 GB of journals the
+#: read is 0.35-0.57 s of an edit's run). Its entries are never changed in place.
+_LAST: dict[Path, tuple[tuple[int, ...], dict[str, Any], Loaded]] = {}
+
+
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
+    """What changes with every write of a file: a save renames a new one in place."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 #: Writer locks this flow of control holds through :meth:`Manifest.writer`
 #: (copied into the tasks and threads it starts): a run inside it does not
 #: lock again, which would wait for itself.
@@ -305,6 +317,10 @@ class Manifest:
             return None
         try:
             with os.fdopen(fd, "rb") as f:
+                stamp = _stamp(os.fstat(f.fileno()))
+                last = _LAST.get(self.path)
+                if last is not None and last[0] == stamp and last[1] == header.as_dict():
+                    return Loaded(last[2].rows, dict(last[2].entries))
                 data = orjson.loads(f.read())
         except (OSError, ValueError) as exc:
             logger.info("manifest %s unreadable (%s): full run", self.path, exc)
@@ -320,11 +336,14 @@ class Manifest:
             if entry is None:
                 return None
             entries[path] = entry
-        return Loaded(rows, entries)
+        loaded = Loaded(rows, entries)
+        _LAST[self.path] = (stamp, header.as_dict(), Loaded(rows, dict(entries)))
+        return loaded
 
     def invalidate(self) -> None:
         """Remove the manifest: the store is about to change, and a run killed
         before it writes a new one must leave none behind."""
+        _LAST.pop(self.path, None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -340,7 +359,10 @@ class Manifest:
         body = orjson.dumps({**header.as_dict(), "rows": rows, "files": files})
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # A temp file left by a run killed while saving is removed first (we hold the lock).
+        _LAST.pop(self.path, None)
         write_atomic(self.path, body, temp=self._tmp)
+        with contextlib.suppress(OSError):
+            _LAST[self.path] = (_stamp(os.lstat(self.path)), header.as_dict(), Loaded(rows, dict(entries)))
 
 
 def _holder(fd: int) -> int | None:
