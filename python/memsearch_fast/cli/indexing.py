@@ -115,10 +115,9 @@ def _index_here(
 ) -> Any:
     """The index run in this process, with its own model."""
     from memsearch_fast.cli import display
-
-    _cap_heap_arenas(cfg)
     from memsearch_fast.store.manifest import Manifest
 
+    _cap_heap_arenas(cfg)
     ms = memsearch(cfg, paths, files, description, workers=workers)
     _check_database(ms.uri)
     writer = Manifest.for_store(ms.uri, ms.collection, err)
