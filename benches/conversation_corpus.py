@@ -575,8 +575,23 @@ def _slots(name: str, rng: random.Random) -> dict[str, Any]:
     return out
 
 
-def _conversation(root: Path, n: int, rng: random.Random) -> list[Question]:
-    """Write conversation *n* under *root*; its questions."""
+#: How a turn's line is written: ``plain`` (``- Maya: …`` in half the conversations,
+#: ``**Maya:** …`` in the other half) or ``chat``, as chat logs are exported, the same
+#: turns with the minute they were said (``- [1:56 pm] Maya: …``, ``**Maya** (13:56): …``).
+STYLES = ("plain", "chat")
+
+
+def _turn(who: str, text: str, bullet: bool, style: str, at: int) -> str:
+    if style == "plain":
+        return f"- {who}: {text}" if bullet else f"**{who}:** {text}"
+    hour, minute = divmod(at % (24 * 60), 60)
+    if bullet:
+        return f"- [{(hour - 1) % 12 + 1}:{minute:02d} {'am' if hour < 12 else 'pm'}] {who}: {text}"
+    return f"**{who}** ({hour:02d}:{minute:02d}): {text}"
+
+
+def _conversation(root: Path, n: int, rng: random.Random, style: str = "plain") -> list[Question]:
+    """Write conversation *n* under *root* (its turns written in *style*); its questions."""
     folder = f"conv-{n:02d}"
     people = rng.sample(NAMES, 2)
     slots = {p: _slots(p, rng) for p in people}
@@ -597,7 +612,8 @@ def _conversation(root: Path, n: int, rng: random.Random) -> list[Question]:
         session += 1
         day += timedelta(days=rng.randint(2, 8))
         rel = f"{folder}/memory/{day.isoformat()}.md"
-        lines = [f"# {day.isoformat()}", "", f"## Session {rng.randint(7, 22):02d}:{rng.randint(0, 59):02d}", ""]
+        hour, minute = rng.randint(7, 22), rng.randint(0, 59)
+        lines = [f"# {day.isoformat()}", "", f"## Session {hour:02d}:{minute:02d}", ""]
         first, second = people if session % 2 else people[::-1]
         turns: list[tuple[str, str, list[tuple[str, str]], tuple[str, str, int] | None]] = [
             (first, f"Hey {second}! How have you been since we last talked?", [], None),
@@ -618,14 +634,14 @@ def _conversation(root: Path, n: int, rng: random.Random) -> list[Question]:
         for _ in range(rng.randint(2, 6)):
             turns.append((rng.choice(people), _chatter(rng), [], None))
         for p in people:  # the threads already begun come up again, without news
-            for t in started[p]:
+            for t in sorted(started[p]):  # a set: in its order, each process wrote another corpus
                 if rng.random() < 0.3:
                     at = rng.randrange(2, len(turns) + 1)
                     turns.insert(at, (p, rng.choice(THREADS[t]["mentions"]).format(**slots[p]), [], None))
         turns.append((first, "Anyway, I should go, talk soon!", [], None))
         turns.append((second, "Take care, bye!", [], None))
-        for who, text, asked, episode in turns:
-            lines.append(f"- {who}: {text}" if bullet else f"**{who}:** {text}")
+        for k, (who, text, asked, episode) in enumerate(turns):
+            lines.append(_turn(who, text, bullet, style, hour * 60 + minute + k))
             at = (rel, len(lines))
             questions += [Question(kind, q, folder, (at,)) for kind, q in asked]
             if episode is not None:
@@ -642,12 +658,12 @@ def _conversation(root: Path, n: int, rng: random.Random) -> list[Question]:
     return [q for k, share in ASKED.items() for q in rng.sample(by_kind[k], min(len(by_kind[k]), share))]
 
 
-def build(root: Path, megabytes: float, seed: int = 0) -> list[Question]:
+def build(root: Path, megabytes: float, seed: int = 0, style: str = "plain") -> list[Question]:
     """Write about *megabytes* of conversations under *root*; their questions."""
     rng = random.Random(5000 + seed)
     questions: list[Question] = []
     n = 0
     while n == 0 or sum(f.stat().st_size for f in root.rglob("*.md")) < megabytes * 1_000_000:
         n += 1
-        questions += _conversation(root, n, rng)
+        questions += _conversation(root, n, rng, style)
     return questions

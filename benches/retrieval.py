@@ -444,7 +444,7 @@ def layout(workdir: Path, corpus_set: str) -> tuple[Path, str]:
     return workdir / f"corpus-{corpus_set}", f"{corpus_set}-"
 
 
-def conversation_questions(corpus: Path, saved: Path, megabytes: float, seed: int) -> list[Any]:
+def conversation_questions(corpus: Path, saved: Path, megabytes: float, seed: int, style: str = "plain") -> list[Any]:
     """The questions of the conversation set, its corpus written first when missing
     (the questions name lines, so they are kept beside it), with absolute paths."""
     from dataclasses import replace
@@ -452,7 +452,7 @@ def conversation_questions(corpus: Path, saved: Path, megabytes: float, seed: in
     from benches import conversation_corpus
 
     if not corpus.exists():
-        questions = conversation_corpus.build(corpus, megabytes, seed)
+        questions = conversation_corpus.build(corpus, megabytes, seed, style)
         saved.write_text(json.dumps([q.__dict__ for q in questions]), encoding="utf-8")
     loaded = [conversation_corpus.Question(**q) for q in json.loads(saved.read_text(encoding="utf-8"))]
     root = corpus.resolve()
@@ -490,8 +490,10 @@ def run(
         if not corpus.exists():
             build(corpus, megabytes, facts, hard, seed)
         planted = planted_facts(facts, hard, seed, by_key)
-    elif corpus_set == "conversation":
-        planted = conversation_questions(corpus, workdir / "conversation-questions.json", megabytes, seed)
+    elif corpus_set in ("conversation", "chat"):  # chat: the same conversations, turns as chat logs write them
+        style = "chat" if corpus_set == "chat" else "plain"
+        saved = workdir / f"{corpus_set}-questions.json"
+        planted = conversation_questions(corpus, saved, megabytes, seed, style)
     else:
         from benches import agent_corpus, dialogue_corpus
 
@@ -618,11 +620,12 @@ def main() -> None:
     parser.add_argument("--by-key", action="store_true", help="ask each fact by its exact key instead")
     parser.add_argument(
         "--set",
-        choices=["default", "agent", "dialogue", "conversation"],
+        choices=["default", "agent", "dialogue", "conversation", "chat"],
         default="default",
         help=(
             "default: the planted-facts corpus; agent: agent journals with look-alikes; dialogue: meetings; "
-            "conversation: long two-person conversations, asked one conversation at a time"
+            "conversation: long two-person conversations, asked one conversation at a time; "
+            "chat: the same with each turn's time, as chat logs write them"
         ),
     )
     parser.add_argument("--markdown", action="store_true", help="print the scores as markdown tables")
