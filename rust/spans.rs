@@ -30,10 +30,15 @@ static LIST_ITEM: LazyLock<Regex> = LazyLock::new(|| {
     ))
     .expect("valid pattern")
 });
-/// Who speaks: a label of one to three words before a colon.
+/// A chat log's time before who speaks: `[1:56 pm]`, `[2023-05-08 13:56]` (a
+/// bracket with a digit in it), or `13:56`, `(1:56 pm)`.
+const STAMP: &str = r"(?:\[[^\]\n]{0,40}\p{Nd}[^\]\n]{0,40}\]|\(?\p{Nd}{1,2}:\p{Nd}{2}(?::\p{Nd}{2})?(?:[\s\x1C-\x1F]?[AaPp]\.?[Mm]\.?)?\)?)";
+/// Who speaks: a label of one to three words before a colon, after a quote
+/// mark, a list marker or a time, with a note in brackets after it
+/// (`> Maya:`, `1. Maya:`, `- [13:56] **Maya:**`, `Maya (1:56 pm):`, `Maya [13:56]:`).
 static SPEAKER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"^(?:[-*+]{SPACE}+)?(?:\*\*)?({LETTER}{WORD}*(?: {LETTER}{WORD}*){{0,2}})(?:\*\*)?:(?:\*\*)?{SPACE}"
+        r"^(?:>+{SPACE}*)?(?:(?:[-*+]|\p{{Nd}}{{1,9}}[.)]){SPACE}+)?(?:{STAMP}{SPACE}+)?(?:\*\*)?({LETTER}{WORD}*(?: {LETTER}{WORD}*){{0,2}})(?:\*\*)?(?:{SPACE}?(?:\([^()\n]{{1,40}}\)|\[[^\[\]\n]{{1,40}}\]))?(?:\*\*)?:(?:\*\*)?{SPACE}"
     ))
     .expect("valid pattern")
 });
@@ -246,6 +251,38 @@ mod tests {
             spans[1],
             "Maya: I sold twelve mugs at the fair and two bowls too. Done."
         );
+    }
+
+    #[test]
+    fn a_speaker_after_a_time_a_quote_or_a_number_keeps_the_turn() {
+        let later = "And I met so many people there who understood me.";
+        for (line, name) in [
+            ("[1:56 pm] Caroline:", "Caroline"),
+            ("- [2023-05-08 13:56] **Caroline:**", "Caroline"),
+            ("- 13:56 Caroline:", "Caroline"),
+            ("(9:05 a.m.) Caroline:", "Caroline"),
+            ("> Caroline:", "Caroline"),
+            ("12. Caroline:", "Caroline"),
+            ("- **Caroline** (1:56 pm):", "Caroline"),
+            ("Caroline (to Mel):", "Caroline"),
+            ("Caroline [13:56]:", "Caroline"),
+            ("Ana María:", "Ana María"),
+        ] {
+            let turn = format!("{line} I went to the support group yesterday afternoon. {later}");
+            let body = format!("{turn}\n{turn}\n{turn}");
+            let spans = texts(&body, "");
+            assert_eq!(spans[1], format!("{name}: {later}"), "{line}");
+        }
+        // A bracket without a digit is no time (a task's box), a lower-case label no speaker.
+        for line in [
+            "- [x] Caroline:",
+            "- [13:56] the plan:",
+            "[see below] Caroline:",
+        ] {
+            let turn = format!("{line} I went to the support group yesterday afternoon. {later}");
+            let body = format!("{turn}\n{turn}\n{turn}");
+            assert_eq!(texts(&body, "")[1], later, "{line}");
+        }
     }
 
     #[test]

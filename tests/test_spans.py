@@ -105,6 +105,27 @@ def test_a_turns_speaker_stays_with_its_later_sentences() -> None:
     ]
 
 
+def test_a_speaker_after_a_chat_logs_time_or_marks_stays_with_the_turn() -> None:
+    """Chat logs put a time, a quote mark or a number before who speaks, and a note
+    after the name: the later sentences of the turn are still that speaker's."""
+    news = "I sold twelve mugs at the craft fair on Saturday morning."
+    lines = [
+        "[1:56 pm] Maya: You won't believe what happened since we last talked.",
+        "- [2026-05-08 13:56] **Theo:** That is incredible news for the whole family.",
+        "13:57 Maya: You won't believe what happened since we last talked.",
+        "> Theo (laughing): That is incredible news for the whole family.",
+        "3. Maya: You won't believe what happened since we last talked.",
+        "Theo [13:58]: That is incredible news for the whole family.",
+        "- [x] Buy clay: We need more of the speckled kind before the class.",
+    ]
+    content = "## Call 2026-05-08\n" + "\n".join(f"{line} {news}" for line in lines) + "\n"
+    out = spans(content, "## Call 2026-05-08", 1)
+    later = [s.text.split("\n", 1)[1] for s in out if s.text.endswith(news) and s.text.split("\n", 1)[1] != news]
+    assert later == [f"{name}: {news}" for name in ("Maya", "Theo", "Maya", "Theo", "Maya", "Theo")]
+    # A task's box is no time: its later sentence stands alone, as in a journal.
+    assert sum(s.text.split("\n", 1)[1] == news for s in out) == 1
+
+
 def index(ms: MemSearch):
     return asyncio.run(ms.index_with_report())
 

@@ -10,8 +10,15 @@ import re
 from memsearch_fast.index.spans import FIRST, MIN_CHUNK_BYTES, MIN_SENTENCE_BYTES, utf8_size
 from memsearch_fast.store.spans.words import LIST_ITEM, has_word, no_text
 
-#: Who speaks (a label of one to three words, not lower case).
-SPEAKER = re.compile(r"^(?:[-*+]\s+)?(?:\*\*)?([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2})(?:\*\*)?:(?:\*\*)?\s")
+#: A chat log's time before who speaks (``[1:56 pm]``, a bracket with a digit; ``13:56``, ``(1:56 pm)``).
+_STAMP = r"(?:\[[^\]\n]{0,40}\d[^\]\n]{0,40}\]|\(?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?\)?)"
+#: Who speaks (a label of one to three words, not lower case), after a quote mark, a list
+#: marker or a time, with a note in brackets after it.
+SPEAKER = re.compile(
+    r"^(?:>+\s*)?(?:(?:[-*+]|\d{1,9}[.)])\s+)?(?:" + _STAMP + r"\s+)?"
+    r"(?:\*\*)?([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2})(?:\*\*)?"
+    r"(?:\s?(?:\([^()\n]{1,40}\)|\[[^\[\]\n]{1,40}\]))?(?:\*\*)?:(?:\*\*)?\s"
+)
 #: A sentence ends after one of these followed by white space (dropped), or after a CJK one.
 _SENTENCE_END = re.compile(r"[.!?。！？；;]\s+|[。！？；]")
 

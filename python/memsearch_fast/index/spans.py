@@ -40,7 +40,10 @@ MIN_SENTENCE_BYTES = 40
 FIRST = 1
 
 #: A line that opens with who speaks (``Maya: …``, ``- **Maya:** …``; a label of one to
-#: three words, not lower case) gives its later sentences the name too, which a turn's
+#: three words, not lower case; after a quote mark, a list number or a chat log's time,
+#: ``[1:56 pm] Maya:``, ``- 13:56 Maya:``, with a note after it, ``Maya (1:56 pm):``,
+#: ``Maya [13:56]:``)
+#: gives its later sentences the name too, which a turn's
 #: second sentence would otherwise lack (the news in "You won't believe it. I sold twelve
 #: mugs at the fair." is Maya's). On long two-person conversations (``benches/retrieval.py
 #: --set conversation``) spans lost 7 points of hit@5 to no spans without it, and hold
