@@ -31,7 +31,9 @@ list (the store searched with an empty query text) and the BM25 list
 (``benches/conversation_corpus.py``: one session per day's log, one line per
 turn), each question filtered to its conversation with ``source_prefix`` and
 hit by its evidence lines; kinds ``single-hop``, ``temporal``, ``multi-hop``,
-``open-domain``. With ``MEMSEARCH_SPANS=0`` a run keeps its own database
+``open-domain``. ``--set chat`` is the same conversations with each turn's
+time before or after the speaker, as chat logs are exported (``- [1:56 pm]
+Maya: …``, ``**Maya** (13:56): …``). With ``MEMSEARCH_SPANS=0`` a run keeps its own database
 (``…-nospans.db``) beside the default's in one work directory.
 ``--markdown`` prints the tables instead of the JSON.
 """
