@@ -150,6 +150,28 @@ def test_two_processes_insert_and_search_concurrently(db):
     assert writer["pid"] == searcher["pid"]  # one server owned the database throughout
 
 
+def test_each_store_asks_pymilvus_for_a_connection_of_its_own(monkeypatch):
+    """pymilvus's connection manager (3.x, and 2.6 since 2.6.17 at least) gives a new
+    client the URI's shared connection, dead or alive, unless it asks for a dedicated
+    one; 2.5 has no manager and keeps a connection per alias. Asked of the manager,
+    not of the version: 2.6.17 took the alias and handed back a killed engine's
+    connection (a search after ``kill -9`` of the engine failed)."""
+    from memsearch_fast.store import compat
+
+    major = int(importlib.metadata.version("pymilvus").split(".")[0])
+    try:
+        compat._has_dedicated.cache_clear()
+        if major >= 3:
+            assert compat.own_connection_kwargs() == {"dedicated": True}
+        monkeypatch.setitem(sys.modules, "pymilvus.client.connection_manager", None)  # as 2.5: no manager
+        compat._has_dedicated.cache_clear()
+        first, second = compat.own_connection_kwargs(), compat.own_connection_kwargs()
+        assert set(first) == {"alias"} and first["alias"] != second["alias"]
+    finally:
+        monkeypatch.undo()
+        compat._has_dedicated.cache_clear()
+
+
 @pytest.mark.slow(reason="starts Milvus Lite servers and waits on them")
 def test_kill_9_server_then_next_open_recovers(db):
     s = MilvusStore(db, dimension=DIM)

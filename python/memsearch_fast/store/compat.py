@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -95,20 +96,33 @@ def skip_client_varchar_check() -> None:
 def own_connection_kwargs() -> dict[str, Any]:
     """MilvusClient arguments giving this store a connection of its own.
 
-    pymilvus shares one connection per URI between clients: in 3.x it stays
-    open after the last client closes (so a Lite server could never see its
-    clients leave and exit when idle); in 2.5 one client's close() cuts the
-    connection of every other. A dedicated connection (3.x) or a unique alias
-    (2.5) makes close() close exactly this store's connection.
+    pymilvus shares one connection per URI between clients: with its
+    connection manager (3.x, and 2.6 since the manager came) it stays open
+    after the last client closes (so a Lite server could never see its
+    clients leave and exit when idle, and a client made after the engine was
+    killed got the dead connection back); in 2.5 one client's close() cuts the
+    connection of every other. A dedicated connection (where the manager
+    offers one) or a unique alias (2.5) makes close() close exactly this
+    store's connection. Asked of the manager, not of the version: pymilvus
+    2.6.17 has it and takes no alias.
     """
-    import importlib.metadata
     import uuid
 
+    return {"dedicated": True} if _has_dedicated() else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
+
+
+@functools.cache
+def _has_dedicated() -> bool:
+    import inspect
+
     try:
-        major = int(importlib.metadata.version("pymilvus").split(".")[0])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        major = 3
-    return {"dedicated": True} if major >= 3 else {"alias": f"memsearch-store-{uuid.uuid4().hex}"}
+        from pymilvus.client.connection_manager import ConnectionManager
+    except ImportError:
+        return False
+    try:
+        return "dedicated" in inspect.signature(ConnectionManager.get_or_create).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 #: No keepalive pings on a connection to a local Milvus Lite engine (about 24 days between them).
