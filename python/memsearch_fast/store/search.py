@@ -118,45 +118,87 @@ class StoreSearch(StoreSchema):
             raise
         ranked, matched = merge.merge_dense([(h["chunk_hash"], h["distance"]) for h in dense_hits], span_hits, deep)
         rows = {h["chunk_hash"]: h for h in [*sparse_hits, *dense_hits]}
-        sparse = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
-        have = {cid for cid, _ in ranked}
-        lacking = [cid for cid in dict.fromkeys(cid for cid, _ in sparse) if cid not in have]
-        missing = [cid for cid, _ in ranked if cid not in rows]
         # What the lists already scored (a dense list deeper than the fused one, the
         # spans of the chunks it and BM25 found) is not asked again.
         scored = {h["chunk_hash"]: h for h in dense_hits}
         spanned = {} if every_span else {str(h["chunk_hash"]): h for h in span_hits}
 
-        def own_scores() -> list[dict[str, Any]]:
+        def own_of(lacking: list[str]) -> list[tuple[str, float]]:
             asked = [cid for cid in lacking if cid not in scored]
             known = [scored[cid] for cid in lacking if cid in scored]
-            return known + (
+            found = (
                 self._search_among(self.collection, [vector], "embedding", "COSINE", asked, ["chunk_hash"])
                 if asked
                 else []
             )
+            return [(h["chunk_hash"], h["distance"]) for h in [*known, *found]]
 
-        def best_spans() -> list[dict[str, Any]]:
+        def spans_of(lacking: list[str]) -> list[dict[str, Any]]:
             asked = [cid for cid in lacking if cid not in spanned]
             known = [spanned[cid] for cid in lacking if cid in spanned]
             return known + (list(self.spans.best_of(vector, asked).values()) if asked else [])
 
-        # The BM25 hits' dense scores, the dense hits' BM25 scores and the rows the
-        # lists lack depend only on the lists above: asked together too.
-        own, best, filled, found_rows = together(
-            own_scores,
-            best_spans,
-            lambda: self.fill_sparse(sparse, ranked, query_text),
-            lambda: self.rows_for_ids(missing, QUERY_FIELDS) if missing else [],
+        def rows_of(missing: list[str]) -> dict[str, dict[str, Any]]:
+            return {r["chunk_hash"]: r for r in self.rows_for_ids(missing, QUERY_FIELDS)}
+
+        return self.finish_hybrid(
+            ranked,
+            matched,
+            sparse_hits,
+            rows,
+            query_text,
+            top_k=top_k,
+            deep=deep,
+            explain=explain,
+            own_of=own_of,
+            spans_of=spans_of,
+            rows_of=rows_of,
+        )
+
+    def finish_hybrid(
+        self,
+        ranked: list[tuple[str, float]],
+        matched: dict[str, dict[str, Any]],
+        sparse_hits: list[dict[str, Any]],
+        rows: dict[str, dict[str, Any]],
+        query_text: str,
+        *,
+        top_k: int,
+        deep: int,
+        explain: bool,
+        own_of: Callable[[list[str]], list[tuple[str, float]]],
+        spans_of: Callable[[list[str]], list[dict[str, Any]]],
+        rows_of: Callable[[list[str]], dict[str, dict[str, Any]]],
+        fill_first: bool = True,
+    ) -> list[dict[str, Any]]:
+        """The second half of every hybrid search, whatever ranked its lists (Milvus,
+        the in-memory copy, the lean copy: one rule, so they answer alike): the BM25
+        hits the dense list *ranked* lacks get their real dense scores (*own_of*: their
+        own vectors' cosines, *spans_of*: their best spans' hits), the ranked chunks
+        *rows* lacks get their display fields (*rows_of*), and with *fill_first* the
+        dense hits' BM25 scores are asked beside them (else only when they could
+        change the answer, :meth:`fuse_lists`); then the lists are fused."""
+        from memsearch_fast.store.spans import merge
+
+        pairs = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
+        have = {cid for cid, _ in ranked}
+        lacking = [cid for cid in dict.fromkeys(cid for cid, _ in pairs) if cid not in have]
+        missing = [cid for cid, _ in ranked if cid not in rows]
+        # They depend only on the lists: asked together, a search costs the slowest.
+        own, best, found_rows, filled = together(
+            lambda: own_of(lacking) if lacking else [],
+            lambda: spans_of(lacking) if lacking else [],
+            lambda: rows_of(missing) if missing else {},
+            lambda: self.fill_sparse(pairs, ranked, query_text) if fill_first else None,
         )
         if lacking:
-            scores, found = merge.merge_dense([(h["chunk_hash"], h["distance"]) for h in own], best, len(lacking))
+            scores, found = merge.merge_dense(own, best, len(lacking))
             matched.update(found)
             ranked = merge.fill_dense(ranked, dict(scores))
-        rows.update((r["chunk_hash"], r) for r in found_rows)
+        rows.update(found_rows)
         ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         return self.fuse_lists(
-            ranked, matched, sparse, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
         )
 
     def fuse_lists(

@@ -38,6 +38,7 @@ scores may swap places.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -53,7 +54,7 @@ from memsearch_fast.config import environment
 from memsearch_fast.store.copy import lean
 from memsearch_fast.store.copy.file_rows import read_manifest
 from memsearch_fast.store.copy.lean import Lean
-from memsearch_fast.store.copy.rows import FIELDS, Copy, Rows, under, unit
+from memsearch_fast.store.copy.rows import FIELDS, Copy, Rows, under
 from memsearch_fast.store.copy.spans import held_directions, read_spans
 from memsearch_fast.store.search import MAX_TOP_K
 
@@ -479,22 +480,17 @@ class DenseIndex:
         if any(h["chunk_hash"] not in pos for h in sparse):
             self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
             return None
-        rows = {h["chunk_hash"]: h for h in sparse}
-        pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
-        have = {cid for cid, _ in ranked}
-        lacking = [h["chunk_hash"] for h in sparse if h["chunk_hash"] not in have]
-        if lacking:  # BM25 hits the dense list was too short to hold: their real dense scores
-            best = (
-                copy.spans.best_of(copy.ids, copy.sources, pos, as_list, lacking)
-                if copy.spans is not None
-                else store.spans.best_of(as_list, lacking)
-            )
-            q = unit(vector)
-            own = [(cid, float(copy.matrix[pos[cid]] @ q)) for cid in lacking]
-            scores, found = merge.merge_dense(own, list(best.values()), len(lacking))
-            matched.update(found)
-            ranked = merge.fill_dense(ranked, dict(scores))
-        ranked = [(cid, score) for cid, score in ranked if cid in pos]  # a span whose chunk is gone
-        for cid, _ in ranked:
-            rows.setdefault(cid, copy.row(pos[cid]))
-        return store.fuse_lists(ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain)
+        return store.finish_hybrid(
+            ranked,
+            matched,
+            sparse,
+            {h["chunk_hash"]: h for h in sparse},
+            query_text,
+            top_k=top_k,
+            deep=deep,
+            explain=explain,
+            own_of=functools.partial(copy.own_scores, pos, vector),
+            spans_of=functools.partial(copy.best_spans, store.spans, pos, as_list),
+            rows_of=functools.partial(copy.rows_at, pos),
+            fill_first=False,  # the copy's lists cost nothing: BM25 is asked only where it could matter
+        )

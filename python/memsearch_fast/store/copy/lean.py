@@ -262,28 +262,25 @@ def search(
     asked = [*(cid for cid, _ in listed), *(h["chunk_hash"] for h in sparse)]
     span_of = spans.best_of(vector, asked) if spans.present() else {}
     ranked, matched = merge.merge_dense(listed, list(span_of.values()), deep)
-    have = {cid for cid, _ in ranked}
-    lacking = [cid for cid in dict.fromkeys(h["chunk_hash"] for h in sparse) if cid not in have]
-    if lacking:  # BM25 hits the fused depth left out: their real dense scores
-        scored = dict(listed)  # the deeper list scored some already
-        asked_own = [pos[cid] for cid in lacking if cid not in scored]
+    scored = dict(listed)  # the deeper list scored some of the BM25 hits the fused depth left out
+
+    def own_of(lacking: list[str]) -> list[tuple[str, float]]:
+        asked = [pos[cid] for cid in lacking if cid not in scored]
         own = [(cid, scored[cid]) for cid in lacking if cid in scored]
-        own += [(lean.ids[g], s) for g, s in (lean.own.scores(vector, asked_own) if asked_own else {}).items()]
-        best = [span_of[cid] for cid in lacking if cid in span_of]
-        scores, more = merge.merge_dense(own, best, len(lacking))
-        matched.update(more)
-        ranked = merge.fill_dense(ranked, dict(scores))
-    rows: dict[str, dict[str, Any]] = {h["chunk_hash"]: h for h in sparse}
-    pairs = [(h["chunk_hash"], h["distance"]) for h in sparse]
-    missing = {cid: lean.sources[pos[cid]] for cid, _ in ranked if cid not in rows}
-    filled, found_rows = together(
-        lambda: store.fill_sparse(pairs, ranked, query_text),
-        lambda: _rows(store, lean.described, missing),
-    )
-    rows.update(found_rows)
-    ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a chunk gone meanwhile
-    return store.fuse_lists(
-        ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+        return own + [(lean.ids[g], s) for g, s in (lean.own.scores(vector, asked) if asked else {}).items()]
+
+    return store.finish_hybrid(
+        ranked,
+        matched,
+        sparse,
+        {h["chunk_hash"]: h for h in sparse},
+        query_text,
+        top_k=top_k,
+        deep=deep,
+        explain=explain,
+        own_of=own_of,
+        spans_of=lambda lacking: [span_of[cid] for cid in lacking if cid in span_of],
+        rows_of=lambda missing: _rows(store, lean.described, {cid: lean.sources[pos[cid]] for cid in missing}),
     )
 
 

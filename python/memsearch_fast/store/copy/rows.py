@@ -4,6 +4,7 @@ and unit vectors, gathered page by page, kept or replaced file by file."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,22 @@ class Copy:
 
     def positions(self) -> dict[str, int]:
         return {cid: i for i, cid in enumerate(self.ids)}
+
+    def own_scores(self, pos: Mapping[str, int], vector: Any, ids: list[str]) -> list[tuple[str, float]]:
+        """The cosine of each chunk of *ids* (at *pos*) with *vector*, as Milvus's own-vector list gives it."""
+        q = unit(vector)
+        return [(cid, float(self.matrix[pos[cid]] @ q)) for cid in ids]
+
+    def best_spans(self, stored: Any, pos: Mapping[str, int], vector: list[float], ids: list[str]) -> list[Any]:
+        """The best span of each chunk of *ids* that has spans: from the held codes, or
+        from the store's spans (*stored*) when the copy holds none."""
+        if self.spans is not None:
+            return list(self.spans.best_of(self.ids, self.sources, pos, vector, ids).values())
+        return list(stored.best_of(vector, ids).values())
+
+    def rows_at(self, pos: Mapping[str, int], ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The display fields of the chunks of *ids* the copy holds."""
+        return {cid: self.row(pos[cid]) for cid in ids if cid in pos}
 
     def dense(self, vector: Any, top_k: int, among: list[int] | None) -> list[tuple[str, float]]:
         """The dense list: (id, cosine) best first, as Milvus's COSINE search gives it;
