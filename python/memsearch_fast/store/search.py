@@ -184,18 +184,23 @@ class StoreSearch(StoreSchema):
         have = {cid for cid, _ in ranked}
         lacking = [cid for cid in dict.fromkeys(cid for cid, _ in pairs) if cid not in have]
         missing = [cid for cid, _ in ranked if cid not in rows]
-        # They depend only on the lists: asked together, a search costs the slowest.
-        own, best, found_rows, filled = together(
-            lambda: own_of(lacking) if lacking else [],
-            lambda: spans_of(lacking) if lacking else [],
-            lambda: rows_of(missing) if missing else {},
-            lambda: self.fill_sparse(pairs, ranked, query_text) if fill_first else None,
-        )
+        # They depend only on the lists: asked together, a search costs the slowest
+        # (and what has nothing to do is not handed to the pool: a copy's search
+        # often lacks nothing).
+        calls: dict[str, Callable[[], Any]] = {}
         if lacking:
-            scores, found = merge.merge_dense(own, best, len(lacking))
+            calls["own"], calls["best"] = lambda: own_of(lacking), lambda: spans_of(lacking)
+        if missing:
+            calls["rows"] = lambda: rows_of(missing)
+        if fill_first:
+            calls["filled"] = lambda: self.fill_sparse(pairs, ranked, query_text)
+        got = dict(zip(calls, together(*calls.values()), strict=True)) if calls else {}
+        if lacking:
+            scores, found = merge.merge_dense(got["own"], got["best"], len(lacking))
             matched.update(found)
             ranked = merge.fill_dense(ranked, dict(scores))
-        rows.update(found_rows)
+        rows.update(got.get("rows", {}))
+        filled = got.get("filled")
         ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         return self.fuse_lists(
             ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
