@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast.store.copy.spans import Spans, normalised
+
+if TYPE_CHECKING:
+    from memsearch_fast.store.spans.collection import SpanStore
+    from memsearch_fast.store.spans.file import SpanFile
 from memsearch_fast.store.schema import QUERY_FIELDS
 
 #: What the copy reads of each row.
@@ -48,7 +52,9 @@ class Copy:
         q = unit(vector)
         return [(cid, float(self.matrix[pos[cid]] @ q)) for cid in ids]
 
-    def best_spans(self, stored: Any, pos: Mapping[str, int], vector: list[float], ids: list[str]) -> list[Any]:
+    def best_spans(
+        self, stored: SpanStore | SpanFile, pos: Mapping[str, int], vector: list[float], ids: list[str]
+    ) -> list[dict[str, Any]]:
         """The best span of each chunk of *ids* that has spans: from the held codes, or
         from the store's spans (*stored*) when the copy holds none."""
         if self.spans is not None:
