@@ -660,6 +660,8 @@ def _conversation(root: Path, n: int, rng: random.Random, style: str = "plain") 
 
 def build(root: Path, megabytes: float, seed: int = 0, style: str = "plain") -> list[Question]:
     """Write about *megabytes* of conversations under *root*; their questions."""
+    if style not in STYLES:
+        raise ValueError(f"style {style!r} is none of {STYLES}")
     rng = random.Random(5000 + seed)
     questions: list[Question] = []
     n = 0
