@@ -7,9 +7,11 @@ match), in place: run it on a bench's work directory
 (``benches.retrieval --workdir W``), then the same ``benches.retrieval`` command
 again, whose index run has nothing to do, so the chunk rows, the BM25 list and the
 own vectors are the ones measured before and only the spans' precision differs.
-A code stored in 6 bits would take 96 bytes instead of 128 (docs/store.md, "The span
-file's bytes at 1 GB"). Rounding the int8 codes again is a little coarser than
-quantising the vectors once at that precision.
+A code stored in 6 bits takes 96 bytes instead of 128: the span file's format 2
+stores them so (docs/store.md, "The span file's format 2"); this bench reads the
+int8 codes of format 1, so make the database with a build of before. Rounding the
+int8 codes again is a little coarser than quantising the vectors once at that
+precision.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sqlite3
 import numpy as np
 
 from memsearch_fast.store.spans.basis import read
-from memsearch_fast.store.spans.reads import record
+from memsearch_fast.store.spans.layout import record
 
 
 def requantise(path: str, bits: int) -> int:
@@ -28,11 +30,14 @@ def requantise(path: str, bits: int) -> int:
     levels = 2 ** (bits - 1) - 1
     db = sqlite3.connect(path)
     done = 0
+    if db.execute("PRAGMA user_version").fetchone()[0] != 1:
+        db.close()
+        raise SystemExit(f"{path}: not a span file of format 1 (int8 codes); make it with a build of before")
     try:
         with db:
             for name, dim, basis in db.execute("SELECT name, dim, basis FROM collections").fetchall():
                 fitted = read(str(basis)) if basis else None
-                rec = record(fitted.dims if fitted is not None else int(dim))
+                rec = record(fitted.dims if fitted is not None else int(dim), 1)
                 table = '"' + str(name).replace('"', '""') + '__span_chunks"'
                 for rid, blob in db.execute(f"SELECT id, data FROM {table}").fetchall():
                     r = np.frombuffer(blob, dtype=rec).copy()

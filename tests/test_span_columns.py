@@ -9,7 +9,8 @@ import numpy as np
 
 from memsearch_fast.store.spans.collection import span_row
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns, key_ints
-from memsearch_fast.store.spans.reads import _Packed, text_key
+from memsearch_fast.store.spans.layout import Spans
+from memsearch_fast.store.spans.reads import key_bytes, text_key
 
 
 @dataclass
@@ -23,8 +24,8 @@ class Span:
 
 def encode(vectors: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     m = np.asarray(vectors, np.float32).reshape(len(vectors), -1)
-    scales = np.abs(m).max(axis=1) / 127
-    return np.round(m / scales[:, None]).astype(np.int8), scales.astype(np.float32)
+    scales = (np.abs(m).max(axis=1) / 31).astype(np.float16).astype(np.float32)
+    return np.clip(np.round(m / scales[:, None]), -31, 31).astype(np.int8), scales
 
 
 def chunks() -> list[ChunkSpans]:
@@ -50,9 +51,16 @@ def test_chunks_pack_as_their_rows_do() -> None:
     for a, b in zip(by_rows, by_chunks, strict=True):
         assert np.array_equal(a, b)
     assert [len(p) for p in picks] == [len(c.spans) for c in given]
-    packed = _Packed(by_chunks.take(picks[2]), 3, 8)
+    first = given[2].start_line
+    packed = Spans(by_chunks.take(picks[2], first), 3, 8, 2, first)
     assert packed.index.tolist() == [1, 2, 3]  # span order
-    assert [packed.key(j).hex() for j in range(3)] == [f"00000002{i:08x}" for i in (1, 2, 3)]
+    assert [key_bytes(k).hex() for k in packed.key_ints.tolist()] == [f"00000002{i:08x}" for i in (1, 2, 3)]
+    # lines and codes come back as they went in: the lines counted from the chunk's first
+    spans = sorted(given[2].spans, key=lambda s: s.index)
+    assert packed.starts.tolist() == [s.start_line for s in spans]
+    assert packed.ends.tolist() == [s.end_line for s in spans]
+    codes, scales = encode([s.vector for s in spans])
+    assert np.array_equal(packed.codes, codes) and np.array_equal(packed.scales, scales)
 
 
 def test_keys_of_other_strings_are_hashed_as_one_at_a_time() -> None:

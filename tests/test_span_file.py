@@ -89,9 +89,13 @@ def test_a_chunks_spans_are_stored_found_reused_and_deleted(store: MilvusStore) 
     whole = {h["chunk_hash"]: h["distance"] for h in spans.search(list(target["embedding"]), 100, None)}
     assert all(abs(whole[h["chunk_hash"]] - h["distance"]) < 1e-6 for h in some)
     assert set(spans.best_of(list(target["embedding"]), [own[3]["chunk_hash"], "gone"])) == {own[3]["chunk_hash"]}
-    # A moved chunk's spans take the stored vectors: stored again, the same codes.
-    reused = spans.vectors_for([target["text_hash"], "no such text"])
+    # A moved chunk's spans take the stored vectors: stored again, the same codes. They
+    # are looked up where the run says: the old file's chunks, or the chunk a vector came from.
+    reused = spans.vectors_for([target["text_hash"], "no such text"], [target["source"]])
     assert set(reused) == {target["text_hash"]}
+    assert spans.vectors_for([target["text_hash"]], chunks=[target["chunk_hash"]]) == reused
+    other = next(o["source"] for o in own if o["source"] != target["source"])
+    assert not spans.vectors_for([target["text_hash"]], [other]) and not spans.vectors_for([target["text_hash"]])
     assert float(unit(np.asarray(reused[target["text_hash"]])) @ lifted) > 0.999
     before = np.concatenate([page[1] for page in spans.iter_codes(["/notes/s2.md"])])
     moved = [{**r, "embedding": reused[target["text_hash"]]} for r in span_rows[:1]]
@@ -101,7 +105,7 @@ def test_a_chunks_spans_are_stored_found_reused_and_deleted(store: MilvusStore) 
     spans.delete_sources(["/notes/s1.md"])
     spans.delete_chunks([own[0]["chunk_hash"]])
     assert spans.counts() == {"span_vectors": 376, "span_chunks": 47}
-    assert not spans.vectors_for([span_rows[8]["text_hash"]])  # chunk 1 was in s1.md
+    assert not spans.vectors_for([span_rows[8]["text_hash"]], ["/notes/s1.md"])  # chunk 1 was in s1.md
     store.drop()
     assert not spans.exists and not store.exists
 
@@ -119,7 +123,8 @@ def test_spans_kept_in_every_dimension_are_stored_again_in_fewer_once_enough(sto
     texts = [r["text_hash"] for r in few]
     assert spans.refit() and spans.basis is not None and spans.basis.dims == 16
     assert spans.counts() == {"span_vectors": 300, "span_chunks": 60}
-    assert set(spans.vectors_for(texts)) == set(texts)  # every text still found by its hash
+    # every text still found by its hash
+    assert set(spans.vectors_for(texts, {r["source"] for r in few})) == set(texts)
     hit = spans.search(list(few[7]["embedding"]), 1, None)[0]
     assert hit["span_id"] == few[7]["span_id"]
 
@@ -248,7 +253,7 @@ from memsearch_fast import MemSearch
 from memsearch_fast.store.spans import columns as span_columns
 
 calls, at = [0], int(sys.argv[4])
-packed = span_columns._pack
+packed = span_columns.pack
 
 
 def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it packed, none committed
@@ -258,7 +263,7 @@ def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it pa
     return packed(*args, **kwargs)
 
 
-span_columns._pack = pack
+span_columns.pack = pack
 with MemSearch([sys.argv[1]], embedding_model=sys.argv[3], milvus_uri=sys.argv[2]) as ms:
     asyncio.run(ms.index())
 """

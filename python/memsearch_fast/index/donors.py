@@ -58,6 +58,9 @@ class Donors:
         self._pending = bytearray()  # packed records not looked at yet: appending is all a run pays until a lookup
         self._loaders: list[Callable[[], bytes]] = []
         self._scans = 0  # lookups answered by scans of the pending records so far
+        # id of a chunk given a stored vector -> the id of the row it came from: where
+        # the span pass finds the stored spans of a moved or copied chunk
+        self.gave: dict[str, str] = {}
 
     def __len__(self) -> int:
         arrays = 0 if self._keys is None else len(self._keys)
@@ -193,6 +196,7 @@ class Donors:
                 if r is not None and cid == self._id(r, p.chunk.content_hash):
                     p.vector = list(r["embedding"])
                     reused.append(p)
+                    self.gave[p.chunk_id] = cid
                 else:
                     rest.append(p)
         return reused, rest

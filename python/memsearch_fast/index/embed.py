@@ -110,8 +110,8 @@ class EmbedStage:
     texts until :meth:`release` says their rows are written (the upsert
     buffer holds the same lists, so this costs no memory of its own). With
     ``spans`` a long chunk is embedded as its spans; ``window`` then counts texts,
-    and ``known`` (span text hashes -> stored vectors) spares the spans of an
-    edited chunk that did not change.
+    and ``known`` (span text hashes, the files of their chunks -> stored
+    vectors) spares the spans of an edited chunk that did not change.
     """
 
     def __init__(
@@ -124,7 +124,7 @@ class EmbedStage:
         in_flight: int = 2,
         hold: bool = False,
         spans: bool = False,
-        known: Callable[[list[str]], Awaitable[dict[str, Any]]] | None = None,
+        known: Callable[[list[str], list[str]], Awaitable[dict[str, Any]]] | None = None,
         on_work: Callable[[int, int], None] | None = None,
     ) -> None:
         self._embed = embed
@@ -225,7 +225,7 @@ class EmbedStage:
             return entries
         assert self._known is not None
         hashes = list({p.spans[slot].text_hash for p, slot in wanted if p.spans is not None})
-        known = await self._known(hashes)
+        known = await self._known(hashes, list({p.chunk.source: None for p, _ in wanted}))
         if not known:
             return entries
         rest: list[_Text] = []

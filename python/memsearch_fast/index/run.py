@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 #: recorded without its mtime, so the next run reads it again: a second write
 #: within the file system's timestamp granularity would keep size and mtime.
 MANIFEST_RACY_SECONDS = 2.0
+#: Vanished files at most whose old spans every span lookup of a run reads (a rename).
+GONE_NEAR = 64
 
 
 async def run_index(
@@ -260,9 +262,17 @@ class _Run:
             return False
         return isinstance(self.store, OpeningStore) or getattr(type(self.store), "spans", None) is not None
 
-    async def _known_spans(self, hashes: list[str]) -> dict[str, Any]:
+    async def _known_spans(self, hashes: list[str], sources: list[str]) -> dict[str, Any]:
+        """Stored vectors of span texts among the old spans of *sources* (the files
+        the chunks come from) and of the files that vanished, when few (a rename)."""
         spans = self.store.spans  # type: ignore[attr-defined]
-        return await asyncio.to_thread(lambda: spans.vectors_for(hashes) if spans.exists else {})
+        near = [*sources, *self._gone_near()]
+        return await asyncio.to_thread(lambda: spans.vectors_for(hashes, near) if spans.exists else {})
+
+    def _gone_near(self) -> list[str]:
+        """The vanished files whose spans a lookup reads too: a few (a rename); past
+        :data:`GONE_NEAR` a moved chunk's spans are found through its donor."""
+        return self.gone if len(self.gone) <= GONE_NEAR else []
 
     async def _spans(self) -> SpanReport | None:
         """Span vectors for what this run wrote; the whole collection after a run
@@ -281,6 +291,7 @@ class _Run:
             self.written_ids,
             full=full,
             progress=told,
+            near=span_pass.Near(self.donors.gave, self._gone_near()),
         )
         if self.upsert.wrote:  # the manifest is withdrawn: a killed refit is repaired by the next run
             await span_pass.refit(self.store, report)  # type: ignore[arg-type]

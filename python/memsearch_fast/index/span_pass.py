@@ -7,9 +7,9 @@ took a stored vector, a collection indexed before spans existed, rows a
 killed run left unfinished) get them here. Spans
 (:mod:`memsearch_fast.index.spans`) are read back from the chunks stored, so
 they follow whatever the run decided without another path through the
-stages. A span whose text was
-embedded before (a moved or copied chunk, an identical line elsewhere) takes
-the stored vector. A chunk's row 0 (its own vector) is written after its
+stages. A span whose text was embedded before takes the stored vector, looked
+up where the run says it lies (:class:`Near`: the chunk a moved or copied
+chunk took its vector from, the files a rename removed). A chunk's row 0 (its own vector) is written after its
 spans, so a chunk with row 0 has all its spans; a short chunk has no spans
 and no rows (a full reconcile reads it again and finds none).
 
@@ -42,6 +42,19 @@ PAGE = 512
 #: 2.5x as long as 1024 on two cores).
 EMBED_BATCH = 1024
 _FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"]
+
+
+@dataclass
+class Near:
+    """Where the stored spans of a page's chunks may lie: *donors* maps a chunk given
+    a stored vector to the chunk it came from; *gone*: the files that vanished in
+    the run, when few."""
+
+    donors: dict[str, str]
+    gone: list[str]
+
+    def chunks(self, rows: list[dict[str, Any]]) -> list[str]:
+        return [d for d in (self.donors.get(str(r["chunk_hash"])) for r in rows) if d is not None]
 
 
 def enabled() -> bool:
@@ -77,9 +90,11 @@ async def write_spans(
     *,
     full: bool,
     progress: Callable[[int, int], None] | None = None,
+    near: Near | None = None,
 ) -> SpanReport:
     """Give the chunks *written* (every chunk lacking them when *full*) their span
-    rows; *progress* hears (chunks done, chunks to do) after each page."""
+    rows; *progress* hears (chunks done, chunks to do) after each page; *near*
+    says where stored spans of the same texts lie."""
     report = SpanReport()
     spans_store = store.spans
     written = list(written)
@@ -99,7 +114,7 @@ async def write_spans(
         progress(0, len(todo))
     for i in range(0, len(todo), PAGE):
         rows = await asyncio.to_thread(store.rows_for_ids, todo[i : i + PAGE], _FIELDS)
-        await _page(store, provider, rows, report)
+        await _page(store, provider, rows, report, near)
         if progress is not None:
             progress(min(len(todo), i + PAGE), len(todo))
     if missing:  # made by the first page with spans, fitted on them; or now, with none to write
@@ -121,13 +136,15 @@ def _reconcile(store: MilvusStore, report: SpanReport) -> list[str]:
 
 
 async def _page(
-    store: MilvusStore, provider: EmbeddingProvider, rows: list[dict[str, Any]], report: SpanReport
+    store: MilvusStore, provider: EmbeddingProvider, rows: list[dict[str, Any]], report: SpanReport, near: Near | None
 ) -> None:
     chunks = [(str(r.get("content") or ""), str(r.get("heading") or ""), int(r.get("start_line") or 0)) for r in rows]
     cuts = cut(chunks)
     pieces = [(row, Span(*s)) for row, parts in zip(rows, cuts, strict=True) for s in parts]
     hashes = [s.text_hash for _, s in pieces]
-    known = await asyncio.to_thread(store.spans.vectors_for, hashes)
+    known = {}
+    if near is not None:
+        known = await asyncio.to_thread(store.spans.vectors_for, hashes, near.gone, near.chunks(rows))
     wanted = list(dict.fromkeys(h for h in hashes if h not in known))
     texts = {h: s.text for (_, s), h in zip(pieces, hashes, strict=True)}
     if wanted:

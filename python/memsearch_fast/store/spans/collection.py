@@ -367,8 +367,12 @@ class SpanStore:
             for r in page:
                 yield r["span_id"], r["chunk_hash"]
 
-    def vectors_for(self, text_hashes: list[str]) -> dict[str, list[float]]:
-        """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans).
+    def vectors_for(
+        self, text_hashes: list[str], sources: Iterable[str] = (), chunks: Iterable[str] = ()
+    ) -> dict[str, list[float]]:
+        """Stored vectors of span texts, by text hash (the reuse of a moved chunk's
+        spans), wherever they are stored: *sources* and *chunks*, where the span file
+        looks, are not needed here.
 
         One row of each text is read with its vector: a line said in every meeting
         ("Agreed.") has a row per chunk, and Milvus Lite answers many rows with

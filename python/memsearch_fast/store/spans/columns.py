@@ -12,9 +12,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from memsearch_fast.store.spans.reads import KEY, _pack, text_key
+from memsearch_fast.store.spans.layout import pack
+from memsearch_fast.store.spans.reads import KEY, text_key
 
-#: Codes (int8, a row a span) and scales of vectors (the span file's ``_encode``).
+#: Codes (within ±31, a row a span) and scales of vectors (the span file's ``_encode``).
 Encode = Callable[[list[Any]], tuple[np.ndarray, np.ndarray]]
 
 
@@ -75,11 +76,12 @@ class Columns(NamedTuple):
             *encode([r["embedding"] for r in rows]),
         )
 
-    def take(self, at: np.ndarray) -> bytes:
-        """The spans at *at*, in span order, packed as a chunk's row holds them."""
+    def take(self, at: np.ndarray, first: int) -> bytes:
+        """The spans at *at*, in span order, packed as the row of a chunk whose first
+        line is *first* holds them."""
         at = at[np.argsort(self.span_index[at], kind="stable")]
-        return _pack(
-            self.span_index[at], self.starts[at], self.ends[at], self.keys[at], self.codes[at], self.scales[at]
+        return pack(
+            self.span_index[at], self.starts[at], self.ends[at], self.keys[at], self.codes[at], self.scales[at], first
         )
 
     @classmethod

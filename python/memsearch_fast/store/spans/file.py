@@ -4,12 +4,12 @@ Milvus Lite holds its whole database in memory and its writes slow as it
 grows: span rows (a dozen per chunk) made a gigabyte of journals need 13 GB
 of RAM and a day to index (docs/store.md, "Where the spans live"). Here they
 live in ``<database>.spans``, an SQLite file the process opens itself: a row
-per chunk holding its spans packed (int8 codes in the held directions of the
-collection's basis, :func:`memsearch_fast.store.copy.spans.held_directions`, a scale, the lines,
-the 8 bytes of the span text's hash), written in one transaction per batch, so a
-chunk has all its spans or none (kill -9 at any point), and a table of span
-text keys for the reuse of a moved chunk's vectors. The in-memory copy takes
-the codes as they are (:meth:`SpanFile.iter_codes`).
+per chunk holding its spans packed (6-bit codes in the held directions of the
+collection's basis, :func:`memsearch_fast.store.copy.spans.held_directions`, a
+scale, the lines, the 8 bytes of the span text's hash: :mod:`.layout`), written
+in one transaction per batch, so a chunk has all its spans or none (kill -9 at
+any point). The in-memory copy takes the codes as they are
+(:meth:`SpanFile.iter_codes`).
 
 :class:`SpanFile` answers what :class:`.spans.SpanStore` answers (the span
 collection a Milvus server keeps), so the index run, search and the copy use
@@ -38,7 +38,8 @@ import numpy as np
 
 from memsearch_fast.errors import StoreError, UnusableDatabaseError, others_file, way_on
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns
-from memsearch_fast.store.spans.reads import BATCH, SpanReads, _Packed, _row
+from memsearch_fast.store.spans.layout import chunk_key, create_tables
+from memsearch_fast.store.spans.reads import BATCH, SpanReads
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
@@ -48,8 +49,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".spans"
-#: The layout of the rows (:func:`memsearch_fast.store.spans.reads.record`), kept as SQLite's user_version.
-FORMAT = 1
+#: The layout of the rows (:func:`memsearch_fast.store.spans.layout.record`), kept as SQLite's user_version.
+FORMAT = 2
+#: Formats read: a file of format 1 is converted by its next write (:mod:`.upgrade`).
+READ = (1, 2)
 #: Leave the file on the companion collection (``collection``) instead: for comparisons.
 ENV_STORE = "MEMSEARCH_SPAN_STORE"
 _SIDE = ("", "-wal", "-shm", "-journal")
@@ -87,8 +90,9 @@ class SpanFile(SpanReads):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.collection):
             raise StoreError(f"collection name {self.collection!r} is not a plain identifier")
         self.path = path_of(db_path)
-        self._chunks = f'"{self.collection}__span_chunks"'
-        self._texts = f'"{self.collection}__span_texts"'
+        self._rows = f'"{self.collection}__span_rows"'
+        self._paths = f'"{self.collection}__span_paths"'
+        self._fmt = FORMAT  # the file's, once open
         self._db: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._meta: tuple[int, str, bool] | None = None  # dim, basis payload, refused
@@ -136,11 +140,11 @@ class SpanFile(SpanReads):
             db.execute("PRAGMA page_size=16384")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            # The text keys arrive in random order: a B-tree whose pages stay cached
+            # The chunks' ids arrive in random order: a B-tree whose pages stay cached
             # takes them at a fraction of the cost (a page cache of 32 MB at most).
             db.execute("PRAGMA cache_size=-32768")
             if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-                db.execute(f"PRAGMA user_version={FORMAT}")
+                db.execute(f"PRAGMA user_version={FORMAT}")  # a new file
             self._check_format(db)
             db.execute(
                 "CREATE TABLE IF NOT EXISTS collections "
@@ -153,18 +157,36 @@ class SpanFile(SpanReads):
 
     def _check_format(self, db: sqlite3.Connection) -> None:
         found = db.execute("PRAGMA user_version").fetchone()[0]
-        if found != FORMAT:
+        if found not in READ:
             db.close()
             raise sqlite3.DatabaseError(f"span file format {found}, not {FORMAT}")
+        self._fmt = int(found)
+
+    def _format(self) -> int:
+        return self._fmt
+
+    # The tables of the file's format: format 1 kept a chunk's source as text and
+    # a table of every span's text key.
+    @property
+    def _table(self) -> str:
+        return self._rows if self._fmt >= 2 else f'"{self.collection}__span_chunks"'
+
+    @property
+    def _from(self) -> str:
+        joined = f" JOIN {self._paths} p ON p.id = r.source" if self._fmt >= 2 else ""
+        return f"{self._table} r{joined}"
+
+    @property
+    def _source(self) -> str:
+        return "p.path" if self._fmt >= 2 else "r.source"
+
+    def _chunk_arg(self, chunk: str) -> Any:
+        return chunk_key(chunk) if self._fmt >= 2 else chunk
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path + ".damaged"
-        logger.warning(
-            "%s is damaged (%s): moved to %s; the next index run gives every chunk its spans again",
-            self.path,
-            exc,
-            aside,
-        )
+        what = "%s is damaged (%s): moved to %s; the next index run gives every chunk its spans again"
+        logger.warning(what, self.path, exc, aside)
         os.replace(self.path, aside)
         for side in _SIDE[1:]:
             with contextlib.suppress(FileNotFoundError):
@@ -181,13 +203,14 @@ class SpanFile(SpanReads):
             db = self._conn(create=False)
             if db is None:
                 return None
-            try:
-                row = db.execute(
-                    "SELECT dim, basis, refused FROM collections WHERE name = ?", (self.collection,)
-                ).fetchone()
+            try:  # the format too: another process may have converted the file (:meth:`_upgrade`)
+                fmt = db.execute("PRAGMA user_version").fetchone()[0]
+                row = db.execute("SELECT dim, basis, refused FROM collections WHERE name = ?", (self.collection,))
+                row = row.fetchone()
             except sqlite3.DatabaseError as exc:
                 logger.warning("span vectors not read: %s is damaged (%s)", self.path, exc)
                 return None
+            self._fmt = int(fmt) if fmt in READ else self._fmt
             if row is None:
                 return None
             dim = self.store.dimension
@@ -270,16 +293,7 @@ class SpanFile(SpanReads):
             if db.execute("SELECT 1 FROM collections WHERE name = ? AND dim = ?", (self.collection, dim)).fetchone():
                 return False  # another writer made them meanwhile
             self._drop_tables(db)
-            db.execute(
-                f"CREATE TABLE {self._chunks} (id INTEGER PRIMARY KEY, chunk TEXT UNIQUE NOT NULL, "
-                "source TEXT NOT NULL, start_line INTEGER, end_line INTEGER, n INTEGER NOT NULL, "
-                "data BLOB NOT NULL)"
-            )
-            db.execute(f'CREATE INDEX "{self.collection}__span_sources" ON {self._chunks} (source)')
-            db.execute(
-                f"CREATE TABLE {self._texts} (key INTEGER NOT NULL, chunk INTEGER NOT NULL, "
-                "PRIMARY KEY (key, chunk)) WITHOUT ROWID"
-            )
+            create_tables(db, self.collection)
             db.execute(
                 "INSERT INTO collections VALUES (?, ?, ?, ?)",
                 (self.collection, dim, basis.describe("") if basis else "", int(refused)),
@@ -288,8 +302,8 @@ class SpanFile(SpanReads):
         return True
 
     def _drop_tables(self, db: sqlite3.Connection) -> None:
-        db.execute(f"DROP TABLE IF EXISTS {self._chunks}")
-        db.execute(f"DROP TABLE IF EXISTS {self._texts}")
+        db.execute(f"DROP TABLE IF EXISTS {self._rows}")
+        db.execute(f"DROP TABLE IF EXISTS {self._paths}")
         db.execute("DELETE FROM collections WHERE name = ?", (self.collection,))
 
     def drop(self) -> None:
@@ -305,14 +319,14 @@ class SpanFile(SpanReads):
     # -- writes -----------------------------------------------------------------------
 
     def _encode(self, vectors: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Vectors of the model's space as codes along the held directions."""
-        from memsearch_fast.store.copy.spans import quantised
+        """Vectors of the model's space as 6-bit codes along the held directions."""
+        from memsearch_fast.store.spans.layout import quantised6
 
         m = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
         held = self._directions()
         if held is not None:
             m = m @ held.T.astype(np.float32)
-        return quantised(m, m.shape[1])
+        return quantised6(m)
 
     def put(self, span_rows: list[dict[str, Any]], own_rows: list[dict[str, Any]], *, replace: bool = True) -> int:
         """Store the spans of the chunks of *own_rows* (each chunk's row 0, carrying
@@ -344,21 +358,32 @@ class SpanFile(SpanReads):
         with self._transaction() as db:
             assert db is not None
             self._delete_in(db, [cid for cid, *_ in owners])
-            rids: list[int] = []
-            ats: list[np.ndarray] = []
-            for (cid, source, start, end), pick in zip(owners, picks, strict=True):
-                at = np.asarray(pick, np.int64)
-                cur = db.execute(
-                    f"INSERT INTO {self._chunks} (chunk, source, start_line, end_line, n, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (cid, source, start, end, len(at), spans.take(at)),
-                )
-                rids.append(int(cur.lastrowid or 0))
-                ats.append(at)
-            # Each span's text key and its chunk's row, for the reuse of stored vectors.
-            keys = spans.keys[np.concatenate(ats)].tolist() if ats else []
-            rows = np.repeat(np.asarray(rids, np.int64), [len(at) for at in ats]).tolist()
-            db.executemany(f"INSERT OR IGNORE INTO {self._texts} VALUES (?, ?)", zip(keys, rows, strict=True))
+            paths = self._path_ids(db, [source for _, source, _, _ in owners])
+            db.executemany(
+                f"INSERT INTO {self._rows} (chunk, source, start_line, end_line, n, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (
+                        chunk_key(cid),
+                        paths[source],
+                        start,
+                        end,
+                        len(pick),
+                        spans.take(np.asarray(pick, np.int64), start),
+                    )
+                    for (cid, source, start, end), pick in zip(owners, picks, strict=True)
+                ),
+            )
+
+    def _path_ids(self, db: sqlite3.Connection, sources: list[str]) -> dict[str, int]:
+        """The ids of these files' paths, made where new."""
+        wanted = list(dict.fromkeys(sources))
+        db.executemany(f"INSERT OR IGNORE INTO {self._paths} (path) VALUES (?)", ((p,) for p in wanted))
+        out: dict[str, int] = {}
+        for i in range(0, len(wanted), BATCH):
+            part = wanted[i : i + BATCH]
+            sql = f"SELECT path, id FROM {self._paths} WHERE path IN ({','.join('?' * len(part))})"
+            out.update((str(p), int(rid)) for p, rid in db.execute(sql, part))
+        return out
 
     def insert(self, rows: list[dict[str, Any]]) -> int:
         """Rows as the companion collection takes them: each chunk's row 0 with the
@@ -370,16 +395,8 @@ class SpanFile(SpanReads):
 
     def _delete_in(self, db: sqlite3.Connection, chunk_hashes: list[str]) -> None:
         for i in range(0, len(chunk_hashes), BATCH):
-            part = chunk_hashes[i : i + BATCH]
-            marks = ",".join("?" * len(part))
-            found = db.execute(f"SELECT id, n, data FROM {self._chunks} WHERE chunk IN ({marks})", part).fetchall()
-            self._forget(db, found)
-
-    def _forget(self, db: sqlite3.Connection, found: list[tuple[int, int, bytes]]) -> None:
-        width = self._width()
-        gone = [(int(k), rid) for rid, n, data in found for k in _Packed(data, n, width).key_ints]
-        db.executemany(f"DELETE FROM {self._texts} WHERE key = ? AND chunk = ?", gone)
-        db.executemany(f"DELETE FROM {self._chunks} WHERE id = ?", [(rid,) for rid, _, _ in found])
+            part = [chunk_key(c) for c in chunk_hashes[i : i + BATCH]]
+            db.execute(f"DELETE FROM {self._rows} WHERE chunk IN ({','.join('?' * len(part))})", part)
 
     def delete_chunks(self, chunk_hashes: Iterable[str]) -> None:
         wanted = list(dict.fromkeys(chunk_hashes))
@@ -395,9 +412,9 @@ class SpanFile(SpanReads):
         def delete(db: sqlite3.Connection) -> None:
             for i in range(0, len(wanted), BATCH):
                 part = wanted[i : i + BATCH]
-                marks = ",".join("?" * len(part))
-                sql = f"SELECT id, n, data FROM {self._chunks} WHERE source IN ({marks})"
-                self._forget(db, db.execute(sql, part).fetchall())
+                paths = f"{self._paths} WHERE path IN ({','.join('?' * len(part))})"
+                db.execute(f"DELETE FROM {self._rows} WHERE source IN (SELECT id FROM {paths})", part)
+                db.execute(f"DELETE FROM {paths}", part)
 
         self._write(delete)
 
@@ -412,11 +429,25 @@ class SpanFile(SpanReads):
                 return
             db.execute("BEGIN IMMEDIATE")
             try:
+                self._upgrade(db)
                 yield db
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
+                self._check_format(db)  # a conversion rolled back with it
                 raise
+
+    def _upgrade(self, db: sqlite3.Connection) -> None:
+        """A file of format 1 converted inside the write transaction begun: once."""
+        self._check_format(db)  # another process may have converted it meanwhile
+        if self._fmt == FORMAT:
+            return
+        from memsearch_fast.store.spans.upgrade import convert
+
+        moved = convert(db)
+        db.execute(f"PRAGMA user_version={FORMAT}")
+        self._fmt, self._meta = FORMAT, None
+        logger.info("%s: %d spans stored in the span file's format %d", self.path, moved, FORMAT)
 
     def _write(self, fn: Any) -> None:
         with self._transaction() as db:
@@ -439,51 +470,22 @@ class SpanFile(SpanReads):
 
     def refit(self) -> bool:
         """Once spans kept in every dimension (the first write too small to fit on)
-        are enough, store them again along fitted directions (:mod:`memsearch_fast.store.spans.basis`)."""
-        from memsearch_fast.store.spans import basis as span_basis
+        are enough, store them again along fitted directions
+        (:func:`memsearch_fast.store.spans.upgrade.refit`)."""
+        from memsearch_fast.store.spans.upgrade import refit
 
-        meta = self._read_meta() if self.exists else None
-        if meta is None or meta[1] or meta[2]:
-            return False
-        if not span_basis.FIT_ROWS <= self.count() <= span_basis.REFIT_MAX:
-            return False
-        rows = [r for page in self.iter_vectors() for r in page]
-        basis = span_basis.fit([r["embedding"] for r in rows])
-        if basis is None:
-            return False
-        chunks = self._query(f"SELECT chunk, source, start_line, end_line FROM {self._chunks}")
         with self._lock:
-            self.drop()
-            self._create(basis)
-            self.put(rows, [_row(c, s, 0, a, b, "") for c, s, a, b in chunks])  # each row keeps its text key
-        return True
+            meta = self._read_meta() if self.exists else None
+            return meta is not None and not meta[1] and not meta[2] and refit(self)
 
     # -- a collection's spans, moved here ------------------------------------------------
 
     def adopt(self, legacy: SpanStore) -> int:
-        """Move the spans of *legacy* (a span collection of this database, made
-        before they lived here) into the file, then drop it; the chunks moved.
-        Its vectors are taken as stored: nothing is embedded again."""
-        if not legacy.present():
-            return 0
-        if not legacy.exists:
-            return 0
-        basis = legacy.basis
-        if self.exists:
-            self.drop()
-        self._create(basis, refused=getattr(legacy, "_refused", False))
-        own: dict[str, dict[str, Any]] = {}  # a chunk with its row 0 has all its spans
-        for page in legacy.iter_rows():
-            own.update((str(r["chunk_hash"]), r) for r in page if str(r["span_id"]).endswith(":0"))
-        sources = sorted({str(o["source"]) for o in own.values()})
-        moved = 0
-        for i in range(0, len(sources), 64):  # every span of these files at once: a chunk lands whole
-            rows = [r for page in legacy.iter_vectors(sources[i : i + 64]) for r in page if r["chunk_hash"] in own]
-            chunks = list(dict.fromkeys(str(r["chunk_hash"]) for r in rows))
-            self.put(rows, [own[c] for c in chunks])
-            moved += len(chunks)
-        legacy.drop()
-        return moved
+        """Move the spans of *legacy*, a span collection of this database, here
+        (:func:`memsearch_fast.store.spans.upgrade.adopt`); the chunks moved."""
+        from memsearch_fast.store.spans.upgrade import adopt
+
+        return adopt(self, legacy)
 
 
 @functools.lru_cache(maxsize=8)

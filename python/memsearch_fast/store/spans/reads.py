@@ -5,15 +5,15 @@ and the search of a process that holds no copy."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import sqlite3
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from memsearch_fast.store.copy.spans import CodePage
+from memsearch_fast.store.spans.layout import Spans, chunk_hash
 
 #: Keys per ``IN (...)`` query, chunks per page read.
 BATCH = 500
@@ -41,65 +41,41 @@ def _key_int(key: bytes) -> int:
     return int.from_bytes(key[:8], "little", signed=True)
 
 
-@functools.lru_cache(maxsize=8)
-def record(width: int) -> np.dtype:
-    """One span as a chunk's row packs it: a fixed-size record, so a page of rows
-    joined is one array."""
-    return np.dtype(
-        [
-            ("index", "<i4"),
-            ("start", "<i4"),
-            ("end", "<i4"),
-            ("scale", "<f4"),
-            ("key", "<i8"),  # the text's content hash, as an integer: the index key
-            ("code", "i1", (width,)),
-        ]
-    )
+def key_bytes(key: int) -> bytes:
+    return int(key).to_bytes(KEY, "little", signed=True)
 
 
-class _Packed:
-    """Spans unpacked from a chunk's row (or from rows joined)."""
-
-    __slots__ = ("codes", "ends", "index", "key_ints", "scales", "starts")
-
-    def __init__(self, blob: bytes, n: int, width: int) -> None:
-        if len(blob) != n * record(width).itemsize:
-            raise sqlite3.DatabaseError("a span row of the wrong size")
-        r = np.frombuffer(blob, dtype=record(width))
-        self.index, self.starts, self.ends, self.scales = r["index"], r["start"], r["end"], r["scale"]
-        self.key_ints, self.codes = r["key"], r["code"]
-
-    def key(self, j: int) -> bytes:
-        return int(self.key_ints[j]).to_bytes(KEY, "little", signed=True)
-
-
-def _pack(index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any) -> bytes:
-    """One chunk's spans as :class:`_Packed` reads them (*keys*: their index keys)."""
-    codes = np.asarray(codes, dtype=np.int8)
-    r = np.empty(len(index), dtype=record(codes.shape[1] if codes.ndim == 2 and len(codes) else 0))
-    if len(index):
-        r["index"], r["start"], r["end"], r["scale"], r["key"], r["code"] = index, starts, ends, scales, keys, codes
-    return r.tobytes()
-
-
-def _joined(page: list[tuple[Any, ...]], rec: np.dtype) -> tuple[list[tuple[Any, ...]], np.ndarray, np.ndarray] | None:
-    """The rows of *page* that hold spans, how many each, and all their spans as one
-    array of records (None: no spans)."""
+def _joined(
+    page: list[tuple[Any, ...]], width: int, fmt: int
+) -> tuple[list[tuple[Any, ...]], np.ndarray, Spans] | None:
+    """The rows of *page* that hold spans, how many each, and all their spans
+    unpacked at once (None: no spans)."""
     rows = [r for r in page if r[4]]
     if not rows:
         return None
-    joined = b"".join(r[5] for r in rows)
     counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
-    if len(joined) != int(counts.sum()) * rec.itemsize:
-        raise sqlite3.DatabaseError("a span row of the wrong size")
-    return rows, counts, np.frombuffer(joined, dtype=rec)
+    first = np.repeat(np.fromiter((int(r[2] or 0) for r in rows), np.int64, len(rows)), counts)
+    return rows, counts, Spans(b"".join(r[5] for r in rows), int(counts.sum()), width, fmt, first)
 
 
 class SpanReads:
-    """The reads of :class:`memsearch_fast.store.spans.file.SpanFile` (which supplies the file and the layout)."""
+    """The reads of :class:`memsearch_fast.store.spans.file.SpanFile` (which supplies the
+    file, its format and the layout of its tables)."""
 
-    _chunks: str
-    _texts: str
+    @property
+    def _table(self) -> str:
+        """The table of chunk rows."""
+        raise NotImplementedError
+
+    @property
+    def _from(self) -> str:
+        """The FROM clause a page of chunk rows (``r``) with their sources is read by."""
+        raise NotImplementedError
+
+    @property
+    def _source(self) -> str:
+        """The column of a chunk's source in :attr:`_from`."""
+        raise NotImplementedError
 
     @property
     def exists(self) -> bool:
@@ -111,11 +87,20 @@ class SpanReads:
     def _width(self) -> int:
         raise NotImplementedError
 
+    def _format(self) -> int:
+        raise NotImplementedError
+
+    def _chunk_arg(self, chunk: str) -> Any:
+        raise NotImplementedError
+
     def _directions(self) -> np.ndarray | None:
         raise NotImplementedError
 
+    def _spans(self, data: bytes, n: int, first: int) -> Spans:
+        return Spans(data, n, self._width(), self._format(), first)
+
     def count(self) -> int:
-        return int(self._query(f"SELECT coalesce(sum(n), 0) FROM {self._chunks}")[0][0]) if self.exists else 0
+        return int(self._query(f"SELECT coalesce(sum(n), 0) FROM {self._table}")[0][0]) if self.exists else 0
 
     def count_past(self, cap: int) -> int:
         """The spans as :meth:`count` gives them up to *cap*, and some number past it
@@ -125,7 +110,7 @@ class SpanReads:
         while total <= cap and self.exists:
             page = self._query(
                 f"SELECT coalesce(sum(n), 0), max(id) FROM "
-                f"(SELECT id, n FROM {self._chunks} WHERE id > ? ORDER BY id LIMIT ?)",
+                f"(SELECT id, n FROM {self._table} WHERE id > ? ORDER BY id LIMIT ?)",
                 (after, COUNT_PAGE),
             )
             if not page or page[0][1] is None:
@@ -136,7 +121,7 @@ class SpanReads:
     def counts(self) -> dict[str, int]:
         if not self.exists:
             return {"span_vectors": 0, "span_chunks": 0}
-        spans, chunks = self._query(f"SELECT coalesce(sum(n), 0), count(*) FROM {self._chunks}")[0]
+        spans, chunks = self._query(f"SELECT coalesce(sum(n), 0), count(*) FROM {self._table}")[0]
         return {"span_vectors": int(spans), "span_chunks": int(chunks)}
 
     def scan_rows(self) -> int:
@@ -146,25 +131,27 @@ class SpanReads:
         return self.count() * HALF_SCAN_COST
 
     def chunk_hashes(self) -> set[str]:
-        return {str(r[0]) for r in self._query(f"SELECT chunk FROM {self._chunks}")} if self.exists else set()
+        if not self.exists:
+            return set()
+        return {chunk_hash(r[0]) for r in self._query(f"SELECT chunk FROM {self._table}")}
 
     def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
         for cid in sorted(self.chunk_hashes()):
             yield f"{cid}:0", cid
 
+    def _select(self) -> str:
+        return f"SELECT r.chunk, {self._source}, r.start_line, r.end_line, r.n, r.data FROM {self._from}"
+
     def _pages(self, where: str = "", args: list[Any] | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """(chunk, source, start_line, end_line, n, data) rows, a page at a time, by id."""
         last = -1
+        select = self._select().replace("SELECT ", "SELECT r.id, ", 1)
         while True:
-            rows = self._query(
-                f"SELECT id, chunk, source, start_line, end_line, n, data FROM {self._chunks} "
-                f"WHERE id > ? {where} ORDER BY id LIMIT {BATCH}",
-                [last, *(args or [])],
-            )
+            rows = self._query(f"{select} WHERE r.id > ? {where} ORDER BY r.id LIMIT {BATCH}", [last, *(args or [])])
             if not rows:
                 return
             last = rows[-1][0]
-            yield [r[1:] for r in rows]
+            yield [(chunk_hash(r[1]), *r[2:]) for r in rows]
 
     def _by_sources(self, sources: list[str] | None) -> Iterator[list[tuple[Any, ...]]]:
         if sources is None:
@@ -173,21 +160,27 @@ class SpanReads:
         wanted = list(dict.fromkeys(sources))
         for i in range(0, len(wanted), BATCH):
             part = wanted[i : i + BATCH]
-            yield from self._pages(f"AND source IN ({','.join('?' * len(part))})", part)
+            yield from self._pages(f"AND {self._source} IN ({','.join('?' * len(part))})", part)
+
+    def _by_chunks(self, chunk_hashes: Iterable[str]) -> Iterator[list[tuple[Any, ...]]]:
+        wanted = list(dict.fromkeys(chunk_hashes))
+        for i in range(0, len(wanted), BATCH):
+            part = [self._chunk_arg(c) for c in wanted[i : i + BATCH]]
+            rows = self._query(f"{self._select()} WHERE r.chunk IN ({','.join('?' * len(part))})", part)
+            yield [(chunk_hash(r[0]), *r[1:]) for r in rows]
 
     def iter_rows(self) -> Iterator[list[dict[str, Any]]]:
         """Every row as the companion collection lists it (row 0 each chunk's), without vectors."""
         if not self.exists:
             return
-        width = self._width()
         for page in self._pages():
             out = []
             for cid, source, start, end, n, data in page:
-                p = _Packed(data, n, width)
+                p = self._spans(data, n, start)
                 out.append(_row(cid, source, 0, start, end, ""))
                 out.extend(
-                    _row(cid, source, int(i), int(s), int(e), p.key(j).hex())
-                    for j, (i, s, e) in enumerate(zip(p.index, p.starts, p.ends, strict=True))
+                    _row(cid, source, int(i), int(s), int(e), key_bytes(k).hex())
+                    for i, s, e, k in zip(p.index, p.starts, p.ends, p.key_ints.tolist(), strict=True)
                 )
             yield out
 
@@ -199,15 +192,14 @@ class SpanReads:
         given: what the in-memory copy holds, taken as it is."""
         if not self.exists:
             return
-        width = self._width()
         for page in self._by_sources(sources):
             rows: list[dict[str, Any]] = []
             codes, scales = [], []
-            for cid, source, _start, _end, n, data in page:
-                p = _Packed(data, n, width)
+            for cid, source, start, _end, n, data in page:
+                p = self._spans(data, n, start)
                 rows.extend(
-                    {**_row(cid, source, int(i), int(s), int(e), ""), "_key": p.key(j)}
-                    for j, (i, s, e) in enumerate(zip(p.index, p.starts, p.ends, strict=True))
+                    {**_row(cid, source, int(i), int(s), int(e), ""), "_key": key_bytes(k)}
+                    for i, s, e, k in zip(p.index, p.starts, p.ends, p.key_ints.tolist(), strict=True)
                 )
                 codes.append(p.codes)
                 scales.append(p.scales)
@@ -220,21 +212,20 @@ class SpanReads:
         of these *sources* only when given."""
         if not self.exists:
             return
-        width = self._width()
-        rec = record(width)
+        width, fmt = self._width(), self._format()
         for page in self._by_sources(sources):
-            joined = _joined(page, rec)
+            joined = _joined(page, width, fmt)
             if joined is None:
                 continue
             rows, counts, a = joined
             yield CodePage(
                 chunks=[str(r[0]) for r in rows],
                 counts=counts,
-                starts=a["start"],
-                ends=a["end"],
-                index=a["index"],
-                codes=a["code"],
-                scales=a["scale"],
+                starts=a.starts,
+                ends=a.ends,
+                index=a.index,
+                codes=a.codes,
+                scales=a.scales,
             )
 
     def iter_vectors(self, sources: list[str] | None = None, *, lifted: bool = True) -> Iterator[list[dict[str, Any]]]:
@@ -251,39 +242,37 @@ class SpanReads:
                 r["embedding"] = v
             yield rows
 
-    def vectors_for(self, text_hashes: list[str]) -> dict[str, list[float]]:
-        """Stored vectors of span texts, by text hash (the reuse of a moved chunk's spans)."""
-        if not text_hashes or not self.exists:
+    def vectors_for(
+        self, text_hashes: list[str], sources: Iterable[str] = (), chunks: Iterable[str] = ()
+    ) -> dict[str, list[float]]:
+        """Stored vectors of span texts, by text hash, found among the spans of the
+        files *sources* and of the chunks *chunks*: an edited chunk's unchanged spans
+        are in its own file's old chunks, a moved chunk's in the chunk its vector
+        came from (the index run names both). A text stored only elsewhere is
+        embedded again: no table of every span's text is kept for it (208 MB at 1 GB
+        of journals, docs/store.md)."""
+        sources, chunks = list(dict.fromkeys(sources)), list(dict.fromkeys(chunks))
+        if not text_hashes or not (sources or chunks) or not self.exists:
             return {}
-        keys = {h: text_key(h) for h in dict.fromkeys(text_hashes)}
         by_int: dict[int, list[str]] = {}
-        for h, k in keys.items():
-            by_int.setdefault(_key_int(k), []).append(h)
-        first: dict[int, int] = {}
-        ints = list(by_int)
-        for i in range(0, len(ints), BATCH):
-            part = ints[i : i + BATCH]
-            for key, rid in self._query(
-                f"SELECT key, min(chunk) FROM {self._texts} WHERE key IN ({','.join('?' * len(part))}) GROUP BY key",
-                part,
-            ):
-                first.setdefault(int(key), int(rid))
-        rids = list(dict.fromkeys(first.values()))
-        width = self._width()
+        for h in dict.fromkeys(text_hashes):
+            by_int.setdefault(_key_int(text_key(h)), []).append(h)
+        wanted = np.fromiter(by_int, np.int64, len(by_int))
+        distinct = sum(map(len, by_int.values()))
+        width, fmt = self._width(), self._format()
         found: dict[str, np.ndarray] = {}
-        for i in range(0, len(rids), BATCH):
-            part = rids[i : i + BATCH]
-            for n, data in self._query(
-                f"SELECT n, data FROM {self._chunks} WHERE id IN ({','.join('?' * len(part))})", part
-            ):
-                p = _Packed(data, n, width)
-                for j, key in enumerate(p.key_ints.tolist()):
-                    if key not in by_int:
-                        continue
-                    k = p.key(j)
-                    for h in by_int[key]:
-                        if keys[h] == k and h not in found:
-                            found[h] = p.codes[j].astype(np.float64) * float(p.scales[j])
+        pages = itertools.chain(self._by_sources(sources) if sources else (), self._by_chunks(chunks))
+        for page in pages:
+            joined = _joined(page, width, fmt)
+            if joined is None:
+                continue
+            a = joined[2]
+            for j in np.flatnonzero(np.isin(a.key_ints, wanted)).tolist():
+                for h in by_int[int(a.key_ints[j])]:
+                    if h not in found:
+                        found[h] = a.codes[j].astype(np.float64) * float(a.scales[j])
+            if len(found) == distinct:
+                break
         if not found:
             return {}
         held = self._directions()
@@ -300,20 +289,20 @@ class SpanReads:
         q = q / (np.linalg.norm(q) or 1.0)
         held = self._directions()
         qh = (held @ q if held is not None else q).astype(np.float32)
-        rec = record(self._width())
+        width, fmt = self._width(), self._format()
         best: list[tuple[float, str, str, int, int, int]] = []
         for page in pages:
-            joined = _joined(page, rec)
+            joined = _joined(page, width, fmt)
             if joined is None:
                 continue
             rows, counts, a = joined
-            scores = (a["code"].astype(np.float32) @ qh) * a["scale"]
+            scores = (a.codes.astype(np.float32) @ qh) * a.scales
             owner = np.repeat(np.arange(len(rows)), counts)
             # Each chunk's best span (the first of its best on a tie): the head of its group
             # once the spans are ordered by chunk, then score, then position.
-            order = np.lexsort((np.arange(len(a)), -scores, owner))
+            order = np.lexsort((np.arange(len(scores)), -scores, owner))
             first = order[np.concatenate([[0], np.cumsum(counts)[:-1]])]
-            index, start, end = a["index"][first], a["start"][first], a["end"][first]
+            index, start, end = a.index[first], a.starts[first], a.ends[first]
             best.extend(
                 (float(scores[j]), str(r[0]), str(r[1]), int(i), int(s), int(e))
                 for r, j, i, s, e in zip(rows, first, index, start, end, strict=True)
@@ -343,16 +332,7 @@ class SpanReads:
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:
         if not chunk_hashes or not self.exists:
             return {}
-        wanted = list(dict.fromkeys(chunk_hashes))
-        pages = (
-            self._query(
-                f"SELECT chunk, source, start_line, end_line, n, data FROM {self._chunks} "
-                f"WHERE chunk IN ({','.join('?' * len(wanted[i : i + BATCH]))})",
-                wanted[i : i + BATCH],
-            )
-            for i in range(0, len(wanted), BATCH)
-        )
-        return {h["chunk_hash"]: h for h in self._scored(vector, pages)}
+        return {h["chunk_hash"]: h for h in self._scored(vector, self._by_chunks(chunk_hashes))}
 
 
 def _row(cid: str, source: str, index: int, start: int, end: int, text_hash: str) -> dict[str, Any]:
