@@ -63,14 +63,14 @@ def _as_format_1(path: str, collection: str) -> None:
         )
         db.execute(f'CREATE INDEX "{collection}__span_sources" ON {chunks} (source)')
         db.execute(f"CREATE TABLE {texts} (key INTEGER NOT NULL, chunk INTEGER NOT NULL, PRIMARY KEY (key, chunk))")
-        for chunk, source, start, end, n, data in rows2:
+        for k, (chunk, source, start, end, n, data) in enumerate(rows2):
             s = layout.Spans(data, n, width, 2, start)
             r = np.empty(n, rec1)
             r["index"], r["start"], r["end"], r["key"] = s.index, s.starts, s.ends, s.key_ints
             r["code"], r["scale"] = s.codes * 4, s.scales / 4
             cur = db.execute(
-                f"INSERT INTO {chunks} (chunk, source, start_line, end_line, n, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (layout.chunk_hash(chunk), source, start, end, n, r.tobytes()),
+                f"INSERT INTO {chunks} (id, chunk, source, start_line, end_line, n, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (3 * k + 7, layout.chunk_hash(chunk), source, start, end, n, r.tobytes()),  # ids with gaps
             )
             keys = ((int(k), cur.lastrowid) for k in s.key_ints)
             db.executemany(f"INSERT OR IGNORE INTO {texts} VALUES (?, ?)", keys)
@@ -106,7 +106,7 @@ def test_a_file_of_format_1_is_read_and_converted_by_its_next_write(
     ):
         spans = store.spans
         # Read as it is: the same spans, lines and text keys, the same hits and scores.
-        assert reader.spans.exists and reader.spans._format() == 1
+        assert reader.spans.exists and reader.spans._fmt == 1
         assert _listing(reader.spans) == listing and reader.spans.counts() == counts
         for q, hits in zip(queries, found, strict=True):
             assert reader.spans.search(q, 10, None) == pytest.approx(hits)
@@ -114,7 +114,7 @@ def test_a_file_of_format_1_is_read_and_converted_by_its_next_write(
         assert set(reader.spans.vectors_for([target["text_hash"]], [target["source"]])) == {target["text_hash"]}
         # The next write converts it, in its own transaction: nothing lost, nothing embedded.
         spans.delete_chunks([own[0]["chunk_hash"]])
-        assert spans._format() == 2
+        assert spans._fmt == 2
         assert _listing(spans) == [r for r in listing if not r[0].startswith(own[0]["chunk_hash"])]
         tables = {t for (t,) in sqlite3.connect(path_of(db)).execute("SELECT name FROM sqlite_master")}
         assert not {"notes__span_chunks", "notes__span_texts"} & tables and "notes__span_rows" in tables
@@ -124,8 +124,36 @@ def test_a_file_of_format_1_is_read_and_converted_by_its_next_write(
             assert [h["span_id"] for h in again[:5]] == [h["span_id"] for h in kept[:5]]
             assert [h["distance"] for h in again[: len(kept)]] == pytest.approx([h["distance"] for h in kept], abs=0.02)
         # A reader that opened the file before it was converted reads the new tables.
-        assert reader.spans.exists and reader.spans._format() == 2
+        assert reader.spans.exists and reader.spans._fmt == 2
         assert _listing(reader.spans) == _listing(spans)
+
+
+def test_a_reader_paging_through_the_file_goes_on_where_it_was_after_a_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process converts the file while a reader (a service loading its copy)
+    is between two pages: the rows keep their ids, so it reads the rest in the new
+    tables, every chunk once. A chunk row without spans unpacks to none."""
+    monkeypatch.setattr(span_basis, "FIT_ROWS", 200)
+    db = str(tmp_path / "m.db")
+    span_rows, own = rows(1_200, 2)
+    bare = {**own[0], "chunk_hash": "f" * 16, "span_id": "f" * 16 + ":0"}
+    with MilvusStore(db, collection="notes", dimension=DIM) as store:
+        store.spans.create([r["embedding"] for r in span_rows])
+        store.spans.put(span_rows, [*own, bare])
+        assert [r["span_id"] for p in store.spans.iter_rows() for r in p].count(bare["span_id"]) == 1
+    _as_format_1(path_of(db), "notes")
+    with (
+        MilvusStore(db, collection="notes", dimension=DIM) as reader,
+        MilvusStore(db, collection="notes", dimension=DIM) as writer,
+    ):
+        pages = reader.spans.code_pages()
+        first = next(pages)
+        assert reader.spans._fmt == 1 and len(first.chunks) < 1_200
+        writer.spans.delete_chunks(["no such chunk"])  # a write: converted
+        assert writer.spans._fmt == 2
+        chunks = [c for page in [first, *pages] for c in page.chunks]
+        assert sorted(chunks) == sorted(o["chunk_hash"] for o in own) and reader.spans._fmt == 2
 
 
 def test_a_moved_chunks_spans_are_found_through_the_chunk_its_vector_came_from(

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 #: within the file system's timestamp granularity would keep size and mtime.
 MANIFEST_RACY_SECONDS = 2.0
 #: Vanished files at most whose old spans every span lookup of a run reads (a rename).
-GONE_NEAR = 64
+GONE_NEAR = 16
 
 
 async def run_index(
@@ -291,7 +291,7 @@ class _Run:
             self.written_ids,
             full=full,
             progress=told,
-            near=span_pass.Near(self.donors.gave, self._gone_near()),
+            near=span_pass.Near(self.donors.gave, self._gone_near(), self.donors.lookup),
         )
         if self.upsert.wrote:  # the manifest is withdrawn: a killed refit is repaired by the next run
             await span_pass.refit(self.store, report)  # type: ignore[arg-type]

@@ -47,14 +47,24 @@ _FIELDS = ["content", "heading", "source", "start_line", "end_line", "embedding"
 @dataclass
 class Near:
     """Where the stored spans of a page's chunks may lie: *donors* maps a chunk given
-    a stored vector to the chunk it came from; *gone*: the files that vanished in
-    the run, when few."""
+    a stored vector to the chunk it came from, *lookup* a content hash to a stored
+    chunk with that content (for the rest: a repair after a killed run); *gone*: the
+    files that vanished in the run, when few."""
 
     donors: dict[str, str]
     gone: list[str]
+    lookup: Callable[[list[str]], list[str | None]] | None = None
 
     def chunks(self, rows: list[dict[str, Any]]) -> list[str]:
-        return [d for d in (self.donors.get(str(r["chunk_hash"])) for r in rows) if d is not None]
+        ids = [self.donors.get(str(r["chunk_hash"])) for r in rows]
+        rest = [i for i, d in enumerate(ids) if d is None]
+        if rest and self.lookup is not None:
+            from memsearch_fast._core import content_hash
+
+            found = self.lookup([content_hash(str(rows[i].get("content") or "")) for i in rest])
+            for i, d in zip(rest, found, strict=True):
+                ids[i] = d if d != rows[i]["chunk_hash"] else None
+        return [d for d in ids if d is not None]
 
 
 def enabled() -> bool:

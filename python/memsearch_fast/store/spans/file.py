@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +39,7 @@ import numpy as np
 from memsearch_fast.errors import StoreError, UnusableDatabaseError, others_file, way_on
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns
 from memsearch_fast.store.spans.layout import chunk_key, create_tables
-from memsearch_fast.store.spans.reads import BATCH, SpanReads
+from memsearch_fast.store.spans.reads import BATCH, Page, SpanReads
 
 if TYPE_CHECKING:
     from memsearch_fast.store.schema import StoreSchema
@@ -158,30 +158,10 @@ class SpanFile(SpanReads):
     def _check_format(self, db: sqlite3.Connection) -> None:
         found = db.execute("PRAGMA user_version").fetchone()[0]
         if found not in READ:
-            db.close()
+            if db is not self._db:
+                db.close()  # one being opened; an open one is let go by the caller
             raise sqlite3.DatabaseError(f"span file format {found}, not {FORMAT}")
         self._fmt = int(found)
-
-    def _format(self) -> int:
-        return self._fmt
-
-    # The tables of the file's format: format 1 kept a chunk's source as text and
-    # a table of every span's text key.
-    @property
-    def _table(self) -> str:
-        return self._rows if self._fmt >= 2 else f'"{self.collection}__span_chunks"'
-
-    @property
-    def _from(self) -> str:
-        joined = f" JOIN {self._paths} p ON p.id = r.source" if self._fmt >= 2 else ""
-        return f"{self._table} r{joined}"
-
-    @property
-    def _source(self) -> str:
-        return "p.path" if self._fmt >= 2 else "r.source"
-
-    def _chunk_arg(self, chunk: str) -> Any:
-        return chunk_key(chunk) if self._fmt >= 2 else chunk
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path + ".damaged"
@@ -429,42 +409,57 @@ class SpanFile(SpanReads):
                 return
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._upgrade(db)
+                converted = self._upgrade(db)
                 yield db
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
-                self._check_format(db)  # a conversion rolled back with it
+                with contextlib.suppress(sqlite3.Error):
+                    if db.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                        db.execute("ROLLBACK")
+                    self._check_format(db)  # a conversion rolled back with it
                 raise
+            if converted:  # the old tables' pages given back to the disk (once)
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("VACUUM")
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def _upgrade(self, db: sqlite3.Connection) -> None:
+    def _upgrade(self, db: sqlite3.Connection) -> bool:
         """A file of format 1 converted inside the write transaction begun: once."""
         self._check_format(db)  # another process may have converted it meanwhile
         if self._fmt == FORMAT:
-            return
+            return False
         from memsearch_fast.store.spans.upgrade import convert
 
         moved = convert(db)
         db.execute(f"PRAGMA user_version={FORMAT}")
         self._fmt, self._meta = FORMAT, None
         logger.info("%s: %d spans stored in the span file's format %d", self.path, moved, FORMAT)
+        return True
 
     def _write(self, fn: Any) -> None:
         with self._transaction() as db:
             assert db is not None
             fn(db)
 
-    def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def _read(self, build: Callable[[], str], args: Iterable[Any] | Callable[[], Iterable[Any]] = ()) -> Page:
+        """The rows of the query *build* writes, tagged with the format it was written
+        for; written and asked again when another process converted the file meanwhile
+        (its tables are gone, the ids of its rows kept)."""
         with self._lock:
-            db = self._conn(create=False)
-            if db is None or self._read_meta() is None:
-                return []
-            try:
-                return db.execute(sql, tuple(args)).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return []  # dropped by another process meanwhile
-                raise
+            for _ in range(2):
+                db = self._conn(create=False)
+                if db is None or self._read_meta() is None:
+                    return Page((), self._fmt)
+                fmt = self._fmt
+                try:
+                    return Page(db.execute(build(), tuple(args() if callable(args) else args)).fetchall(), fmt)
+                except sqlite3.OperationalError as exc:
+                    if "no such table" not in str(exc):
+                        raise
+                self._meta = None  # dropped or converted by another process meanwhile: read again
+                if self._read_meta() is None or self._fmt == fmt:
+                    break
+            return Page((), self._fmt)
 
     # -- the basis --------------------------------------------------------------------
 

@@ -90,14 +90,14 @@ def pack6(codes: np.ndarray) -> np.ndarray:
 def unpack6(packed: np.ndarray, width: int) -> np.ndarray:
     """:func:`pack6` undone: int8 codes of *width* components."""
     n = len(packed)
-    p = np.asarray(packed, np.uint8).reshape(n, -1, 3)
+    p = np.asarray(packed, np.uint8).reshape(n, packed_width(width) // 3, 3)
     a, b, d = p[..., 0], p[..., 1], p[..., 2]
     u = np.empty((n, p.shape[1], 4), np.uint8)
     u[..., 0] = a & 63
     u[..., 1] = (a >> 6) | ((b & 15) << 2)
     u[..., 2] = (b >> 4) | ((d & 3) << 4)
     u[..., 3] = d >> 2
-    signed = ((u << 2).view(np.int8) >> 2).reshape(n, -1)
+    signed = ((u << 2).view(np.int8) >> 2).reshape(n, 4 * p.shape[1])
     return np.ascontiguousarray(signed[:, :width])
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from memsearch_fast.store.copy.spans import CodePage
-from memsearch_fast.store.spans.layout import Spans, chunk_hash
+from memsearch_fast.store.spans.layout import Spans, chunk_hash, chunk_key
 
 #: Keys per ``IN (...)`` query, chunks per page read.
 BATCH = 500
@@ -45,9 +45,18 @@ def key_bytes(key: int) -> bytes:
     return int(key).to_bytes(KEY, "little", signed=True)
 
 
-def _joined(
-    page: list[tuple[Any, ...]], width: int, fmt: int
-) -> tuple[list[tuple[Any, ...]], np.ndarray, Spans] | None:
+class Page(list[tuple[Any, ...]]):
+    """Rows of a span file and the format they were read in (another process may
+    convert the file between two pages: :meth:`SpanReads._read`)."""
+
+    __slots__ = ("fmt",)
+
+    def __init__(self, rows: Iterable[tuple[Any, ...]], fmt: int) -> None:
+        super().__init__(rows)
+        self.fmt = fmt
+
+
+def _joined(page: Page, width: int) -> tuple[list[tuple[Any, ...]], np.ndarray, Spans] | None:
     """The rows of *page* that hold spans, how many each, and all their spans
     unpacked at once (None: no spans)."""
     rows = [r for r in page if r[4]]
@@ -55,52 +64,62 @@ def _joined(
         return None
     counts = np.fromiter((int(r[4]) for r in rows), np.int64, len(rows))
     first = np.repeat(np.fromiter((int(r[2] or 0) for r in rows), np.int64, len(rows)), counts)
-    return rows, counts, Spans(b"".join(r[5] for r in rows), int(counts.sum()), width, fmt, first)
+    return rows, counts, Spans(b"".join(r[5] for r in rows), int(counts.sum()), width, page.fmt, first)
 
 
 class SpanReads:
     """The reads of :class:`memsearch_fast.store.spans.file.SpanFile` (which supplies the
     file, its format and the layout of its tables)."""
 
+    collection: str
+    _rows: str  # format 2's tables
+    _paths: str
+    _fmt: int  # the file's format, as last read
+
+    # The tables of the file's format: format 1 kept a chunk's source as text and a
+    # table of every span's text key.
     @property
     def _table(self) -> str:
-        """The table of chunk rows."""
-        raise NotImplementedError
+        return self._rows if self._fmt >= 2 else f'"{self.collection}__span_chunks"'
 
     @property
     def _from(self) -> str:
         """The FROM clause a page of chunk rows (``r``) with their sources is read by."""
-        raise NotImplementedError
+        joined = f" JOIN {self._paths} p ON p.id = r.source" if self._fmt >= 2 else ""
+        return f"{self._table} r{joined}"
 
     @property
     def _source(self) -> str:
-        """The column of a chunk's source in :attr:`_from`."""
-        raise NotImplementedError
+        return "p.path" if self._fmt >= 2 else "r.source"
+
+    def _chunk_arg(self, chunk: str) -> Any:
+        return chunk_key(chunk) if self._fmt >= 2 else chunk
 
     @property
     def exists(self) -> bool:
         raise NotImplementedError
 
-    def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def _read(self, build: Callable[[], str], args: Iterable[Any] | Callable[[], Iterable[Any]] = ()) -> Page:
+        """The rows of the query *build* writes for the file's format (with *args*, or
+        the parameters they give for it), tagged with the format."""
         raise NotImplementedError
 
     def _width(self) -> int:
         raise NotImplementedError
 
-    def _format(self) -> int:
-        raise NotImplementedError
-
-    def _chunk_arg(self, chunk: str) -> Any:
-        raise NotImplementedError
-
     def _directions(self) -> np.ndarray | None:
         raise NotImplementedError
 
-    def _spans(self, data: bytes, n: int, first: int) -> Spans:
-        return Spans(data, n, self._width(), self._format(), first)
+    def _spans(self, data: bytes, n: int, first: int | None, fmt: int) -> Spans:
+        return Spans(data, n, self._width(), fmt, int(first or 0))
+
+    def _sums(self) -> tuple[int, int]:
+        """The spans and the chunks."""
+        found = self._read(lambda: f"SELECT coalesce(sum(n), 0), count(*) FROM {self._table}")
+        return (int(found[0][0]), int(found[0][1])) if found else (0, 0)
 
     def count(self) -> int:
-        return int(self._query(f"SELECT coalesce(sum(n), 0) FROM {self._table}")[0][0]) if self.exists else 0
+        return self._sums()[0] if self.exists else 0
 
     def count_past(self, cap: int) -> int:
         """The spans as :meth:`count` gives them up to *cap*, and some number past it
@@ -108,9 +127,11 @@ class SpanReads:
         every chunk's row, 0.45 s at 1 GB of journals after each write)."""
         total, after = 0, -1
         while total <= cap and self.exists:
-            page = self._query(
-                f"SELECT coalesce(sum(n), 0), max(id) FROM "
-                f"(SELECT id, n FROM {self._table} WHERE id > ? ORDER BY id LIMIT ?)",
+            page = self._read(
+                lambda: (
+                    f"SELECT coalesce(sum(n), 0), max(id) FROM "
+                    f"(SELECT id, n FROM {self._table} WHERE id > ? ORDER BY id LIMIT ?)"
+                ),
                 (after, COUNT_PAGE),
             )
             if not page or page[0][1] is None:
@@ -121,8 +142,8 @@ class SpanReads:
     def counts(self) -> dict[str, int]:
         if not self.exists:
             return {"span_vectors": 0, "span_chunks": 0}
-        spans, chunks = self._query(f"SELECT coalesce(sum(n), 0), count(*) FROM {self._table}")[0]
-        return {"span_vectors": int(spans), "span_chunks": int(chunks)}
+        spans, chunks = self._sums()
+        return {"span_vectors": spans, "span_chunks": chunks}
 
     def scan_rows(self) -> int:
         """The spans at their cost to a search without the in-memory copy (every
@@ -133,7 +154,7 @@ class SpanReads:
     def chunk_hashes(self) -> set[str]:
         if not self.exists:
             return set()
-        return {chunk_hash(r[0]) for r in self._query(f"SELECT chunk FROM {self._table}")}
+        return {chunk_hash(r[0]) for r in self._read(lambda: f"SELECT chunk FROM {self._table}")}
 
     def iter_chunk_rows(self) -> Iterator[tuple[str, str]]:
         for cid in sorted(self.chunk_hashes()):
@@ -142,32 +163,46 @@ class SpanReads:
     def _select(self) -> str:
         return f"SELECT r.chunk, {self._source}, r.start_line, r.end_line, r.n, r.data FROM {self._from}"
 
-    def _pages(self, where: str = "", args: list[Any] | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """(chunk, source, start_line, end_line, n, data) rows, a page at a time, by id."""
+    def _pages(self, where: Callable[[], str] = str, args: list[Any] | None = None) -> Iterator[Page]:
+        """(chunk, source, start_line, end_line, n, data) rows, a page at a time, by id
+        (which a conversion keeps: a reader goes on where it was)."""
         last = -1
-        select = self._select().replace("SELECT ", "SELECT r.id, ", 1)
+
+        def page() -> str:
+            select = self._select().replace("SELECT ", "SELECT r.id, ", 1)
+            return f"{select} WHERE r.id > ? {where()} ORDER BY r.id LIMIT {BATCH}"
+
         while True:
-            rows = self._query(f"{select} WHERE r.id > ? {where} ORDER BY r.id LIMIT {BATCH}", [last, *(args or [])])
+            rows = self._read(page, [last, *(args or [])])
             if not rows:
                 return
             last = rows[-1][0]
-            yield [(chunk_hash(r[1]), *r[2:]) for r in rows]
+            yield Page(((chunk_hash(r[1]), *r[2:]) for r in rows), rows.fmt)
 
-    def _by_sources(self, sources: list[str] | None) -> Iterator[list[tuple[Any, ...]]]:
+    def _by_sources(self, sources: list[str] | None) -> Iterator[Page]:
         if sources is None:
             yield from self._pages()
             return
         wanted = list(dict.fromkeys(sources))
         for i in range(0, len(wanted), BATCH):
             part = wanted[i : i + BATCH]
-            yield from self._pages(f"AND {self._source} IN ({','.join('?' * len(part))})", part)
+            yield from self._pages(self._sql("AND {source} IN ({marks})", len(part)), part)
 
-    def _by_chunks(self, chunk_hashes: Iterable[str]) -> Iterator[list[tuple[Any, ...]]]:
+    def _by_chunks(self, chunk_hashes: Iterable[str]) -> Iterator[Page]:
         wanted = list(dict.fromkeys(chunk_hashes))
         for i in range(0, len(wanted), BATCH):
-            part = [self._chunk_arg(c) for c in wanted[i : i + BATCH]]
-            rows = self._query(f"{self._select()} WHERE r.chunk IN ({','.join('?' * len(part))})", part)
-            yield [(chunk_hash(r[0]), *r[1:]) for r in rows]
+            part = wanted[i : i + BATCH]
+            rows = self._read(self._sql("{select} WHERE r.chunk IN ({marks})", len(part)), self._chunk_args(part))
+            yield Page(((chunk_hash(r[0]), *r[1:]) for r in rows), rows.fmt)
+
+    def _sql(self, template: str, n: int) -> Callable[[], str]:
+        """*template* written for the file's format when asked (``{select}``,
+        ``{source}``; ``{marks}``: *n* parameters)."""
+        marks = ",".join("?" * n)
+        return lambda: template.format(select=self._select(), source=self._source, marks=marks)
+
+    def _chunk_args(self, chunks: list[str]) -> Callable[[], list[Any]]:
+        return lambda: [self._chunk_arg(c) for c in chunks]
 
     def iter_rows(self) -> Iterator[list[dict[str, Any]]]:
         """Every row as the companion collection lists it (row 0 each chunk's), without vectors."""
@@ -176,7 +211,7 @@ class SpanReads:
         for page in self._pages():
             out = []
             for cid, source, start, end, n, data in page:
-                p = self._spans(data, n, start)
+                p = self._spans(data, n, start, page.fmt)
                 out.append(_row(cid, source, 0, start, end, ""))
                 out.extend(
                     _row(cid, source, int(i), int(s), int(e), key_bytes(k).hex())
@@ -196,7 +231,7 @@ class SpanReads:
             rows: list[dict[str, Any]] = []
             codes, scales = [], []
             for cid, source, start, _end, n, data in page:
-                p = self._spans(data, n, start)
+                p = self._spans(data, n, start, page.fmt)
                 rows.extend(
                     {**_row(cid, source, int(i), int(s), int(e), ""), "_key": key_bytes(k)}
                     for i, s, e, k in zip(p.index, p.starts, p.ends, p.key_ints.tolist(), strict=True)
@@ -212,9 +247,9 @@ class SpanReads:
         of these *sources* only when given."""
         if not self.exists:
             return
-        width, fmt = self._width(), self._format()
+        width = self._width()
         for page in self._by_sources(sources):
-            joined = _joined(page, width, fmt)
+            joined = _joined(page, width)
             if joined is None:
                 continue
             rows, counts, a = joined
@@ -259,11 +294,12 @@ class SpanReads:
             by_int.setdefault(_key_int(text_key(h)), []).append(h)
         wanted = np.fromiter(by_int, np.int64, len(by_int))
         distinct = sum(map(len, by_int.values()))
-        width, fmt = self._width(), self._format()
+        width = self._width()
         found: dict[str, np.ndarray] = {}
-        pages = itertools.chain(self._by_sources(sources) if sources else (), self._by_chunks(chunks))
+        # The chunks named first (one lookup each), the files' spans only for what is still missing.
+        pages = itertools.chain(self._by_chunks(chunks), self._by_sources(sources) if sources else ())
         for page in pages:
-            joined = _joined(page, width, fmt)
+            joined = _joined(page, width)
             if joined is None:
                 continue
             a = joined[2]
@@ -280,19 +316,17 @@ class SpanReads:
         lifted = (m @ held if held is not None else m).astype(np.float32)
         return {h: v.tolist() for h, v in zip(found, lifted, strict=True)}
 
-    def _scored(
-        self, vector: list[float], pages: Iterable[list[tuple[Any, ...]]], limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    def _scored(self, vector: list[float], pages: Iterable[Page], limit: int | None = None) -> list[dict[str, Any]]:
         """Each chunk of *pages* at its best span for *vector*, best first (the
         *limit* best when given): a page's spans scored in one product."""
         q = np.asarray(vector, dtype=np.float64).reshape(-1)
         q = q / (np.linalg.norm(q) or 1.0)
         held = self._directions()
         qh = (held @ q if held is not None else q).astype(np.float32)
-        width, fmt = self._width(), self._format()
+        width = self._width()
         best: list[tuple[float, str, str, int, int, int]] = []
         for page in pages:
-            joined = _joined(page, width, fmt)
+            joined = _joined(page, width)
             if joined is None:
                 continue
             rows, counts, a = joined
@@ -326,7 +360,7 @@ class SpanReads:
             return []
         pages = self._pages()
         if source_prefix:
-            pages = ([r for r in page if str(r[1]).startswith(source_prefix)] for page in pages)
+            pages = (Page((r for r in page if str(r[1]).startswith(source_prefix)), page.fmt) for page in pages)
         return self._scored(vector, pages, limit)
 
     def best_of(self, vector: list[float], chunk_hashes: list[str]) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ stored 8, as ``benches.span_bits`` measured (recall held on every set).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,7 +37,7 @@ class Stored(Protocol):
     def iter_vectors(
         self, sources: list[str] | None = None, *, lifted: bool = True
     ) -> Iterator[list[dict[str, Any]]]: ...
-    def _pages(self, where: str = "", args: list[Any] | None = None) -> Iterator[list[tuple[Any, ...]]]: ...
+    def _pages(self) -> Iterator[list[tuple[Any, ...]]]: ...
 
 
 #: Chunk rows converted a statement at a time.
@@ -50,6 +51,8 @@ def convert(db: sqlite3.Connection) -> int:
 
     done = 0
     for name, dim, basis in db.execute("SELECT name, dim, basis FROM collections").fetchall():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            continue  # no collection of ours (a span file opens its own only)
         fitted = read(str(basis)) if basis else None
         width = fitted.dims if fitted is not None else int(dim)
         old = f'"{name}__span_chunks"'
@@ -70,23 +73,30 @@ def convert(db: sqlite3.Connection) -> int:
             if not page:
                 break
             last = page[-1][0]
+            rows = [
+                (rid, cid, paths[source], start, end, n, _again(data, n, width, start))
+                for rid, cid, source, start, end, n, data in page
+            ]
+            # The rows keep their ids: a reader paging through the file goes on where it was.
             db.executemany(
-                f'INSERT INTO "{name}__span_rows" (chunk, source, start_line, end_line, n, data) '
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (layout.chunk_key(str(cid)), paths[source], start, end, n, _again(data, n, width, int(start or 0)))
-                    for _, cid, source, start, end, n, data in page
-                ],
+                f'INSERT INTO "{name}__span_rows" (id, chunk, source, start_line, end_line, n, data) '
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(rid, layout.chunk_key(str(cid)), *rest) for rid, cid, *rest in rows if rest[-1] is not None],
             )
-            done += sum(int(r[5]) for r in page)
+            done += sum(int(r[5]) for r in rows if r[-1] is not None)
         db.execute(f"DROP TABLE {old}")
         db.execute(f'DROP TABLE IF EXISTS "{name}__span_texts"')
     return done
 
 
-def _again(blob: bytes, n: int, width: int, first: int) -> bytes:
-    """One chunk's spans of format 1 packed as format 2 (codes rounded to 6 bits)."""
-    s = layout.Spans(blob, n, width, 1, first)
+def _again(blob: bytes, n: int, width: int, start: int | None) -> bytes | None:
+    """One chunk's spans of format 1 packed as format 2 (codes rounded to 6 bits);
+    None for a damaged row, left out (the chunk is searched by its own vector)."""
+    first = int(start or 0)
+    try:
+        s = layout.Spans(blob, int(n), width, 1, first)
+    except (sqlite3.DatabaseError, TypeError, ValueError):
+        return None
     if not n:
         return b""
     codes = s.codes.astype(np.float32)
