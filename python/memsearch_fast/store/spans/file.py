@@ -38,7 +38,7 @@ import numpy as np
 
 from memsearch_fast.errors import StoreError, UnusableDatabaseError, others_file, way_on
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns
-from memsearch_fast.store.spans.layout import chunk_key, create_tables
+from memsearch_fast.store.spans.layout import IDENTIFIER, chunk_key, create_tables
 from memsearch_fast.store.spans.reads import BATCH, Page, SpanReads
 
 if TYPE_CHECKING:
@@ -83,11 +83,9 @@ class SpanFile(SpanReads):
     """The spans of *store*'s collection in ``<database>.spans``."""
 
     def __init__(self, store: StoreSchema, db_path: str) -> None:
-        import re
-
         self.store = store
         self.collection = store.collection
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.collection):
+        if not IDENTIFIER.fullmatch(self.collection):
             raise StoreError(f"collection name {self.collection!r} is not a plain identifier")
         self.path = path_of(db_path)
         self._rows = f'"{self.collection}__span_rows"'

@@ -17,6 +17,7 @@ the held directions, so the kernels and the in-memory copy take either.
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 from typing import Any
 
@@ -24,6 +25,9 @@ import numpy as np
 
 #: The largest code of format 2 (6 bits, signed).
 TOP6 = 31
+
+#: A collection name the file's table names may be built from (quoted, never escaped).
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def packed_width(width: int) -> int:
@@ -58,12 +62,15 @@ def record(width: int, fmt: int = 2) -> np.dtype:
     )
 
 
-def quantised6(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of *m* as codes within ±31 and a scale each (the largest component is ±31)."""
+def quantised6(m: np.ndarray, unit: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of *m* as codes within ±31 and a scale each (the largest component is ±31);
+    *unit*: rows made unit length first (not for codes of format 1 rounded again,
+    whose scale already holds their length)."""
     m = np.asarray(m, dtype=np.float32)
-    norms = np.linalg.norm(m, axis=1, keepdims=True) if m.size else np.ones((len(m), 1), np.float32)
-    norms[norms == 0] = 1.0
-    m = m / norms
+    if unit:
+        norms = np.linalg.norm(m, axis=1, keepdims=True) if m.size else np.ones((len(m), 1), np.float32)
+        norms[norms == 0] = 1.0
+        m = m / norms
     scale = np.abs(m).max(axis=1) / TOP6 if m.size else np.ones(len(m), np.float32)
     scale = np.where(scale == 0, 1.0, scale).astype(np.float16).astype(np.float32)
     scale[scale == 0] = np.float32(2.0**-24)  # below float16's range: the code saturates, the sign holds

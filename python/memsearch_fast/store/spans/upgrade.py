@@ -11,7 +11,6 @@ stored 8, as ``benches.span_bits`` measured (recall held on every set).
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,7 +50,7 @@ def convert(db: sqlite3.Connection) -> int:
 
     done = 0
     for name, dim, basis in db.execute("SELECT name, dim, basis FROM collections").fetchall():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+        if not layout.IDENTIFIER.fullmatch(str(name)):
             continue  # no collection of ours (a span file opens its own only)
         fitted = read(str(basis)) if basis else None
         width = fitted.dims if fitted is not None else int(dim)
@@ -99,12 +98,7 @@ def _again(blob: bytes, n: int, width: int, start: int | None) -> bytes | None:
         return None
     if not n:
         return b""
-    codes = s.codes.astype(np.float32)
-    top = np.abs(codes).max(axis=1)
-    top[top == 0] = 1.0
-    scales = (s.scales * top / layout.TOP6).astype(np.float16).astype(np.float32)
-    scales[scales == 0] = 1.0
-    again = np.clip(np.rint(codes * (s.scales / scales)[:, None]), -layout.TOP6, layout.TOP6).astype(np.int8)
+    again, scales = layout.quantised6(s.codes.astype(np.float32) * s.scales[:, None], unit=False)
     return layout.pack(s.index, s.starts, s.ends, s.key_ints, again, scales, first)
 
 
