@@ -9,7 +9,7 @@ import numpy as np
 
 from memsearch_fast.store.spans.collection import span_row
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns, key_ints
-from memsearch_fast.store.spans.layout import Spans
+from memsearch_fast.store.spans.layout import Spans, pack
 from memsearch_fast.store.spans.reads import key_bytes, text_key
 
 
@@ -61,6 +61,30 @@ def test_chunks_pack_as_their_rows_do() -> None:
     assert packed.ends.tolist() == [s.end_line for s in spans]
     codes, scales = encode([s.vector for s in spans])
     assert np.array_equal(packed.codes, codes) and np.array_equal(packed.scales, scales)
+
+
+def test_chunks_packed_in_one_pass_are_the_bytes_of_one_pack_a_chunk() -> None:
+    rng = np.random.default_rng(3)
+    n = 40
+    cols = Columns(
+        rng.integers(1, 60, n).astype(np.int32),
+        rng.integers(100, 200, n).astype(np.int32),
+        rng.integers(200, 300, n).astype(np.int32),
+        rng.integers(-(2**62), 2**62, n),
+        rng.integers(-31, 32, (n, 10)).astype(np.int8),
+        rng.random(n).astype(np.float32),
+    )
+    # picks out of span order, one empty, and a chunk whose first line is past its spans' (clipped as pack clips)
+    picks = [rng.permutation(n)[:7], np.zeros(0, np.int64), np.arange(5, 12), np.array([3, 0, 39])]
+    firsts = [90, 10, 150, 250]
+    want = []
+    c = cols
+    for pick, first in zip(picks, firsts, strict=True):
+        at = pick[np.argsort(cols.span_index[pick], kind="stable")]
+        want.append(pack(c.span_index[at], c.starts[at], c.ends[at], c.keys[at], c.codes[at], c.scales[at], first))
+    assert cols.take_each(picks, firsts) == want
+    assert cols.take(picks[0], firsts[0]) == want[0]
+    assert Columns(*(np.zeros((0, *a.shape[1:]), a.dtype) for a in cols)).take_each([[], []], [0, 0]) == [b"", b""]
 
 
 def test_keys_of_other_strings_are_hashed_as_one_at_a_time() -> None:

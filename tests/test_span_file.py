@@ -250,20 +250,21 @@ def test_a_database_whose_spans_were_a_collection_moves_them_in_one_run(
 KILLED_RUN = """
 import asyncio, os, signal, sys
 from memsearch_fast import MemSearch
-from memsearch_fast.store.spans import columns as span_columns
+from memsearch_fast.store.spans.columns import Columns
 
 calls, at = [0], int(sys.argv[4])
-packed = span_columns.pack
+take_each = Columns.take_each
 
 
-def pack(*args, **kwargs):  # inside a write's transaction: some chunks of it packed, none committed
-    calls[0] += 1
-    if calls[0] == at:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return packed(*args, **kwargs)
+def rows(blobs):  # inside a write's transaction: some chunks of it inserted, none committed
+    for blob in blobs:
+        calls[0] += 1
+        if calls[0] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield blob
 
 
-span_columns.pack = pack
+Columns.take_each = lambda self, *a, **k: rows(take_each(self, *a, **k))
 with MemSearch([sys.argv[1]], embedding_model=sys.argv[3], milvus_uri=sys.argv[2]) as ms:
     asyncio.run(ms.index())
 """

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from memsearch_fast.store.spans.layout import pack
+from memsearch_fast.store.spans.layout import pack_chunks
 from memsearch_fast.store.spans.reads import KEY, text_key
 
 #: Codes (within ±31, a row a span) and scales of vectors (the span file's ``_encode``).
@@ -79,9 +79,23 @@ class Columns(NamedTuple):
     def take(self, at: np.ndarray, first: int) -> bytes:
         """The spans at *at*, in span order, packed as the row of a chunk whose first
         line is *first* holds them."""
-        at = at[np.argsort(self.span_index[at], kind="stable")]
-        return pack(
-            self.span_index[at], self.starts[at], self.ends[at], self.keys[at], self.codes[at], self.scales[at], first
+        return self.take_each([at], [first])[0]
+
+    def take_each(self, picks: Sequence[Any], firsts: Sequence[int]) -> list[bytes]:
+        """:meth:`take` of every pick at once (*firsts*: each chunk's first line)."""
+        counts = [len(p) for p in picks]
+        at = np.concatenate([np.asarray(p, np.int64) for p in picks]) if sum(counts) else np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(picks)), counts)
+        at = at[np.lexsort((self.span_index[at], owner))]  # span order within each chunk, chunks as given
+        return pack_chunks(
+            self.span_index[at],
+            self.starts[at],
+            self.ends[at],
+            self.keys[at],
+            self.codes[at],
+            self.scales[at],
+            firsts,
+            counts,
         )
 
     @classmethod

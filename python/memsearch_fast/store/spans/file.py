@@ -337,18 +337,12 @@ class SpanFile(SpanReads):
             assert db is not None
             self._delete_in(db, [cid for cid, *_ in owners])
             paths = self._path_ids(db, [source for _, source, _, _ in owners])
+            blobs = spans.take_each(picks, [start for _, _, start, _ in owners])
             db.executemany(
                 f"INSERT INTO {self._rows} (chunk, source, start_line, end_line, n, data) VALUES (?, ?, ?, ?, ?, ?)",
                 (
-                    (
-                        chunk_key(cid),
-                        paths[source],
-                        start,
-                        end,
-                        len(pick),
-                        spans.take(np.asarray(pick, np.int64), start),
-                    )
-                    for (cid, source, start, end), pick in zip(owners, picks, strict=True)
+                    (chunk_key(cid), paths[source], start, end, len(pick), blob)
+                    for (cid, source, start, end), pick, blob in zip(owners, picks, blobs, strict=True)
                 ),
             )
 

@@ -17,6 +17,7 @@ the held directions, so the kernels and the in-memory copy take either.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import sqlite3
 from typing import Any
@@ -146,6 +147,24 @@ def pack(index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any,
         r["key"] = keys
         r["code"] = pack6(codes)
     return r.tobytes()
+
+
+def pack_chunks(
+    index: Any, starts: Any, ends: Any, keys: Any, codes: Any, scales: Any, firsts: Any, counts: Any
+) -> list[bytes]:
+    """:func:`pack` for many chunks in one pass: the spans are given chunk after chunk
+    (*counts* a chunk, each in span order), *firsts* their chunks' first lines; a chunk's
+    bytes each. The same bytes as one call a chunk, without numpy's cost a call
+    (a million chunks at 1 GB of journals)."""
+    counts = np.asarray(counts, np.int64)
+    n = int(counts.sum())
+    if not n:
+        return [b""] * len(counts)
+    first = np.repeat(np.asarray(firsts, np.int64), counts)
+    blob = pack(index, np.asarray(starts, np.int64) - first, np.asarray(ends, np.int64) - first, keys, codes, scales, 0)
+    size = len(blob) // n
+    bounds = (np.concatenate([[0], np.cumsum(counts)]) * size).tolist()
+    return [blob[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def chunk_key(chunk_hash: str) -> bytes | str:
