@@ -165,7 +165,9 @@ def main() -> None:
     store = MilvusStore(db, dimension=HashVectors.dimension)
     manifest = Manifest.for_store(db, store.collection)
     files = scan_paths([str(root)])
-    report = asyncio.run(run_index(store, HashVectors(), files, cleanup_roots=[str(root)], manifest=manifest, new_store=new))
+    report = asyncio.run(
+        run_index(store, HashVectors(), files, cleanup_roots=[str(root)], manifest=manifest, new_store=new)
+    )
     done.set()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(line(chunks=report.chunks, rows=store.count(), span_rows_stored=store.spans.count(), peak_rss_mb=peak))
