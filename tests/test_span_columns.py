@@ -52,7 +52,7 @@ def test_chunks_pack_as_their_rows_do() -> None:
         assert np.array_equal(a, b)
     assert [len(p) for p in picks] == [len(c.spans) for c in given]
     first = given[2].start_line
-    packed = Spans(by_chunks.take(picks[2], first), 3, 8, 2, first)
+    packed = Spans(by_chunks.take_each([picks[2]], [first])[0], 3, 8, 2, first)
     assert packed.index.tolist() == [1, 2, 3]  # span order
     assert [key_bytes(k).hex() for k in packed.key_ints.tolist()] == [f"00000002{i:08x}" for i in (1, 2, 3)]
     # lines and codes come back as they went in: the lines counted from the chunk's first
@@ -83,7 +83,6 @@ def test_chunks_packed_in_one_pass_are_the_bytes_of_one_pack_a_chunk() -> None:
         at = pick[np.argsort(cols.span_index[pick], kind="stable")]
         want.append(pack(c.span_index[at], c.starts[at], c.ends[at], c.keys[at], c.codes[at], c.scales[at], first))
     assert cols.take_each(picks, firsts) == want
-    assert cols.take(picks[0], firsts[0]) == want[0]
     assert Columns(*(np.zeros((0, *a.shape[1:]), a.dtype) for a in cols)).take_each([[], []], [0, 0]) == [b"", b""]
 
 

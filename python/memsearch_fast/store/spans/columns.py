@@ -76,13 +76,9 @@ class Columns(NamedTuple):
             *encode([r["embedding"] for r in rows]),
         )
 
-    def take(self, at: np.ndarray, first: int) -> bytes:
-        """The spans at *at*, in span order, packed as the row of a chunk whose first
-        line is *first* holds them."""
-        return self.take_each([at], [first])[0]
-
     def take_each(self, picks: Sequence[Any], firsts: Sequence[int]) -> list[bytes]:
-        """:meth:`take` of every pick at once (*firsts*: each chunk's first line)."""
+        """The spans at each of *picks*, in span order, packed as the row of a chunk
+        whose first line is the matching one of *firsts* holds them."""
         counts = [len(p) for p in picks]
         at = np.concatenate([np.asarray(p, np.int64) for p in picks]) if sum(counts) else np.zeros(0, np.int64)
         owner = np.repeat(np.arange(len(picks)), counts)
