@@ -314,6 +314,23 @@ def test_invalid_json_answer(server: FakeServer) -> None:
         lists(run(p.embed(["alpha"])))
 
 
+def test_the_wire_json_reads_and_writes_as_the_standard_library() -> None:
+    """orjson carries the requests and answers; what it refuses falls back to json."""
+    import json
+
+    from memsearch_fast.embeddings import _http
+
+    payload = {"model": "m", "input": ["é 中文", "plain"], "n": 2**70}
+    assert json.loads(_http.dumps(payload)) == payload
+    assert _http.dumps({"input": ["é"]}).decode("utf-8") == '{"input":["é"]}'  # UTF-8, not escapes
+    body = b'{"data": [{"embedding": [NaN, 0.5], "index": 0}]}'
+    assert repr(_http.loads(body)) == repr(json.loads(body))
+    with pytest.raises(ValueError):
+        _http.loads(b"not json")
+    with pytest.raises(UnicodeEncodeError):
+        _http.dumps({"input": ["x\udc80"]})  # a lone surrogate is refused as before
+
+
 def test_key_sources_and_redaction(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     p = OpenAIEmbedding("custom", base_url=f"{server.url}/v1", dimensions=DIM)  # key from OPENAI_API_KEY
