@@ -11,7 +11,8 @@ JSON line: wall seconds, that peak and each process's share of it, the database'
 and its span file; not the manifest nor a saved copy) per byte of markdown, the
 index report's chunks and spans, and the load. Give DB a fresh path each run;
 set ``MEMSEARCH_SPANS=0`` or ``MEMSEARCH_SPAN_STORE=collection`` in the
-environment to compare. Say the machine and its load.
+environment to compare. The database's Lite server is stopped at the end.
+Say the machine and its load.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def main() -> None:
             }
         )
     )
+    # The database's server would stay ten idle minutes, its engine compacting
+    # beside the next run: stopped, so runs back to back measure alike.
+    from memsearch_fast.lite import broker
+
+    broker.stop_server(args.db)
 
 
 if __name__ == "__main__":
