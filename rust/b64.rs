@@ -1,21 +1,6 @@
 //! Base64 vectors as OpenAI-compatible servers send them (`encoding_format:
 //! base64`): decoded off the GIL, a batch of rows in one call.
 
-const INVALID: u8 = 0xff;
-
-const fn table() -> [u8; 256] {
-    let mut t = [INVALID; 256];
-    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut i = 0;
-    while i < 64 {
-        t[alphabet[i] as usize] = i as u8;
-        i += 1;
-    }
-    t
-}
-
-static TABLE: [u8; 256] = table();
-
 /// The bytes of `text`, rows of `row_len` characters each, every row standard
 /// base64 (padding only at its end); an error names the first bad row.
 pub fn decode_rows(text: &[u8], row_len: usize) -> Result<Vec<u8>, String> {
@@ -27,35 +12,22 @@ pub fn decode_rows(text: &[u8], row_len: usize) -> Result<Vec<u8>, String> {
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);
     for (r, row) in text.chunks_exact(row_len).enumerate() {
-        let pad = row.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 {
-            return Err(format!("bad base64 padding in row {r}"));
-        }
-        let (body, last) = row.split_at(row_len - 4);
-        for q in body.chunks_exact(4) {
-            let v = quad(q).ok_or_else(|| format!("bad base64 in row {r}"))?;
-            out.extend_from_slice(&[(v >> 16) as u8, (v >> 8) as u8, v as u8]);
-        }
-        let mut tail = [b'A'; 4];
-        tail[..4 - pad].copy_from_slice(&last[..4 - pad]);
-        let v = quad(&tail).ok_or_else(|| format!("bad base64 in row {r}"))?;
-        out.extend_from_slice(&[(v >> 16) as u8, (v >> 8) as u8, v as u8][..3 - pad]);
+        decode_into(row, &mut out).map_err(|_| format!("bad base64 in row {r}"))?;
     }
     Ok(out)
 }
 
-#[inline]
-fn quad(q: &[u8]) -> Option<u32> {
-    let (a, b, c, d) = (
-        TABLE[q[0] as usize],
-        TABLE[q[1] as usize],
-        TABLE[q[2] as usize],
-        TABLE[q[3] as usize],
-    );
-    if (a | b | c | d) & 0xc0 != 0 {
-        return None;
-    }
-    Some((a as u32) << 18 | (b as u32) << 12 | (c as u32) << 6 | d as u32)
+/// One row of standard base64 appended to `out` (SIMD where the CPU has it:
+/// an index run decodes about 1 GB of vectors at 50 MB of journals).
+pub fn decode_into(row: &[u8], out: &mut Vec<u8>) -> Result<(), base64_simd::Error> {
+    let at = out.len();
+    let n = base64_simd::STANDARD.decoded_length(row)?;
+    out.resize(at + n, 0);
+    let got = base64_simd::STANDARD
+        .decode(row, base64_simd::Out::from_slice(&mut out[at..]))?
+        .len();
+    out.truncate(at + got);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! scanning, chunking and hashing, and the int8 span search of a long-lived
 //! process — behind a small typed surface.
 
+pub mod answer;
 pub mod b64;
 pub mod chunker;
 pub mod hashing;
@@ -408,6 +409,15 @@ fn decode_base64_rows<'py>(
     Ok(PyBytes::new(py, &raw))
 }
 
+/// The vectors of an embeddings answer of OpenAI's shape with `n` base64 rows,
+/// as their bytes, read without the GIL; None for any other answer (the caller
+/// reads it as JSON).
+#[pyfunction]
+fn base64_answer<'py>(py: Python<'py>, body: &[u8], n: usize) -> Option<Bound<'py, PyBytes>> {
+    let raw = py.allow_threads(|| answer::base64_vectors(body, n))?;
+    Some(PyBytes::new(py, &raw))
+}
+
 /// First 16 hex digits of the SHA-256 of `text` (UTF-8).
 #[pyfunction]
 fn content_hash(text: &str) -> String {
@@ -439,6 +449,56 @@ fn cut_spans(
             .map(|(content, heading, start)| spans::cut(content, heading, *start, rules))
             .collect()
     })
+}
+
+/// What [`cut_spans_columns`] gives: per chunk its span count; per span its
+/// first and last line and UTF-8 size (little-endian `i32` each), text and hash.
+type SpanColumns<'py> = (
+    Vec<usize>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Vec<String>,
+    Vec<String>,
+);
+
+/// [`cut_spans`] as columns, a chunk's spans in a run (their index is `first`
+/// on): the index run keeps a chunk's spans as arrays, and a tuple of five
+/// objects a span cost it more than the cutting.
+#[pyfunction]
+#[pyo3(signature = (chunks, *, budget, min_chunk, min_sentence, first))]
+fn cut_spans_columns<'py>(
+    py: Python<'py>,
+    chunks: Vec<(String, String, i64)>,
+    budget: i64,
+    min_chunk: usize,
+    min_sentence: usize,
+    first: i64,
+) -> SpanColumns<'py> {
+    let cut = cut_spans(py, chunks, budget, min_chunk, min_sentence, first);
+    let counts: Vec<usize> = cut.iter().map(Vec::len).collect();
+    let total: usize = counts.iter().sum();
+    let (mut starts, mut ends, mut sizes) = (
+        Vec::with_capacity(total * 4),
+        Vec::with_capacity(total * 4),
+        Vec::with_capacity(total * 4),
+    );
+    let (mut texts, mut hashes) = (Vec::with_capacity(total), Vec::with_capacity(total));
+    for (_, a, b, text, hash) in cut.into_iter().flatten() {
+        starts.extend_from_slice(&(a as i32).to_le_bytes());
+        ends.extend_from_slice(&(b as i32).to_le_bytes());
+        sizes.extend_from_slice(&(text.len() as i32).to_le_bytes());
+        texts.push(text);
+        hashes.push(hash);
+    }
+    (
+        counts,
+        PyBytes::new(py, &starts),
+        PyBytes::new(py, &ends),
+        PyBytes::new(py, &sizes),
+        texts,
+        hashes,
+    )
 }
 
 /// Heading level of each line (0 = none), fence-aware as the chunker is.
@@ -530,7 +590,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compute_chunk_id, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(cut_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(cut_spans_columns, m)?)?;
     m.add_function(wrap_pyfunction!(decode_base64_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(base64_answer, m)?)?;
     m.add_function(wrap_pyfunction!(clean_content_for_embedding, m)?)?;
     m.add_function(wrap_pyfunction!(heading_levels, m)?)?;
     m.add_function(wrap_pyfunction!(best_groups, m)?)?;

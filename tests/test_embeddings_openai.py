@@ -174,6 +174,41 @@ def test_base64_vectors_match_floats(server: FakeServer, mode: str) -> None:
     assert [r["body"]["encoding_format"] for r in server.embedding_requests()] == ["base64"]
 
 
+def test_the_answer_reader_reads_what_the_json_path_reads() -> None:
+    """Base64 answers are read by the Rust core straight to their vectors; any other
+    answer goes to the JSON path, which reads it or says what is wrong, as before."""
+    import numpy as np
+
+    from memsearch_fast.embeddings._http import loads
+    from memsearch_fast.embeddings._remote import Vectors, base64_answer, parse_indexed
+
+    rows = np.random.default_rng(5).standard_normal((7, 16)).astype("<f4")
+    items = [
+        {"object": "embedding", "index": i, "embedding": base64.b64encode(r.tobytes()).decode()}
+        for i, r in enumerate(rows)
+    ]
+    items = items[3:] + items[:3]  # out of order: placed by index
+    body = json.dumps({"object": "list", "model": "m", "data": items, "usage": {"total_tokens": 3}}).encode()
+    got = base64_answer(7)(body)
+    assert isinstance(got, Vectors) and np.array_equal(got.rows, rows)
+    assert np.array_equal(got.rows, parse_indexed(loads(body), 7))
+    one = base64.b64encode(struct.pack("<f", 1.0)).decode()
+    others = [
+        (json.dumps({"data": [{"index": 0, "embedding": [1.0]}]}), 1),  # floats
+        ('{"data": [{"index": 0, "embedding": "' + one.replace("=", "\\u003d") + '"}]}', 1),  # an escape
+        (json.dumps({"data": [{"index": 0, "embedding": one}, {"index": 0, "embedding": one}]}), 2),
+        (json.dumps({"data": [{"index": "0", "embedding": one}]}), 1),
+        (json.dumps({"data": [{"embedding": one}, {"embedding": one + "AAAA"}]}), 2),
+        (json.dumps({"data": [{"embedding": one}]}), 2),
+        (json.dumps({"vectors": [one]}), 1),
+    ]
+    for text, n in others:
+        assert base64_answer(n)(text.encode()) == loads(text.encode()), text
+    assert parse_indexed(loads(others[1][0].encode()), 1).tolist() == [[1.0]]
+    with pytest.raises(ValueError):
+        base64_answer(1)(b"not json")
+
+
 def test_base64_refused_falls_back_to_floats(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
     server.base64 = "refuse"
     with caplog.at_level(logging.INFO), openai(server, dimensions=DIM) as p:

@@ -3,23 +3,12 @@ over with their spans pack exactly as the rows of a span collection do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from memsearch_fast.store.spans.collection import span_row
-from memsearch_fast.store.spans.columns import ChunkSpans, Columns, key_ints
+from memsearch_fast.store.spans.columns import ChunkSpans, Columns, SpanBlock, key_ints
 from memsearch_fast.store.spans.layout import Spans, pack
 from memsearch_fast.store.spans.reads import key_bytes, text_key
-
-
-@dataclass
-class Span:
-    index: int
-    start_line: int
-    end_line: int
-    text_hash: str
-    vector: np.ndarray
 
 
 def encode(vectors: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -32,20 +21,18 @@ def chunks() -> list[ChunkSpans]:
     rng = np.random.default_rng(7)
     out = []
     for c in range(5):
-        # spans handed over out of order in one chunk: stored in span order all the same
-        order = [3, 1, 2] if c == 2 else list(range(1, 2 + c))
-        spans = [Span(i, 10 * c + i, 10 * c + i + 1, f"{c:08x}{i:08x}", rng.standard_normal(8)) for i in order]
-        out.append(ChunkSpans(f"chunk{c}", f"/notes/{c}.md", 10 * c, 10 * c + 9, rng.standard_normal(8), spans))
+        n = 1 + c
+        lines = np.arange(10 * c + 1, 10 * c + 1 + n, dtype=np.int32)
+        block = SpanBlock(
+            lines, lines + 1, [f"{c:08x}{i:08x}" for i in range(1, n + 1)], rng.standard_normal((n, 8)), first=1
+        )
+        out.append(ChunkSpans(f"chunk{c}", f"/notes/{c}.md", 10 * c, 10 * c + 9, rng.standard_normal(8), block))
     return out
 
 
 def test_chunks_pack_as_their_rows_do() -> None:
     given = chunks()
-    rows = [
-        span_row(c.chunk_hash, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector)
-        for c in given
-        for s in c.spans
-    ]
+    rows = [span_row(c.chunk_hash, c.source, *s) for c in given for s in c.spans.rows()]
     by_rows = Columns.from_rows(rows, encode)
     by_chunks, picks = Columns.from_chunks(given, encode)
     for a, b in zip(by_rows, by_chunks, strict=True):
@@ -56,10 +43,10 @@ def test_chunks_pack_as_their_rows_do() -> None:
     assert packed.index.tolist() == [1, 2, 3]  # span order
     assert [key_bytes(k).hex() for k in packed.key_ints.tolist()] == [f"00000002{i:08x}" for i in (1, 2, 3)]
     # lines and codes come back as they went in: the lines counted from the chunk's first
-    spans = sorted(given[2].spans, key=lambda s: s.index)
-    assert packed.starts.tolist() == [s.start_line for s in spans]
-    assert packed.ends.tolist() == [s.end_line for s in spans]
-    codes, scales = encode([s.vector for s in spans])
+    spans = given[2].spans
+    assert packed.starts.tolist() == spans.starts.tolist()
+    assert packed.ends.tolist() == spans.ends.tolist()
+    codes, scales = encode(list(spans.vectors))
     assert np.array_equal(packed.codes, codes) and np.array_equal(packed.scales, scales)
 
 

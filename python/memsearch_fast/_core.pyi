@@ -11,6 +11,7 @@ __all__ = [
     "FileChunks",
     "ScannedFile",
     "__version__",
+    "base64_answer",
     "best_groups",
     "best_in_groups",
     "chunk_files",
@@ -19,6 +20,7 @@ __all__ = [
     "compute_chunk_id",
     "content_hash",
     "cut_spans",
+    "cut_spans_columns",
     "decode_base64_rows",
     "heading_levels",
     "scan_paths",
@@ -112,9 +114,13 @@ def chunk_files(
 def compute_chunk_id(source: str, start_line: int, end_line: int, content_hash: str, model: str) -> str: ...
 def content_hash(text: str) -> str: ...
 def decode_base64_rows(text: str, row_len: int) -> bytes: ...
+def base64_answer(body: bytes, n: int) -> bytes | None: ...
 def cut_spans(
     chunks: list[tuple[str, str, int]], *, budget: int, min_chunk: int, min_sentence: int, first: int
 ) -> list[list[tuple[int, int, int, str, str]]]: ...
+def cut_spans_columns(
+    chunks: list[tuple[str, str, int]], *, budget: int, min_chunk: int, min_sentence: int, first: int
+) -> tuple[list[int], bytes, bytes, bytes, list[str], list[str]]: ...
 def clean_content_for_embedding(text: str) -> str: ...
 def heading_levels(lines: list[str]) -> list[int]: ...
 def best_groups(

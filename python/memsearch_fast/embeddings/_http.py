@@ -228,8 +228,10 @@ async def post_json(
     max_delay: float,
     key_env: str | None = None,
     key_rejected: Callable[[int, str], bool] | None = None,
+    decode: Callable[[bytes], Any] = loads,
 ) -> Any:
-    """POST *payload* and return the decoded JSON answer, retrying 429/5xx and network errors.
+    """POST *payload* and return the answer as *decode* reads it (JSON), retrying 429/5xx
+    and network errors.
 
     Raises ``EmbeddingAPIError`` with a one-line message for anything else.
     401/403, and any answer ``key_rejected(status, message)`` recognises (an
@@ -247,7 +249,7 @@ async def post_json(
         else:
             if response.status < 300:
                 try:
-                    return loads(response.body)
+                    return decode(response.body)
                 except ValueError:
                     raise EmbeddingAPIError(f"{what} at {where} answered with invalid JSON", response.status) from None
             status = response.status

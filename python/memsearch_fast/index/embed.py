@@ -17,17 +17,17 @@ embedded twice, once whole and once in pieces.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
-import operator
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memsearch_fast._core import Chunk, clean_content_for_embedding
-from memsearch_fast.index.spans import SpanFields, utf8_size
-from memsearch_fast.index.spans import cut as cut_spans
+from memsearch_fast.index.spans import cut_columns
+from memsearch_fast.store.spans.columns import SpanBlock
 
 if TYPE_CHECKING:
     from memsearch_fast.embeddings import EmbeddingProvider
@@ -38,25 +38,18 @@ EMBED_SORT_WINDOW = 2048
 
 
 @dataclass(slots=True)
-class SpanVector:
-    """One span of a chunk with its vector (float32: a fifth of a list's memory)."""
-
-    index: int
-    start_line: int
-    end_line: int
-    text_hash: str
-    vector: np.ndarray | None = None
-
-
-@dataclass(slots=True)
 class Pending:
     """A chunk on its way to the store; ``spans`` is None when the span pass,
-    not this stage, gives it its span rows (empty: a short chunk needs none)."""
+    not this stage, gives it its span rows (empty: a short chunk needs none).
+    ``left`` counts its texts not embedded yet, ``read`` says whether the model
+    read one (not the store)."""
 
     chunk_id: str
     chunk: Chunk
     vector: list[float] | np.ndarray | None = None
-    spans: list[SpanVector] | None = None
+    spans: SpanBlock | None = None
+    left: int = 0
+    read: bool = False
 
 
 def embed_batch_size(provider: EmbeddingProvider) -> int:
@@ -79,27 +72,25 @@ def embedding_text(chunk: Chunk) -> str:
     return clean_content_for_embedding(chunk.content) or chunk.content
 
 
-_Text = tuple[int, str, Pending, int]
-
-
 #: Chunks cut into spans in one call to the Rust core.
 CUT_BATCH = 256
-#: The key texts are sorted by: their size (a C call, not a Python one, per text).
-_first = operator.itemgetter(0)
 
 
-def _mean(parts: list[SpanVector]) -> np.ndarray:
-    """The chunk's vector: the normalised mean of its spans' (their sum, normalised:
-    a chunk a call, so the fewest array operations), a float32 row as the providers
-    give theirs (as a list it took 8 times the memory: 40 MB held at 50 MB of journals)."""
-    vectors = [s.vector for s in parts if s.vector is not None]
-    m = np.array(vectors[0], np.float32)  # a copy: the spans keep their own
-    for v in vectors[1:]:
-        m += v
+def _mean(spans: SpanBlock) -> np.ndarray:
+    """The chunk's vector: the normalised mean of its spans' (their sum, normalised),
+    a float32 row as the providers give theirs."""
+    assert spans.vectors is not None
+    m: np.ndarray = spans.vectors.sum(axis=0, dtype=np.float32)
     n = math.sqrt(float(np.dot(m, m)))
     if n > 0:
         m *= 1.0 / n
     return m
+
+
+def _objects(items: list[Any]) -> np.ndarray:
+    """*items* as a numpy array of objects (fancy indexing at C speed)."""
+    out: np.ndarray = np.fromiter(items, dtype=object, count=len(items))
+    return out
 
 
 class EmbedStage:
@@ -112,6 +103,10 @@ class EmbedStage:
     ``spans`` a long chunk is embedded as its spans; ``window`` then counts texts,
     and ``known`` (span text hashes, the files of their chunks -> stored
     vectors) spares the spans of an edited chunk that did not change.
+
+    The texts wait in four parallel lists (UTF-8 size, text, chunk, slot: -1 the
+    chunk's own text, else a span's), sorted and cut with numpy: half a million
+    span texts at 50 MB of journals, where a tuple and a call a text cost seconds.
     """
 
     def __init__(
@@ -135,12 +130,9 @@ class EmbedStage:
         self.batch_size = max(1, batch_size)
         # A whole number of batches: no short batch in the middle of a run.
         self.window = -(-max(window, self.batch_size) // self.batch_size) * self.batch_size
-        # (UTF-8 length, text, its chunk, slot): slot -1 the chunk's own text, else a span's
-        self._buffer: list[_Text] = []
+        self._buffer = _Texts()
         self._spans = spans
         self._known = known
-        self._left: dict[int, int] = {}  # id(pending) -> texts of it not embedded yet
-        self._read: set[int] = set()  # id(pending) of chunks the model read a text of
         self._slots = asyncio.Semaphore(max(1, in_flight))
         self._tasks: set[asyncio.Task[None]] = set()
         self._error: BaseException | None = None
@@ -148,7 +140,7 @@ class EmbedStage:
         self._waiting: dict[str, list[Pending]] = {}
         self._hold = hold
         # content hash -> vector (and spans) whose row is not written yet
-        self._delivered: dict[str, tuple[list[float] | np.ndarray, list[SpanVector] | None]] = {}
+        self._delivered: dict[str, tuple[list[float] | np.ndarray, SpanBlock | None]] = {}
         self.embedded = 0  # chunks the model read (whole, or some of their spans)
         self.span_texts = 0  # span texts sent to the provider
         self.span_reused = 0  # span texts that took a stored vector
@@ -182,64 +174,64 @@ class EmbedStage:
             self.shared += len(ready)
             await self._deliver(ready)
         while len(self._buffer) >= self.window:
-            window, self._buffer = self._buffer[: self.window], self._buffer[self.window :]
-            await self._launch_sorted(window)
+            await self._launch_sorted(self._buffer.take(self.window))
 
     def _queue_new(self, new: list[Pending]) -> int:
-        """Buffer the texts of chunks met here first: their spans cut by the Rust core
-        without the GIL, :data:`CUT_BATCH` chunks a call (the core's memory for a call
-        is kept by its allocator for the next: a small batch keeps it small)."""
-        if not self._spans:
-            return sum(self._queue(p, None) for p in new)
-        queued = 0
-        for at in range(0, len(new), CUT_BATCH):
-            part = new[at : at + CUT_BATCH]
-            cuts = cut_spans([(p.chunk.content, p.chunk.heading, p.chunk.start_line) for p in part])
-            queued += sum(self._queue(p, parts) for p, parts in zip(part, cuts, strict=True))
-        return queued
-
-    def _queue(self, p: Pending, parts: list[SpanFields] | None) -> int:
-        """Buffer *p*'s texts: its spans' (*parts*, with spans on, for a long chunk), or
-        its own; returns their UTF-8 bytes.
+        """Buffer the texts of chunks met here first, returning their UTF-8 bytes: their
+        spans cut by the Rust core without the GIL, :data:`CUT_BATCH` chunks a call (the
+        core's memory for a call is kept by its allocator for the next: a small batch
+        keeps it small). A chunk with no spans (short, or spans off) is its own text.
 
         UTF-8 length tracks token count better than characters (a CJK
         character is a token, an English word of five letters about one).
         """
-        c = p.chunk
-        if parts is not None:
-            p.spans = [SpanVector(i, a, b, h) for i, a, b, _, h in parts]
-            if parts:
-                self._left[id(p)] = len(parts)
-                texts = [(utf8_size(s[3]), s[3], p, i) for i, s in enumerate(parts)]
-                self._buffer.extend(texts)
-                return sum(n for n, *_ in texts)
-        t = embedding_text(c)
-        self._left[id(p)] = 1
-        self._buffer.append((len(t.encode()), t, p, -1))
-        return self._buffer[-1][0]
+        queued = 0
+        buf = self._buffer
+        for at in range(0, len(new), CUT_BATCH) if self._spans else ():
+            part = new[at : at + CUT_BATCH]
+            blocks, texts, sizes = cut_columns([(p.chunk.content, p.chunk.heading, p.chunk.start_line) for p in part])
+            buf.sizes.extend(sizes.tolist())
+            buf.texts.extend(texts)
+            queued += int(sizes.sum())
+            for p, block in zip(part, blocks, strict=True):
+                p.spans = block
+                p.left = len(block)
+                buf.owners.extend(itertools.repeat(p, p.left))
+                buf.slots.extend(range(p.left))
+        for p in new:
+            if not p.left:
+                t = embedding_text(p.chunk)
+                p.left = 1
+                buf.add(len(t.encode()), t, p, -1)
+                queued += buf.sizes[-1]
+        return queued
 
-    async def _take_known(self, entries: list[_Text]) -> list[_Text]:
+    async def _take_known(self, entries: _Texts) -> _Texts:
         """Spans whose text has a stored vector take it; the rest are returned."""
-        wanted = [(p, slot) for _, _, p, slot in entries if slot >= 0]
-        if not wanted:
+        spanned = [(p, slot) for p, slot in zip(entries.owners, entries.slots, strict=True) if slot >= 0 and p.spans]
+        if not spanned:
             return entries
         assert self._known is not None
-        hashes = list({p.spans[slot].text_hash for p, slot in wanted if p.spans is not None})
-        known = await self._known(hashes, list({p.chunk.source: None for p, _ in wanted}))
+        hashes = list({p.spans.hashes[slot]: None for p, slot in spanned if p.spans})
+        sources = list({p.chunk.source: None for p, _ in spanned})
+        known = await self._known(hashes, sources)
         if not known:
             return entries
-        rest: list[_Text] = []
+        rest = _Texts()
         out: list[Pending] = []
         spared = 0
-        for e in entries:
-            size, _, p, slot = e
-            v = known.get(p.spans[slot].text_hash) if slot >= 0 and p.spans is not None else None
+        for size, t, p, slot in zip(entries.sizes, entries.texts, entries.owners, entries.slots, strict=True):
+            v = known.get(p.spans.hashes[slot]) if slot >= 0 and p.spans else None
             if v is None:
-                rest.append(e)
-            else:
-                self.span_reused += 1
-                spared += size
-                self._arrived(p, slot, v, out, read=False)
+                rest.add(size, t, p, slot)
+                continue
+            self.span_reused += 1
+            spared += size
+            v = np.asarray(v, dtype=np.float32)
+            self._put_span(p, slot, v)
+            p.left -= 1
+            if not p.left:
+                self._finish_chunk(p, out)
         self._on_work(0, spared)
         if out:
             await self._deliver(out)
@@ -250,22 +242,17 @@ class EmbedStage:
         for h in content_hashes:
             self._delivered.pop(h, None)
 
-    def _arrived(self, p: Pending, slot: int, v: Any, out: list[Pending], *, read: bool = True) -> None:
-        """Vector *v* of *p*'s text *slot* (*read*: from the model, not the store);
-        *p* (and its identical copies) go to *out* once all its texts have theirs."""
-        if slot < 0:
-            p.vector = v
-        else:
-            assert p.spans is not None
-            p.spans[slot].vector = np.asarray(v, dtype=np.float32)
-        if read:
-            self._read.add(id(p))
-        left = self._left.pop(id(p)) - 1
-        if left:
-            self._left[id(p)] = left
-            return
-        if slot >= 0:
-            assert p.spans is not None
+    @staticmethod
+    def _put_span(p: Pending, slot: int, v: np.ndarray) -> None:
+        spans = p.spans
+        assert spans is not None
+        if spans.vectors is None:
+            spans.vectors = np.empty((len(spans), v.shape[-1]), np.float32)
+        spans.vectors[slot] = v
+
+    def _finish_chunk(self, p: Pending, out: list[Pending]) -> None:
+        """Every text of *p* has its vector: *p* (and its identical copies) go to *out*."""
+        if p.spans:
             p.vector = _mean(p.spans)
         out.append(p)
         h = p.chunk.content_hash
@@ -276,43 +263,56 @@ class EmbedStage:
         if self._hold:
             assert p.vector is not None
             self._delivered[h] = (p.vector, p.spans)
-        if id(p) in self._read:
-            self._read.discard(id(p))
+        if p.read:
             self.embedded += 1
         else:
             self.from_stored += 1
 
-    async def _launch_sorted(self, entries: list[_Text]) -> None:
+    async def _launch_sorted(self, entries: _Texts) -> None:
         if self._known is not None:
             entries = await self._take_known(entries)
+        n = len(entries)
+        if not n:
+            return
+        order = np.argsort(np.asarray(entries.sizes, np.int64), kind="stable")
+        texts = _objects(entries.texts)[order].tolist()
+        owners = _objects(entries.owners)[order]
+        slots = np.asarray(entries.slots, np.int64)[order]
+        sizes = np.asarray(entries.sizes, np.int64)[order]
         # One text, one embedding: a line repeated across chunks is sent once.
-        owners: dict[str, list[tuple[Pending, int]]] = {}
-        sizes: dict[str, int] = {}
-        for size, t, p, slot in sorted(entries, key=_first):
-            owners.setdefault(t, []).append((p, slot))
-            sizes[t] = size
-        texts = list(owners)
-        for i in range(0, len(texts), self.batch_size):
-            part = texts[i : i + self.batch_size]
-            await self._launch([owners[t] for t in part], part, sum(sizes[t] * len(owners[t]) for t in part))
+        unique = list(dict.fromkeys(texts))
+        at = {t: i for i, t in enumerate(unique)}
+        rows = np.fromiter(map(at.__getitem__, texts), np.int64, n)
+        for i in range(0, len(unique), self.batch_size):
+            mine = (rows >= i) & (rows < i + self.batch_size)
+            batch = (owners[mine].tolist(), slots[mine].tolist(), (rows[mine] - i).tolist())
+            await self._launch(batch, unique[i : i + self.batch_size], int(sizes[mine].sum()))
 
-    async def _launch(self, batch: list[list[tuple[Pending, int]]], texts: list[str], work: int) -> None:
+    async def _launch(self, batch: _Batch, texts: list[str], work: int) -> None:
         await self._slots.acquire()
         task = asyncio.create_task(self._run(batch, texts, work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[list[tuple[Pending, int]]], texts: list[str], work: int) -> None:
+    async def _run(self, batch: _Batch, texts: list[str], work: int) -> None:
         try:
-            vectors = await self._embed(texts)
-            if len(vectors) != len(batch):
-                raise RuntimeError(f"embedding provider returned {len(vectors)} vectors for {len(batch)} texts")
+            got = await self._embed(texts)
+            if len(got) != len(texts):
+                raise RuntimeError(f"embedding provider returned {len(got)} vectors for {len(texts)} texts")
             self._on_work(0, work)
+            # A chunk's own vector is the provider's row as given; spans are rows of one array.
+            vectors = np.asarray(got, dtype=np.float32) if any(slot >= 0 for slot in batch[1]) else None
             out: list[Pending] = []
-            for owners, v in zip(batch, vectors, strict=True):
-                for p, slot in owners:
-                    self._arrived(p, slot, v, out)
-            self.span_texts += sum(1 for owners in batch if owners[0][1] >= 0)
+            for p, slot, row in zip(*batch, strict=True):
+                if vectors is None or slot < 0:
+                    p.vector = got[row]
+                else:
+                    self._put_span(p, slot, vectors[row])
+                p.read = True
+                p.left -= 1
+                if not p.left:
+                    self._finish_chunk(p, out)
+            self.span_texts += len({row for slot, row in zip(batch[1], batch[2], strict=True) if slot >= 0})
             if out:
                 await self._deliver(out)
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the next add() or finish()
@@ -323,9 +323,8 @@ class EmbedStage:
 
     async def finish(self) -> None:
         """Embed what is left and wait for every batch."""
-        if self._buffer:
-            batch, self._buffer = self._buffer, []
-            await self._launch_sorted(batch)
+        if len(self._buffer):
+            await self._launch_sorted(self._buffer.take(len(self._buffer)))
         if self._tasks:
             await asyncio.gather(*list(self._tasks))
         self._raise_failure()
@@ -334,3 +333,32 @@ class EmbedStage:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+#: A launched batch: each text's chunk, slot and row in the batch's texts.
+_Batch = tuple[list[Pending], list[int], list[int]]
+
+
+@dataclass(slots=True)
+class _Texts:
+    """Texts waiting to be embedded, four parallel lists (see :class:`EmbedStage`)."""
+
+    sizes: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    owners: list[Pending] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def add(self, size: int, text: str, owner: Pending, slot: int) -> None:
+        self.sizes.append(size)
+        self.texts.append(text)
+        self.owners.append(owner)
+        self.slots.append(slot)
+
+    def take(self, n: int) -> _Texts:
+        """The first *n* texts, out of the buffer."""
+        head = _Texts(self.sizes[:n], self.texts[:n], self.owners[:n], self.slots[:n])
+        del self.sizes[:n], self.texts[:n], self.owners[:n], self.slots[:n]
+        return head

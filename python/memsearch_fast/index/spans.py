@@ -26,7 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from memsearch_fast import _core
+from memsearch_fast.store.spans.columns import SpanBlock
 
 #: Lines are grouped into one span while they fit in this many UTF-8 bytes; 0: every line
 #: is a span of its own (on agent journals, single lines ranked best: docs/retrieval.md).
@@ -78,6 +81,24 @@ def cut(chunks: Sequence[tuple[str, str, int]], budget: int = BUDGET_BYTES) -> l
     return _core.cut_spans(
         list(chunks), budget=budget, min_chunk=MIN_CHUNK_BYTES, min_sentence=MIN_SENTENCE_BYTES, first=FIRST
     )
+
+
+def cut_columns(
+    chunks: Sequence[tuple[str, str, int]], budget: int = BUDGET_BYTES
+) -> tuple[list[SpanBlock], list[str], np.ndarray]:
+    """:func:`cut` as a :class:`~memsearch_fast.store.spans.columns.SpanBlock` a chunk
+    (empty: it has none), with the texts of all their spans in that order and
+    their UTF-8 sizes: no object a span but its text and its text's hash."""
+    counts, starts, ends, sizes, texts, hashes = _core.cut_spans_columns(
+        list(chunks), budget=budget, min_chunk=MIN_CHUNK_BYTES, min_sentence=MIN_SENTENCE_BYTES, first=FIRST
+    )
+    a, b = np.frombuffer(starts, "<i4"), np.frombuffer(ends, "<i4")
+    blocks: list[SpanBlock] = []
+    at = 0
+    for n in counts:
+        blocks.append(SpanBlock(a[at : at + n], b[at : at + n], hashes[at : at + n], None, FIRST))
+        at += n
+    return blocks, texts, np.frombuffer(sizes, "<i4")
 
 
 def spans(content: str, heading: str, start_line: int, budget: int = BUDGET_BYTES) -> list[Span]:

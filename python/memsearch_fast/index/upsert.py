@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.index.embed import Pending
 from memsearch_fast.index.protocol import IndexStore
-from memsearch_fast.store.spans.columns import ChunkSpans
+from memsearch_fast.store.spans.columns import ChunkSpans, span_vectors
 
 if TYPE_CHECKING:
     from memsearch_fast.store.spans.collection import SpanStore
@@ -167,7 +167,7 @@ class UpsertStage:
         with self._spans_ready:
             if self._span_store is None:
                 store: SpanStore | SpanFile = self.store.spans  # type: ignore[attr-defined]
-                sample = [s.vector for c in extra for s in c.spans]  # its directions' fit
+                sample = span_vectors(extra)  # its directions' fit
                 self.created_spans = bool(store.create(sample))
                 self._span_store = store
         # Rows a killed run left of these chunks go first (none in a fresh database).

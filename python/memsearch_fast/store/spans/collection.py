@@ -261,11 +261,7 @@ class SpanStore:
 
     def put_chunks(self, chunks: Sequence[ChunkSpans], *, replace: bool = True) -> int:
         """:meth:`put` for chunks handed over with their spans."""
-        rows = [
-            span_row(c.chunk_hash, c.source, s.index, s.start_line, s.end_line, s.text_hash, s.vector)
-            for c in chunks
-            for s in c.spans
-        ]
+        rows = [span_row(c.chunk_hash, c.source, *span) for c in chunks for span in c.spans.rows()]
         own = [span_row(c.chunk_hash, c.source, 0, c.start_line, c.end_line, "", c.vector) for c in chunks]
         return self.put(rows, own, replace=replace)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from memsearch_fast.store.spans.layout import pack_chunks
 from memsearch_fast.store.spans.reads import KEY, text_key
 
 #: Codes (within ±31, a row a span) and scales of vectors (the span file's ``_encode``).
-Encode = Callable[[list[Any]], tuple[np.ndarray, np.ndarray]]
+Encode = Callable[[Any], tuple[np.ndarray, np.ndarray]]
 
 
 def key_ints(text_hashes: Sequence[str]) -> np.ndarray:
@@ -28,19 +29,29 @@ def key_ints(text_hashes: Sequence[str]) -> np.ndarray:
     return np.frombuffer(b"".join(text_key(h) for h in text_hashes), "<i8").reshape(n)
 
 
-class SpanLike(Protocol):
-    """One span of a chunk with its vector (``memsearch_fast.index.embed.SpanVector``)."""
+@dataclass(slots=True, eq=False)
+class SpanBlock:
+    """A chunk's spans a column each, in span order (indexes *first* on): their
+    lines, text hashes and vectors, one float32 row a span. An index run fills
+    *vectors* as its batches come back; an object a span cost it more than
+    the cutting did (half a million spans at 50 MB of journals)."""
 
-    @property
-    def index(self) -> int: ...
-    @property
-    def start_line(self) -> int: ...
-    @property
-    def end_line(self) -> int: ...
-    @property
-    def text_hash(self) -> str: ...
-    @property
-    def vector(self) -> Any: ...
+    starts: np.ndarray
+    ends: np.ndarray
+    hashes: list[str]
+    vectors: np.ndarray | None = None
+    first: int = 1
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def rows(self) -> Iterator[tuple[int, int, int, str, Any]]:
+        """``(index, start_line, end_line, text_hash, vector)`` of each span, for a
+        store that takes a row a span (a span collection)."""
+        vectors: Any = self.vectors if self.vectors is not None else [None] * len(self)
+        lines = zip(self.starts.tolist(), self.ends.tolist(), strict=True)
+        for i, ((a, b), h, v) in enumerate(zip(lines, self.hashes, vectors, strict=True)):
+            yield self.first + i, a, b, h, v
 
 
 class ChunkSpans(NamedTuple):
@@ -52,7 +63,13 @@ class ChunkSpans(NamedTuple):
     start_line: int
     end_line: int
     vector: Any  # the chunk's own, row 0 of a span collection
-    spans: Sequence[SpanLike]
+    spans: SpanBlock
+
+
+def span_vectors(chunks: Sequence[ChunkSpans]) -> np.ndarray:
+    """The vectors of the spans of *chunks*, a row each, in order."""
+    parts = [c.spans.vectors for c in chunks if len(c.spans) and c.spans.vectors is not None]
+    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
 
 class Columns(NamedTuple):
@@ -97,14 +114,16 @@ class Columns(NamedTuple):
     @classmethod
     def from_chunks(cls, chunks: Sequence[ChunkSpans], encode: Encode) -> tuple[Columns, list[np.ndarray]]:
         """The spans of *chunks*, and where each chunk's lie."""
-        flat = [s for c in chunks for s in c.spans]
-        n = len(flat)
+        blocks = [c.spans for c in chunks]
+        counts = np.fromiter(map(len, blocks), np.int64, len(blocks))
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        n = int(bounds[-1])
+        firsts = np.fromiter((b.first for b in blocks), np.int64, len(blocks))
         columns = cls(
-            np.fromiter((s.index for s in flat), np.int32, n),
-            np.fromiter((s.start_line for s in flat), np.int32, n),
-            np.fromiter((s.end_line for s in flat), np.int32, n),
-            key_ints([s.text_hash for s in flat]),
-            *encode([s.vector for s in flat]),
+            (np.arange(n) - np.repeat(bounds[:-1] - firsts, counts)).astype(np.int32),
+            np.concatenate([np.zeros(0, np.int32), *(b.starts for b in blocks)]).astype(np.int32, copy=False),
+            np.concatenate([np.zeros(0, np.int32), *(b.ends for b in blocks)]).astype(np.int32, copy=False),
+            key_ints(list(itertools.chain.from_iterable(b.hashes for b in blocks))),
+            *encode(span_vectors(chunks)),
         )
-        bounds = np.cumsum([0, *(len(c.spans) for c in chunks)]).tolist()
-        return columns, [np.arange(a, b) for a, b in itertools.pairwise(bounds)]
+        return columns, [np.arange(a, b) for a, b in itertools.pairwise(bounds.tolist())]

@@ -328,8 +328,8 @@ class SpanFile(SpanReads):
         self._write_chunks([(c.chunk_hash, c.source, c.start_line, c.end_line) for c in chunks], picks, spans)
         return len(spans.span_index) + len(chunks)
 
-    def _codes(self, vectors: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        return self._encode(vectors) if vectors else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
+    def _codes(self, vectors: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self._encode(vectors) if len(vectors) else (np.zeros((0, 0), np.int8), np.zeros(0, np.float32))
 
     def _write_chunks(self, owners: list[tuple[str, str, int, int]], picks: Sequence[Any], spans: Columns) -> None:
         """One transaction: each owner's old spans out, its spans (*picks* of *spans*) in, whole."""
