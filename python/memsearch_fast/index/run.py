@@ -5,14 +5,13 @@ whose size or mtime changed are read, and only those whose fingerprint then
 differs are diffed against their stored ids; without one, every file is read
 and every stored id consulted, and a fresh manifest is written at the end.
 
-Chunk batches come from the Rust stream on a worker thread; each batch is
-diffed against the stored ids, its new chunks take a stored vector of
-identical content where one exists (:mod:`.donors`) or are packed into
-cross-file embedding batches, and embedded rows are upserted while the next
-batches are embedded. Every queue is bounded, so memory does not grow with
-the corpus. Stale rows and the rows of vanished files are deleted only after
-the new rows are written, and the run ends with an explicit flush; an
-interrupted run leaves rows that the next run recognises by id and completes.
+Chunk batches come from the Rust stream on a worker thread; each batch is diffed
+against the stored ids, its new chunks take a stored vector of identical content
+where one exists (:mod:`.donors`) or are packed into cross-file embedding batches,
+and embedded rows are upserted while the next batches are embedded. Every queue is
+bounded, so memory does not grow with the corpus. Stale rows and the rows of
+vanished files are deleted only after the new rows are written, and the run ends
+with an explicit flush; an interrupted run leaves rows the next run completes.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from memsearch_fast.index.chunk import chunk_files
 from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
 from memsearch_fast.index.embed import EmbedStage, Pending, embed_batch_size, embed_in_flight
+from memsearch_fast.index.process import index_settings
 from memsearch_fast.index.protocol import IndexStore
 from memsearch_fast.index.report import IndexReport, NullProgress, Progress
 from memsearch_fast.index.span_pass import SpanReport
@@ -90,21 +90,22 @@ async def run_index(
             # this run too (their rows go as vanished ones), not failures.
             files = [f for f in files if os.path.lexists(os.fspath(f))]
     try:
-        return await _Run(
-            store,
-            provider,
-            files,
-            cleanup_roots=cleanup_roots,
-            unlisted=unlisted,
-            only_sources=only_sources,
-            force=force,
-            max_chunk_size=max_chunk_size,
-            overlap_lines=overlap_lines,
-            pools=parallelism or par.plan(workers),
-            progress=progress or NullProgress(),
-            manifest=manifest,
-            new_store=new_store,
-        ).execute()
+        with index_settings():
+            return await _Run(
+                store,
+                provider,
+                files,
+                cleanup_roots=cleanup_roots,
+                unlisted=unlisted,
+                only_sources=only_sources,
+                force=force,
+                max_chunk_size=max_chunk_size,
+                overlap_lines=overlap_lines,
+                pools=parallelism or par.plan(workers),
+                progress=progress or NullProgress(),
+                manifest=manifest,
+                new_store=new_store,
+            ).execute()
     finally:
         if manifest is not None:
             manifest.release()
