@@ -59,7 +59,10 @@ mod tests {
     fn reads_rows_in_index_order() {
         let body = br#"{"object":"list","data":[{"index":1,"embedding":"AACAPw=="},{"object":"embedding","index":0,"embedding":"AAAAQA=="}],"usage":{}}"#;
         let out = base64_vectors(body, 2).unwrap();
-        let v: Vec<f32> = out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let v: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(v, vec![2.0, 1.0]);
     }
 
@@ -68,11 +71,23 @@ mod tests {
         let one = r#"{"embedding":"AACAPw=="}"#;
         for (body, n) in [
             (r#"{"data":[{"index":0,"embedding":[1.0]}]}"#.to_string(), 1),
-            (format!(r#"{{"data":[{one},{{"index":0,"embedding":"AACAPw=="}}]}}"#), 2),
-            (r#"{"data":[{"index":null,"embedding":"AACAPw=="}]}"#.to_string(), 1),
-            (r#"{"data":[{"index":"0","embedding":"AACAPw=="}]}"#.to_string(), 1),
+            (
+                format!(r#"{{"data":[{one},{{"index":0,"embedding":"AACAPw=="}}]}}"#),
+                2,
+            ),
+            (
+                r#"{"data":[{"index":null,"embedding":"AACAPw=="}]}"#.to_string(),
+                1,
+            ),
+            (
+                r#"{"data":[{"index":"0","embedding":"AACAPw=="}]}"#.to_string(),
+                1,
+            ),
             (r#"{"data":[{"embedding":"AACA\/w=="}]}"#.to_string(), 1),
-            (format!(r#"{{"data":[{one},{{"embedding":"AACAPwAAgD8="}}]}}"#), 2),
+            (
+                format!(r#"{{"data":[{one},{{"embedding":"AACAPwAAgD8="}}]}}"#),
+                2,
+            ),
             (r#"{"data":[{"embedding":"AA!APw=="}]}"#.to_string(), 1),
             (format!(r#"{{"data":[{one}]}}"#), 2),
             (r#"{"data":[]}"#.to_string(), 0),
