@@ -274,11 +274,12 @@ class EmbedStage:
         n = len(entries)
         if not n:
             return
-        order = np.argsort(np.asarray(entries.sizes, np.int64), kind="stable")
+        sizes = np.asarray(entries.sizes, np.int64)
+        order = np.argsort(sizes, kind="stable")
+        sizes = sizes[order]
         texts = _objects(entries.texts)[order].tolist()
         owners = _objects(entries.owners)[order]
         slots = np.asarray(entries.slots, np.int64)[order]
-        sizes = np.asarray(entries.sizes, np.int64)[order]
         # One text, one embedding: a line repeated across chunks is sent once.
         unique = list(dict.fromkeys(texts))
         at = {t: i for i, t in enumerate(unique)}

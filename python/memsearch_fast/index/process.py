@@ -43,8 +43,7 @@ class _Settings:
                 return
             gc.unfreeze()
             blas, self._blas = self._blas, None
-            if blas is not None:
-                blas.restore_original_limits()
+            blas.restore_original_limits()
 
 
 _settings = _Settings()
@@ -61,12 +60,8 @@ def index_settings() -> Iterator[None]:
 
 
 def _blas_one_thread() -> Any:
-    """The BLAS libraries loaded (numpy's) limited to one thread; None without
-    threadpoolctl."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return None
+    """The BLAS libraries loaded (numpy's) limited to one thread."""
     import numpy  # noqa: F401 - loads its BLAS, so the limit applies to it
+    from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
