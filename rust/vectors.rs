@@ -15,6 +15,8 @@ pub struct Rows<'a> {
     dim: usize,
     scales: &'a [u8],
     offsets: &'a [u8],
+    /// Every group one row, the row of its own position (a copy's own vectors).
+    one_each: bool,
 }
 
 /// The `i`th little-endian 4 bytes of `bytes`.
@@ -43,13 +45,16 @@ impl<'a> Rows<'a> {
         }
         // One pass over the offsets, nothing copied: each at least the one before.
         let mut last: Option<u32> = None;
-        for o in offsets
+        let mut one_each = true;
+        for (i, o) in offsets
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .enumerate()
         {
             if last.map_or(o != 0, |p| p > o) {
                 return Err("offsets must rise from 0 to the number of rows".into());
             }
+            one_each &= o as usize == i;
             last = Some(o);
         }
         if !offsets.len().is_multiple_of(4) || last.map(|o| o as usize) != Some(rows) {
@@ -60,6 +65,7 @@ impl<'a> Rows<'a> {
             dim,
             scales,
             offsets,
+            one_each,
         })
     }
 
@@ -239,6 +245,12 @@ pub struct Signs<'a> {
 impl<'a> Signs<'a> {
     pub fn new(bits: &'a [u8], rows: &Rows) -> Result<Self, String> {
         let width = rows.dim.div_ceil(8);
+        if width > MAX_SIGN_BYTES {
+            return Err(format!(
+                "{} dimensions are too many for sign bits",
+                rows.dim
+            ));
+        }
         if bits.len() != width * (rows.codes.len() / rows.dim) {
             return Err(format!(
                 "{} bytes of sign bits for {} rows of {} dimensions",
@@ -250,49 +262,100 @@ impl<'a> Signs<'a> {
         Ok(Signs { bits, width })
     }
 
-    /// The fewest bits in which a row of `a..b` differs from `query` (`a < b`).
+    /// Each row's count of bits that differ from `query`, in row order: one
+    /// forward pass over the bits, in blocks over all cores.
+    fn row_distances(&self, query: &[u8]) -> Vec<u16> {
+        const BLOCK: usize = 8192;
+        let mut out = vec![0u16; self.bits.len() / self.width];
+        out.par_chunks_mut(BLOCK)
+            .zip(self.bits.par_chunks(BLOCK * self.width))
+            .for_each(|(out, bits)| {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    if std::is_x86_feature_detected!("popcnt") {
+                        // SAFETY: the CPU was just seen to have POPCNT.
+                        return unsafe { self.distances_popcnt(bits, query, out) };
+                    }
+                }
+                self.distances(bits, query, out)
+            });
+        out
+    }
+
     #[inline(always)]
-    fn nearest(&self, a: usize, b: usize, query: &[u8]) -> u32 {
-        let mut best = u32::MAX;
-        for r in a..b {
-            let row = &self.bits[r * self.width..(r + 1) * self.width];
-            let mut d = 0u32;
+    fn distances(&self, bits: &[u8], query: &[u8], out: &mut [u16]) {
+        for (row, d) in bits.chunks_exact(self.width).zip(out) {
+            let mut n = 0u32;
             let mut x = row.chunks_exact(8);
             let mut y = query.chunks_exact(8);
             for (xx, yy) in (&mut x).zip(&mut y) {
-                d += (u64::from_le_bytes(xx.try_into().unwrap())
+                n += (u64::from_le_bytes(xx.try_into().unwrap())
                     ^ u64::from_le_bytes(yy.try_into().unwrap()))
                 .count_ones();
             }
             for (xx, yy) in x.remainder().iter().zip(y.remainder()) {
-                d += (xx ^ yy).count_ones();
+                n += (xx ^ yy).count_ones();
             }
-            best = best.min(d);
+            *d = n as u16;
         }
-        best
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "popcnt")]
-    unsafe fn nearest_popcnt(&self, a: usize, b: usize, query: &[u8]) -> u32 {
-        self.nearest(a, b, query)
+    unsafe fn distances_popcnt(&self, bits: &[u8], query: &[u8], out: &mut [u16]) {
+        self.distances(bits, query, out)
     }
 
-    /// Group `g`'s fewest differing bits; None for a group without rows.
-    fn group(&self, rows: &Rows, g: usize, query: &[u8]) -> Option<u32> {
-        let (a, b) = (rows.offset(g), rows.offset(g + 1));
-        if a == b {
-            return None;
+    /// Each group's fewest differing bits over its rows; [`EMPTY`] for a group without rows.
+    fn group_distances(&self, rows: &Rows, query: &[u8]) -> Vec<u16> {
+        let by_row = self.row_distances(query);
+        if rows.one_each {
+            return by_row;
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("popcnt") {
-                // SAFETY: the CPU was just seen to have POPCNT.
-                return Some(unsafe { self.nearest_popcnt(a, b, query) });
-            }
-        }
-        Some(self.nearest(a, b, query))
+        (0..rows.groups())
+            .into_par_iter()
+            .map(|g| {
+                let (a, b) = (rows.offset(g), rows.offset(g + 1));
+                by_row[a..b].iter().copied().min().unwrap_or(EMPTY)
+            })
+            .collect()
     }
+}
+
+/// The distance of a group without rows: above any row's (a row has at most
+/// [`MAX_SIGN_BYTES`] × 8 bits).
+const EMPTY: u16 = u16::MAX;
+/// The widest sign bits a row may have, so that distances fit below [`EMPTY`].
+const MAX_SIGN_BYTES: usize = 8190;
+
+/// The `shortlist` groups of least distance, ties to the lower group (those of
+/// [`EMPTY`] never), in group order: a count of each distance finds the last one
+/// taken, then one pass picks them, where sorting 1.2 M pairs took most of a search.
+fn nearest_groups(distances: &[u16], shortlist: usize, bits: usize) -> Vec<u32> {
+    let mut count = vec![0usize; bits + 1];
+    for &d in distances.iter().filter(|&&d| d != EMPTY) {
+        count[usize::from(d)] += 1;
+    }
+    let (mut below, mut last) = (0usize, bits);
+    for (d, &n) in count.iter().enumerate() {
+        if below + n >= shortlist {
+            last = d;
+            break;
+        }
+        below += n;
+    }
+    let mut at_last = shortlist.saturating_sub(below);
+    let last = last as u16;
+    let mut picked = Vec::with_capacity(shortlist.min(distances.len()));
+    for (g, &d) in distances.iter().enumerate() {
+        if d < last || (d == last && d != EMPTY && at_last > 0) {
+            if d == last {
+                at_last -= 1;
+            }
+            picked.push(g as u32);
+        }
+    }
+    picked
 }
 
 /// [`top_groups`] over a shortlist: the `shortlist` groups whose rows' sign bits
@@ -312,20 +375,15 @@ pub fn top_groups_shortlisted(
     }
     let mut bits = query.positive.clone();
     bits.resize(signs.width, 0);
-    let mut near: Vec<(u32, u32)> = (0..rows.groups())
-        .into_par_iter()
-        .filter_map(|g| signs.group(rows, g, &bits).map(|d| (d, g as u32)))
-        .collect();
-    if shortlist == 0 || near.is_empty() {
+    if shortlist == 0 {
         return Vec::new();
     }
-    if shortlist < near.len() {
-        near.select_nth_unstable(shortlist - 1);
-        near.truncate(shortlist);
-    }
-    // In memory order: the rows are read forward, as the hardware prefetches them.
-    let mut picked: Vec<u32> = near.into_iter().map(|(_, g)| g).collect();
-    picked.sort_unstable();
+    // In group order: the rows are read forward, as the hardware prefetches them.
+    let picked = nearest_groups(
+        &signs.group_distances(rows, &bits),
+        shortlist,
+        8 * signs.width,
+    );
     let mut best: Vec<(u32, u32, f32)> = picked
         .par_iter()
         .filter_map(|&g| rows.best(g as usize, query).map(|(r, s)| (g, r, s)))
@@ -441,6 +499,86 @@ mod tests {
         assert_eq!(tiny.positive[1] & 0b10, 0b10);
         // Bits that are not a row's worth each are refused.
         assert!(Signs::new(&bits[1..], &rows).is_err());
+    }
+
+    #[test]
+    fn the_shortlist_is_the_least_distances_ties_to_the_lower_group() {
+        // Distances of a few values (many ties) and groups without rows, against
+        // sorting every (distance, group) pair, for shortlists of every length.
+        let mut state = 0x9e37_79b9_u32;
+        let distances: Vec<u16> = (0..300)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                if state.is_multiple_of(11) {
+                    EMPTY
+                } else {
+                    (state % 7) as u16
+                }
+            })
+            .collect();
+        let mut pairs: Vec<(u16, u32)> = distances
+            .iter()
+            .enumerate()
+            .filter(|(_, &d)| d != EMPTY)
+            .map(|(g, &d)| (d, g as u32))
+            .collect();
+        pairs.sort_unstable();
+        for shortlist in 1..=distances.len() + 2 {
+            let mut want: Vec<u32> = pairs.iter().take(shortlist).map(|&(_, g)| g).collect();
+            want.sort_unstable();
+            assert_eq!(
+                nearest_groups(&distances, shortlist, 8),
+                want,
+                "shortlist {shortlist}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_row_a_group_is_searched_as_groups_are() {
+        // The same rows as groups of one, and with an empty group between two of
+        // them: the shortlist names the same rows either way.
+        let (dim, n) = (24, 200);
+        let mut state = 0x2545_f491_u32;
+        let mut codes_i8 = Vec::with_capacity(dim * n);
+        for _ in 0..dim * n {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            codes_i8.push(((state % 255) as i32 - 127) as i8);
+        }
+        let codes: Vec<u8> = codes_i8.iter().map(|&c| c as u8).collect();
+        let scales = bytes_f32(&vec![1.0 / 127.0; n]);
+        let each: Vec<u32> = (0..=n as u32).collect();
+        let mut gap: Vec<u32> = (0..=n as u32).collect();
+        gap.insert(100, 100); // group 100 empty, rows 100.. one group later
+        let bits = sign_bits(&codes_i8, dim);
+        let q: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.7).sin()).collect();
+        let query = Query::new(&q);
+        let (a, b) = (bytes_u32(&each), bytes_u32(&gap));
+        let one = Rows::new(&codes, dim, &scales, &a).unwrap();
+        let grouped = Rows::new(&codes, dim, &scales, &b).unwrap();
+        assert!(one.one_each && !grouped.one_each);
+        for shortlist in [1, 7, 50, 199] {
+            let x = top_groups_shortlisted(
+                &one,
+                &Signs::new(&bits, &one).unwrap(),
+                &query,
+                10,
+                shortlist,
+            );
+            let y = top_groups_shortlisted(
+                &grouped,
+                &Signs::new(&bits, &grouped).unwrap(),
+                &query,
+                10,
+                shortlist,
+            );
+            let rows_of = |t: &[(u32, u32, f32)]| t.iter().map(|h| (h.1, h.2)).collect::<Vec<_>>();
+            assert_eq!(rows_of(&x), rows_of(&y), "shortlist {shortlist}");
+        }
     }
 
     #[test]
