@@ -188,23 +188,50 @@ class StoreSearch(StoreSchema):
         # (and what has nothing to do is not handed to the pool: a copy's search
         # often lacks nothing).
         calls: dict[str, Callable[[], Any]] = {}
+        if fill_first:  # first: the engine's call is begun at once, the others wait less for it
+            calls["filled"] = lambda: self.fill_sparse(pairs, ranked, query_text)
         if lacking:
             calls["own"], calls["best"] = lambda: own_of(lacking), lambda: spans_of(lacking)
-        if missing:
-            calls["rows"] = lambda: rows_of(missing)
-        if fill_first:
-            calls["filled"] = lambda: self.fill_sparse(pairs, ranked, query_text)
+        if missing or fill_first:
+            # The question's words in the hits' lines counted while the engine fills BM25.
+            calls["rows"] = lambda: self._rows_and_shares(ranked, matched, rows, missing, rows_of, query_text)
         got = dict(zip(calls, together(*calls.values()), strict=True)) if calls else {}
         if lacking:
             scores, found = merge.merge_dense(got["own"], got["best"], len(lacking))
             matched.update(found)
             ranked = merge.fill_dense(ranked, dict(scores))
-        rows.update(got.get("rows", {}))
+        got_rows, known = got.get("rows", ({}, None))
+        rows.update(got_rows)
         filled = got.get("filled")
         ranked = [(cid, score) for cid, score in ranked if cid in rows]  # a span whose chunk is gone: skipped
         return self.fuse_lists(
-            ranked, matched, pairs, rows, query_text, top_k=top_k, deep=deep, explain=explain, filled=filled
+            ranked,
+            matched,
+            pairs,
+            rows,
+            query_text,
+            top_k=top_k,
+            deep=deep,
+            explain=explain,
+            filled=filled,
+            shares=known,
         )
+
+    @staticmethod
+    def _rows_and_shares(
+        ranked: list[tuple[str, float]],
+        matched: dict[str, dict[str, Any]],
+        rows: dict[str, dict[str, Any]],
+        missing: list[str],
+        rows_of: Callable[[list[str]], dict[str, dict[str, Any]]],
+        query_text: str,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+        """The display fields of *missing*, and the word shares of the *ranked* chunks
+        whose fields are then known (:func:`.spans.words.shares`)."""
+        from memsearch_fast.store.spans import words as span_words
+
+        got = rows_of(missing) if missing else {}
+        return got, span_words.shares(ranked, matched, {**rows, **got}, query_text)
 
     def fuse_lists(
         self,
@@ -218,17 +245,18 @@ class StoreSearch(StoreSchema):
         deep: int,
         explain: bool,
         filled: list[tuple[str, float]] | None = None,
+        shares: dict[str, float] | None = None,
     ) -> list[dict[str, Any]]:
         """The hits of the dense list *ranked* (chunks at their best vector, *matched*
         the spans that gave them) and the BM25 list *sparse*, fused; *rows* holds
         every ranked chunk's display fields; *filled*: :meth:`fill_sparse`'s answer
         when the caller asked already (else it is asked only when it could change
-        the answer: :func:`.fusion.fill_matters`)."""
+        the answer: :func:`.fusion.fill_matters`); *shares*: word shares counted already."""
         from memsearch_fast.store import fusion
         from memsearch_fast.store.spans import merge
         from memsearch_fast.store.spans import words as span_words
 
-        ranked, share = span_words.with_words(ranked, matched, rows, query_text)
+        ranked, share = span_words.with_words(ranked, matched, rows, query_text, shares)
         trust = fusion.trust([score for _, score in sparse], deep)
         if filled is None:
             filled = (

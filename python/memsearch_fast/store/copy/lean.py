@@ -254,15 +254,25 @@ def search(
         scores = lean.own.top(vector, wide) if among is None else lean.own.scores(vector, among)
         return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:wide]
 
-    found, sparse = together(dense, lambda: store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix))
+    spans = store.spans
+    present = spans.present()
+
+    def dense_spans() -> tuple[list[tuple[str, float]], dict[str, dict[str, Any]]]:
+        # The dense list's spans are read while the engine still ranks BM25 (it takes
+        # longer than the codes' scan): at 1 GB a search waited for both, then the reads.
+        listed = [(lean.ids[g], score) for g, score in dense()]
+        return listed, spans.best_of(vector, [cid for cid, _ in listed]) if present else {}
+
+    (listed, span_of), sparse = together(
+        dense_spans, lambda: store.sparse_search(query_text, top_k=deep, source_prefix=source_prefix)
+    )
     if any(h["chunk_hash"] not in pos for h in sparse):
         return None
-    listed = [(lean.ids[g], score) for g, score in found]
-    spans = store.spans
-    asked = [*(cid for cid, _ in listed), *(h["chunk_hash"] for h in sparse)]
-    span_of = spans.best_of(vector, asked) if spans.present() else {}
-    ranked, matched = merge.merge_dense(listed, list(span_of.values()), deep)
     scored = dict(listed)  # the deeper list scored some of the BM25 hits the fused depth left out
+    rest = [h["chunk_hash"] for h in sparse if h["chunk_hash"] not in scored]
+    if present and rest:
+        span_of = {**span_of, **spans.best_of(vector, rest)}
+    ranked, matched = merge.merge_dense(listed, list(span_of.values()), deep)
 
     def own_of(lacking: list[str]) -> list[tuple[str, float]]:
         asked = [pos[cid] for cid in lacking if cid not in scored]

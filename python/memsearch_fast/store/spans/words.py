@@ -58,10 +58,12 @@ def with_words(
     matched: dict[str, dict[str, Any]],
     rows: dict[str, dict[str, Any]],
     question: str,
+    known: dict[str, float] | None = None,
 ) -> tuple[list[tuple[str, float]], dict[str, float]]:
     """The dense list with each chunk's score raised by :data:`WORD_BONUS` times the
     share of the question's words found in the lines that gave it its score (its
-    best span, or its best item), best first, and each chunk's share.
+    best span, or its best item), best first, and each chunk's share (those in
+    *known* already counted, :func:`shares`).
 
     The model scores a fact and its look-alikes (the same sentence about another
     project, with other numbers) nearly alike; BM25 sees the words, but over the
@@ -71,9 +73,26 @@ def with_words(
     asked = words(question)
     if not asked:
         return ranked, {}
-    share = {cid: _share(asked, rows[cid], matched.get(cid)) for cid, _ in ranked if cid in rows}
+    known = known or {}
+    share = {
+        cid: known[cid] if cid in known else _share(asked, rows[cid], matched.get(cid))
+        for cid, _ in ranked
+        if cid in rows
+    }
     out = [(cid, score + WORD_BONUS * share.get(cid, 0.0)) for cid, score in ranked]
     return sorted(out, key=lambda kv: -kv[1]), share
+
+
+def shares(
+    ranked: list[tuple[str, float]], matched: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], question: str
+) -> dict[str, float]:
+    """The shares :func:`with_words` gives the chunks of *ranked* that *rows* holds:
+    counted while the engine is still asked for something else (a chunk's share
+    depends on its row and its span alone)."""
+    asked = words(question)
+    if not asked:
+        return {}
+    return {cid: _share(asked, rows[cid], matched.get(cid)) for cid, _ in ranked if cid in rows}
 
 
 def _share(asked: set[str], row: dict[str, Any], hit: dict[str, Any] | None) -> float:
