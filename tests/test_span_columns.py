@@ -4,6 +4,7 @@ over with their spans pack exactly as the rows of a span collection do."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from memsearch_fast.store.spans.collection import span_row
 from memsearch_fast.store.spans.columns import ChunkSpans, Columns, SpanBlock, key_ints
@@ -80,3 +81,13 @@ def test_keys_of_other_strings_are_hashed_as_one_at_a_time() -> None:
     # sixteen characters that are no hex: hashed, not decoded
     assert np.array_equal(key_ints(["zz23456789abcdef"]), np.frombuffer(text_key("zz23456789abcdef"), "<i8"))
     assert key_ints([]).shape == (0,)
+
+
+def test_spans_without_their_vectors_are_refused_not_skipped() -> None:
+    given = chunks()
+    given[1] = given[1]._replace(spans=SpanBlock(given[1].spans.starts, given[1].spans.ends, given[1].spans.hashes))
+    # Skipped, the next chunks' vectors would take its spans' places.
+    with pytest.raises(ValueError, match="without their vectors"):
+        Columns.from_chunks(given, encode)
+    empty = given[0]._replace(spans=SpanBlock(np.zeros(0, np.int32), np.zeros(0, np.int32), []))
+    assert len(Columns.from_chunks([empty, given[2]], encode)[0].codes) == len(given[2].spans)

@@ -67,8 +67,14 @@ class ChunkSpans(NamedTuple):
 
 
 def span_vectors(chunks: Sequence[ChunkSpans]) -> np.ndarray:
-    """The vectors of the spans of *chunks*, a row each, in order."""
-    parts = [c.spans.vectors for c in chunks if len(c.spans) and c.spans.vectors is not None]
+    """The vectors of the spans of *chunks*, a row each, in order (a chunk whose
+    spans lack them is refused: the rows would fall out of line with the spans)."""
+    parts: list[np.ndarray] = []
+    for c in chunks:
+        if len(c.spans):
+            if c.spans.vectors is None:
+                raise ValueError("a chunk's spans are handed over without their vectors")
+            parts.append(c.spans.vectors)
     return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
 
