@@ -336,7 +336,8 @@ fn nearest_groups(distances: &[u16], shortlist: usize, bits: usize) -> Vec<u32> 
     for &d in distances.iter().filter(|&&d| d != EMPTY) {
         count[usize::from(d)] += 1;
     }
-    let (mut below, mut last) = (0usize, bits);
+    // Past every distance: a shortlist longer than the groups with rows takes them all.
+    let (mut below, mut last) = (0usize, bits + 1);
     for (d, &n) in count.iter().enumerate() {
         if below + n >= shortlist {
             last = d;
@@ -514,7 +515,7 @@ mod tests {
                 if state.is_multiple_of(11) {
                     EMPTY
                 } else {
-                    (state % 7) as u16
+                    (state % 9) as u16 // up to 8, every bit of a byte: the farthest a row can be
                 }
             })
             .collect();

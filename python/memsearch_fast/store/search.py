@@ -177,7 +177,8 @@ class StoreSearch(StoreSchema):
         own vectors' cosines, *spans_of*: their best spans' hits), the ranked chunks
         *rows* lacks get their display fields (*rows_of*), and with *fill_first* the
         dense hits' BM25 scores are asked beside them (else only when they could
-        change the answer, :meth:`fuse_lists`); then the lists are fused."""
+        change the answer, :meth:`fuse_lists`), the question's word shares counted
+        meanwhile for the chunks whose fields are known; then the lists are fused."""
         from memsearch_fast.store.spans import merge
 
         pairs = [(h["chunk_hash"], h["distance"]) for h in sparse_hits]
