@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import re
 
-from memsearch_fast.index.spans import FIRST, MIN_CHUNK_BYTES, MIN_SENTENCE_BYTES, utf8_size
+from memsearch_fast.index.spans import FIRST, MIN_CHUNK_BYTES, MIN_SENTENCE_BYTES
 from memsearch_fast.store.spans.words import LIST_ITEM, has_word, no_text
+
+
+def utf8_size(text: str) -> int:
+    """UTF-8 bytes of *text* (most are ASCII: no encoding then)."""
+    return len(text) if text.isascii() else len(text.encode())
+
 
 #: A chat log's time before who speaks (``[1:56 pm]``, a bracket with a digit; ``13:56``, ``(1:56 pm)``).
 _STAMP = r"(?:\[[^\]\n]{0,40}\d[^\]\n]{0,40}\]|\(?\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?\)?)"

@@ -54,11 +54,6 @@ FIRST = 1
 #: ``.!?。！？；;`` and white space (dropped), or after a CJK stop.
 
 
-def utf8_size(text: str) -> int:
-    """UTF-8 bytes of *text* (most are ASCII: no encoding then)."""
-    return len(text) if text.isascii() else len(text.encode())
-
-
 @dataclass(frozen=True, slots=True)
 class Span:
     """Lines ``start_line``..``end_line`` (1-based, in the file) of a chunk, the
