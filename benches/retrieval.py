@@ -280,6 +280,7 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
     async def ask() -> tuple[list[int | None], list[float], dict[str, list[int | None]]]:
         ranks, took = [], []
         alone: dict[str, list[int | None]] = {"dense": [], "sparse": []}
+        nonlocal dense_by_copy
         await ms.search(facts[0].question, top_k=top_k)  # warm: model and store loaded
         for fact in facts:
             prefix = getattr(fact, "prefix", None)  # a question about one conversation of a shared store
@@ -290,18 +291,33 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
             if lists:
                 store = ms.store
                 vector = await ms.provider.embed_query(fact.question)
-                # An empty query text: the store's search ranks by the dense list alone.
-                dense = await asyncio.to_thread(store.search, vector, "", top_k=top_k, source_prefix=prefix)
+                # An empty query text ranks by the dense list alone, through the copy when the
+                # fused list went through it (it scores every span; the store past its cap does not).
+                dense, by_copy = await asyncio.to_thread(_dense_alone, ms, store, vector, top_k, prefix)
+                dense_by_copy += by_copy
                 sparse = await asyncio.to_thread(store.sparse_search, fact.question, top_k=top_k, source_prefix=prefix)
                 alone["dense"].append(rank_for(dense, fact))
                 alone["sparse"].append(rank_for(sparse, fact))
         return ranks, took, alone
 
+    dense_by_copy = 0
     ranks, took, alone = asyncio.run(ask())
     out = _scored_run(ranks, took, facts)
     if lists:
         out["lists"] = {name: scored(rs, facts) for name, rs in alone.items()}
+        out["dense_by_copy"] = dense_by_copy  # questions whose dense list the copy gave; the store the rest
     return out
+
+
+def _dense_alone(ms: Any, store: Any, vector: Any, top_k: int, prefix: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """The dense list alone by the path the fused list took (the in-memory copy when
+    loaded), and whether the copy answered."""
+    copy = ms._dense
+    if copy is not None and copy.loaded:
+        hits = copy.search(store, vector, "", top_k=top_k, source_prefix=prefix)
+        if hits is not None:
+            return hits, True
+    return list(store.search(vector, "", top_k=top_k, source_prefix=prefix)), False
 
 
 def _scored_run(ranks: list[int | None], took: list[float], facts: list[Any]) -> dict[str, Any]:
