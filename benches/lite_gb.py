@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import resource
+import subprocess
 import sys
 import threading
 import time
@@ -79,10 +80,12 @@ def main() -> None:
     root, db = Path(sys.argv[1]), sys.argv[2]
     mb = float(sys.argv[3]) if len(sys.argv) > 3 else 1000.0
     if not root.exists():
-        from benches import agent_corpus
-
+        # Built in a process of its own: this one's peak RSS is then the index run's alone.
         start = time.perf_counter()
-        agent_corpus.build(root, mb, 40, 0)
+        build = "import sys; from pathlib import Path; from benches import agent_corpus; "
+        build += "agent_corpus.build(Path(sys.argv[1]), float(sys.argv[2]), 40, 0)"
+        here = Path(__file__).resolve().parents[1]
+        subprocess.run([sys.executable, "-c", build, str(root.resolve()), str(mb)], check=True, cwd=here)
         print(json.dumps({"built_s": round(time.perf_counter() - start, 1)}), flush=True)
 
     from memsearch_fast.index import run_index
