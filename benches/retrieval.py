@@ -278,10 +278,10 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
     """hit@1, hit@5, hit@10, MRR@10 per kind and overall, and search latency; with
     *lists* (our tool), also the dense list alone and the BM25 list alone."""
 
-    async def ask() -> tuple[list[int | None], list[float], dict[str, list[int | None]]]:
+    async def ask() -> tuple[list[int | None], list[float], dict[str, list[int | None]], int]:
         ranks, took = [], []
         alone: dict[str, list[int | None]] = {"dense": [], "sparse": []}
-        nonlocal dense_by_copy
+        dense_by_copy = 0
         await ms.search(facts[0].question, top_k=top_k)  # warm: model and store loaded
         for fact in facts:
             prefix = getattr(fact, "prefix", None)  # a question about one conversation of a shared store
@@ -290,19 +290,19 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
             took.append(time.perf_counter() - start)
             ranks.append(rank_for(hits, fact))
             if lists:
-                store = ms.store
                 vector = await ms.provider.embed_query(fact.question)
                 # An empty query text ranks by the dense list alone, through the copy when the
                 # fused list went through it (it scores every span; the store past its cap does not).
-                dense, by_copy = await asyncio.to_thread(_dense_alone, ms, store, vector, top_k, prefix)
+                dense, by_copy = await asyncio.to_thread(_dense_alone, ms, vector, top_k, prefix)
                 dense_by_copy += by_copy
-                sparse = await asyncio.to_thread(store.sparse_search, fact.question, top_k=top_k, source_prefix=prefix)
+                sparse = await asyncio.to_thread(
+                    ms.store.sparse_search, fact.question, top_k=top_k, source_prefix=prefix
+                )
                 alone["dense"].append(rank_for(dense, fact))
                 alone["sparse"].append(rank_for(sparse, fact))
-        return ranks, took, alone
+        return ranks, took, alone, dense_by_copy
 
-    dense_by_copy = 0
-    ranks, took, alone = asyncio.run(ask())
+    ranks, took, alone, dense_by_copy = asyncio.run(ask())
     out = _scored_run(ranks, took, facts)
     if lists:
         out["lists"] = {name: scored(rs, facts) for name, rs in alone.items()}
@@ -310,10 +310,10 @@ def evaluate(ms: Any, facts: list[Any], top_k: int = 10, *, lists: bool = False)
     return out
 
 
-def _dense_alone(ms: Any, store: Any, vector: Any, top_k: int, prefix: str | None) -> tuple[list[dict[str, Any]], bool]:
+def _dense_alone(ms: Any, vector: Any, top_k: int, prefix: str | None) -> tuple[list[dict[str, Any]], bool]:
     """The dense list alone by the path the fused list took (the in-memory copy when
     loaded), and whether the copy answered."""
-    copy = ms._dense
+    store, copy = ms.store, ms._dense
     if copy is not None and copy.loaded:
         hits = copy.search(store, vector, "", top_k=top_k, source_prefix=prefix)
         if hits is not None:
