@@ -157,6 +157,12 @@ def _format_service(info: dict[str, Any]) -> str:
     )
     for r in info["roots"]:
         lines.append(f"  - {r['root']} [{r['collection']}] {r['state']}, {r['runs']} run(s)")
+        run = r.get("run")
+        if run:
+            lines.append(
+                f"      this run: {run['read']} of {run['files']} files read, "
+                f"{run['embedded']} of {run['queued']} chunks embedded"
+            )
         last = r.get("last_run")
         if last:
             ago = time.time() - last["at"]

@@ -105,3 +105,26 @@ class NullProgress:
     def work(self, queued: int, done: int) -> None: ...
     def spans_done(self, done: int, total: int) -> None: ...
     def finish(self) -> None: ...
+
+
+@dataclass
+class RunCounts:
+    """Counts a run as it goes, for those who cannot watch it drawn: a service's
+    ``status`` says how far its watcher's run is."""
+
+    files: int = 0
+    read: int = 0
+    queued: int = 0
+    embedded: int = 0
+
+    def start(self, files: int, size: int = 0) -> None:
+        self.files = files
+
+    def files_done(self, files: int, chunks: int, size: int = 0) -> None:
+        self.read += files
+        self.queued += chunks
+
+    def chunks_embedded(self, n: int) -> None:
+        self.embedded += n
+
+    def finish(self) -> None: ...

@@ -1,26 +1,21 @@
 """The watched roots of a database, inside its service process.
 
-Sessions and ``memsearch watch`` register roots here (``watch.lease``) instead
-of each running a process with its own model. One watch loop per root,
-collection and settings, however many leases name it, all fed by one file
-watcher (:mod:`.notify`: one inotify instance, however many roots): the same
-:func:`memsearch_fast.index.watch.watch` loop as ``memsearch watch``, each run
-an ordinary index run of that root through a ``MemSearch`` on the database
-path (so the writer lock, the manifest and lazy sync's record are exactly a
-CLI run's), embedding with the model the service lends (:mod:`.models`).
-Runs of one collection go one at a time; the others wait in the queue. Each watcher holds the
-root's watcher lock (:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch
-watch`` of the same root (the database given as the same resolved path)
-finds it taken, and a watcher here waits while such a process watches.
+Sessions and ``memsearch watch`` register roots here (``watch.lease``) instead of each running a process with
+its own model. One watch loop per root, collection and settings, however many leases name it, all fed by one
+file watcher (:mod:`.notify`: one inotify instance, however many roots): the same
+:func:`memsearch_fast.index.watch.watch` loop as ``memsearch watch``, each run an ordinary index run of that
+root through a ``MemSearch`` on the database path (so the writer lock, the manifest and lazy sync's record are
+exactly a CLI run's), embedding with the model the service lends (:mod:`.models`). Runs of one collection go one
+at a time; the others wait in the queue. Each watcher holds the root's watcher lock
+(:mod:`memsearch_fast.index.watch_lock`), so a ``memsearch watch`` of the same root (the database given as the
+same resolved path) finds it taken, and a watcher here waits while such a process watches.
 
-A lease names its holder (a session id) and, where known, its pid. It lapses
-when that process is gone or after :data:`DEFAULT_LEASE_S` seconds without
-renewal (``MEMSEARCH_WATCH_LEASE_S``); hooks renew at their events (at most
-every 30 s), and a session idle longer is re-registered at its next event.
-A root whose last lease lapsed or was released is unwatched after its run in
-hand is written; one whose path now leads through a link loses its leases
-and rows (:mod:`.root_guard`). While any root is watched the service counts
-as active, so it does not exit idle.
+A lease names its holder (a session id) and, where known, its pid. It lapses when that process is gone or after
+:data:`DEFAULT_LEASE_S` seconds without renewal (``MEMSEARCH_WATCH_LEASE_S``); hooks renew at their events (at
+most every 30 s), and a session idle longer is re-registered at its next event. A root whose last lease lapsed
+or was released is unwatched after its run in hand is written; one whose path now leads through a link loses its
+leases and rows (:mod:`.root_guard`). While any root is watched the service counts as active, so it does not
+exit idle.
 """
 
 from __future__ import annotations
@@ -32,9 +27,10 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memsearch_fast.index.report import RunCounts
 from memsearch_fast.serve import root_guard
 from memsearch_fast.serve.follow import Follower
 from memsearch_fast.serve.leases import Lease, pid_start, ttl_of
@@ -74,6 +70,8 @@ class Watched:
     #: Set by a ``memsearch watch`` that joins: it wants to see a run.
     rerun: asyncio.Event = field(default_factory=asyncio.Event)
     ended: bool = False
+    #: How far the run in hand is (files read, chunks embedded), while there is one.
+    counts: RunCounts | None = None
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -82,6 +80,7 @@ class Watched:
             "state": self.state,
             "runs": self.runs,
             "last_run": self.last,
+            "run": None if self.counts is None else asdict(self.counts),
             "leases": [
                 {"holder": x.holder, "pid": x.pid, "expires_in": round(max(0.0, x.expires - now), 1)}
                 for x in self.leases.values()
@@ -179,10 +178,9 @@ class Registry:
 
     def stop(self) -> None:
         """Stop every watcher, its run in hand cancelled (what it embedded is kept); idempotent."""
-        if self._stopped or not self._thread.is_alive():
-            self._stopped = True
+        was, self._stopped = self._stopped, True
+        if was or not self._thread.is_alive():
             return
-        self._stopped = True
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(lambda: self._closing.set() if self._closing else None)
         self._thread.join(STOP_WAIT_S + 5)
@@ -411,12 +409,12 @@ class Registry:
                     w.leases.clear()
                     w.stop.set()
                     raise RuntimeError(refused)
-                w.state = "indexing"
+                w.state, w.counts = "indexing", RunCounts()
                 try:
                     with self.models.lend(ms, str(w.settings["model_dir"]), str(w.settings["model_name"])):
-                        return await ms.index_with_report()
+                        return await ms.index_with_report(progress=w.counts)
                 finally:
-                    w.state = "watching"
+                    w.state, w.counts = "watching", None
                     # Between runs a root holds no connection nor file (the span file and its
                     # journal: two descriptors a root, which 500 roots made 1,000).
                     await asyncio.to_thread(ms.close_store)
