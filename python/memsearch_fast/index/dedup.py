@@ -12,10 +12,11 @@ deleted.
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from memsearch_fast._core import Chunk, FileChunks
+from memsearch_fast.store.manifest import Entry
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ class Dedup:
 
     def add(self, stored: Iterable[tuple[str, str]]) -> None:
         """Take in more stored ``(id, source)`` pairs (a run with a manifest
-        loads only the files it reads, a batch at a time)."""
+        asks only about files whose entries know none, a batch at a time)."""
         packed: dict[str, bytearray] = {}
         for chunk_id, source in stored:
             digest = _digest(chunk_id)
@@ -64,6 +65,20 @@ class Dedup:
             self.by_source[source] = self.by_source.get(source, b"") + bytes(buf)
         for source in self.odd:
             self.by_source.setdefault(source, b"")
+
+    def take_recorded(self, files: Iterable[FileChunks], entries: Mapping[str, Entry]) -> list[str]:
+        """Take the ids a trusted manifest's entries recorded for ``files`` (a scan of
+        the store by source costs in proportion to the corpus); returns the files
+        whose entry knows none: the store must say."""
+        ask: list[str] = []
+        for fc in files:
+            entry = entries.get(fc.path)
+            ids = None if entry is None else entry.recorded_ids()
+            if ids is None:
+                ask.append(fc.path)
+            else:
+                self.by_source[fc.path] = ids
+        return ask
 
     def stored_ids(self, source: str) -> set[str]:
         """The ids stored for ``source`` (unpacked for one file at a time)."""
@@ -125,6 +140,26 @@ def vanished(
         and not (keep and s.startswith(keep))
         and not (_hidden_under(s, prefixes) and os.path.lexists(s))
     )
+
+
+def recorded_rows(
+    sources: Iterable[str], entries: Mapping[str, Entry] | None
+) -> tuple[dict[str, list[str]], list[str]]:
+    """The stored ids of vanished ``sources`` as a trusted manifest's ``entries``
+    recorded them (those with rows), and the sources whose entries know none: their
+    rows are looked up in the store (all of them without a manifest)."""
+    if entries is None:
+        return {}, list(sources)
+    known: dict[str, list[str]] = {}
+    ask: list[str] = []
+    for source in sources:
+        entry = entries.get(source)
+        ids = None if entry is None else entry.recorded_ids()
+        if ids is None:
+            ask.append(source)
+        elif ids:
+            known[source] = [ids[i : i + _DIGEST].hex() for i in range(0, len(ids), _DIGEST)]
+    return known, ask
 
 
 def _hidden_under(source: str, prefixes: tuple[str, ...]) -> bool:

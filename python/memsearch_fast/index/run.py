@@ -30,7 +30,7 @@ from memsearch_fast.config.schema import DEFAULT_MAX_CHUNK_SIZE, DEFAULT_OVERLAP
 from memsearch_fast.embeddings import EmbeddingProvider
 from memsearch_fast.errors import one_line
 from memsearch_fast.index.chunk import chunk_files
-from memsearch_fast.index.dedup import Dedup, FilePlan, vanished
+from memsearch_fast.index.dedup import Dedup, FilePlan, recorded_rows, vanished
 from memsearch_fast.index.donors import LEARN_FIELDS, Donors
 from memsearch_fast.index.embed import EmbedStage, Pending, embed_batch_size, embed_in_flight
 from memsearch_fast.index.process import index_settings
@@ -217,15 +217,15 @@ class _Run:
             await self.upsert.finish()
             # Before the deletes: a moved chunk's spans take the vectors of its old spans.
             report.spans = await self._spans()
-            await self.upsert.delete_ids(self.stale)
             if self.unsettled and self.gone and not self.force:
                 logger.info(
                     "files moved during the run: the rows of %d vanished files wait for the next run", len(self.gone)
                 )
                 self.gone = []
-            with_rows = self._with_rows(self.gone)
-            await self.upsert.delete_sources(with_rows)
-            report.sources_removed = len(with_rows)
+            known, ask = recorded_rows(self.gone, self.old if self.loaded is not None else None)
+            await self.upsert.delete_ids([*self.stale, *(i for ids in known.values() for i in ids)])
+            await self.upsert.delete_sources(ask)
+            report.sources_removed = len(known) + len(ask)
             failed = False
         except BaseException:
             await self.embed.cancel()
@@ -366,12 +366,6 @@ class _Run:
             self.donors.defer(lambda: b"".join(e.packed() for e in old.values()))
         return paths, vanished(old, self.roots, unlisted=self.unlisted, seen=seen)
 
-    def _with_rows(self, sources: list[str]) -> list[str]:
-        """The vanished sources that may have rows (an entry known to have no chunks has none)."""
-        if self.loaded is None:
-            return sources
-        return [s for s in sources if (e := self.old[s]).size < 0 or e.packed()]
-
     def _record(self, fc: FileChunks, chunks: bytes | str) -> None:
         mtime = None if fc.mtime >= self.racy_after else fc.mtime
         self.new[fc.path] = Entry(fc.size, mtime, fc.fingerprint, chunks, fc.ino, fc.ctime)
@@ -423,9 +417,8 @@ class _Run:
                 self._record(fc, entry.chunks)
                 continue
             ready.append(fc)
-        if self.loaded is not None and ready:
-            paths = [fc.path for fc in ready]
-            await asyncio.to_thread(lambda: dedup.add(self.store.iter_ids_by_source(paths)))
+        if self.loaded is not None and (ask := dedup.take_recorded(ready, self.old)):
+            await asyncio.to_thread(lambda: dedup.add(self.store.iter_ids_by_source(ask)))
         to_place: list[Pending] = []
         learn: list[str] = []
         for fc in ready:

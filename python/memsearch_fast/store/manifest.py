@@ -114,6 +114,14 @@ class Entry:
             return raw if len(raw) % RECORD == 0 else b""
         return self.chunks
 
+    def recorded_ids(self) -> bytes | None:
+        """The 8-byte ids of the rows the file's last run left, concatenated; None
+        when the entry does not know them (unknown, or records that do not decode)."""
+        raw = self.packed()
+        if self.size < 0 or (self.chunks and not raw):
+            return None
+        return b"".join(raw[i + RECORD // 2 : i + RECORD] for i in range(0, len(raw), RECORD))
+
 
 @dataclass(slots=True)
 class Header:
