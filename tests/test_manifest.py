@@ -199,6 +199,43 @@ def test_a_manifest_this_process_left_is_taken_again_unread_until_another_writes
     assert Manifest(path).load(header) is None
 
 
+def test_entries_records_and_lists_read_back_as_written(tmp_path: Path) -> None:
+    """The records of many entries in one buffer (as each entry gives its own),
+    whether held as bytes or as the file's base64 text; a damaged entry adds none.
+    A saved, loaded and saved again manifest is the same file."""
+    import base64
+
+    from memsearch_fast.store.manifest import Entry, Header, records_of
+
+    a, b = bytes(range(32)), bytes(range(100, 116))
+    entries = {
+        "/a.md": Entry(10, 1.0, "f", a, 5, 2.0),
+        "/b.md": Entry(4, None, "g", base64.b64encode(b).decode(), 6, 3.5),
+        "/bad.md": Entry(1, 1.0, "h", "not*base64"),
+        "/torn.md": Entry(1, 1.0, "h", base64.b64encode(b"x" * 15).decode()),
+        "/unknown.md": Entry.unknown(),
+    }
+    assert records_of(entries.values()) == b"".join(e.packed() for e in entries.values()) == a + b
+    path = tmp_path / "m.json"
+    header = Header("m", 1500, 1, "c", "id")
+    Manifest(path).save(header, 3, entries)
+    first = path.read_bytes()
+    path.write_bytes(first)  # another file: read and parsed again, not taken from this process
+    loaded = Manifest(path).load(header)
+    assert loaded is not None
+
+    def stats(es: dict[str, Entry]) -> dict[str, tuple[object, ...]]:
+        return {k: (e.size, e.mtime, e.fingerprint, e.ino, e.ctime) for k, e in es.items()}
+
+    assert stats(loaded.entries) == stats(entries)
+    assert loaded.entries["/a.md"].packed() == a and records_of(loaded.entries.values()) == a + b
+    loaded.entries["/c.md"] = Entry(7, 9.0, "k", b, 8, 4.0)
+    Manifest(path).save(header, 4, loaded.entries)
+    again = json.loads(path.read_bytes())
+    added = [7, 9.0, "k", base64.b64encode(b).decode(), 8, 4.0]
+    assert again["files"] == {**json.loads(first)["files"], "/c.md": added}
+
+
 def test_noop_reads_no_file_and_fetches_no_id(tmp_path: Path, store, provider) -> None:
     root = tree(tmp_path / "notes")
     first, counting = index(store, provider, root)

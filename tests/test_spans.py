@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memsearch_fast import MemSearch
@@ -229,11 +230,38 @@ def test_spans_follow_their_chunks(notes: Path, tmp_path: Path, model_dir: Path)
 
         assert chunks_with_spans() == spanned(ms)
 
-        # A rename: every span takes its old vector.
+        def codes_of(source: str) -> list[tuple[int, int, bytes, float]]:
+            return sorted(
+                (int(r["start_line"]), int(r["end_line"]), c.tobytes(), float(sc))
+                for rows, codes, scales in spans_store.iter_codes([source])
+                for r, c, sc in zip(rows, codes, scales, strict=True)
+            )
+
+        before = codes_of(str(notes / "2026-11-20.md"))
+        assert before
+
+        # A rename: every span takes its old vector. The renamed chunks' rows are the
+        # run's own (their vectors reused): the span pass is given them, not reading
+        # them back from the store.
         (notes / "2026-11-20.md").rename(notes / "moved.md")
+        asked: list[list[str]] = []
+        read = ms.store.rows_for_ids
+
+        def rows_for_ids(ids, fields):
+            asked.append(list(fields))
+            return read(ids, fields)
+
+        ms.store.rows_for_ids = rows_for_ids  # type: ignore[method-assign]
         moved = index(ms)
+        del ms.store.rows_for_ids
         assert moved.spans is not None and moved.spans.embedded == 0 and moved.spans.reused > 0
+        assert asked and "heading" not in {f for fields in asked for f in fields}  # the donors' lookups only
         assert chunks_with_spans() == spanned(ms)
+        after = codes_of(str(notes / "moved.md"))  # the same spans, their codes made again from the vectors
+        assert [a[:2] for a in after] == [b[:2] for b in before]
+        for a, b in zip(after, before, strict=True):
+            x, y = (np.frombuffer(v[2], dtype=np.int8).astype(np.float32) for v in (a, b))
+            assert float(x @ y) / float(np.linalg.norm(x) * np.linalg.norm(y)) > 0.99
         assert not any(
             src.endswith("2026-11-20.md") for page in spans_store.iter_rows() for src in (r["source"] for r in page)
         )

@@ -1,6 +1,7 @@
 """Type stubs for the Rust extension ``memsearch_fast._core``."""
 
 import os
+from collections.abc import Iterable
 from typing import final
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "cut_spans_columns",
     "decode_base64_rows",
     "heading_levels",
+    "join_records",
     "scan_paths",
 ]
 
@@ -115,6 +117,7 @@ def compute_chunk_id(source: str, start_line: int, end_line: int, content_hash: 
 def content_hash(text: str) -> str: ...
 def decode_base64_rows(text: str, row_len: int) -> bytes: ...
 def base64_answer(body: bytes, n: int) -> bytes | None: ...
+def join_records(items: Iterable[bytes | str], record: int) -> bytes: ...
 def cut_spans(
     chunks: list[tuple[str, str, int]], *, budget: int, min_chunk: int, min_sentence: int, first: int
 ) -> list[list[tuple[int, int, int, str, str]]]: ...

@@ -39,7 +39,7 @@ from memsearch_fast.index.report import IndexReport, NullProgress, Progress
 from memsearch_fast.index.span_pass import SpanReport
 from memsearch_fast.index.upsert import UpsertStage
 from memsearch_fast.store import MAX_SOURCE_BYTES
-from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack
+from memsearch_fast.store.manifest import Entry, Header, Loaded, Manifest, pack, records_of
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +293,7 @@ class _Run:
             full=full,
             progress=told,
             near=span_pass.Near(self.donors.gave, self._gone_near(), self.donors.lookup),
+            rows=None if full else self.upsert.unspanned,
         )
         if self.upsert.wrote:  # the manifest is withdrawn: a killed refit is repaired by the next run
             await span_pass.refit(self.store, report)  # type: ignore[arg-type]
@@ -363,7 +364,7 @@ class _Run:
             else:
                 paths.append(path)
         if not self.force:
-            self.donors.defer(lambda: b"".join(e.packed() for e in old.values()))
+            self.donors.defer(lambda: records_of(old.values()))
         return paths, vanished(old, self.roots, unlisted=self.unlisted, seen=seen)
 
     def _record(self, fc: FileChunks, chunks: bytes | str) -> None:

@@ -101,10 +101,12 @@ async def write_spans(
     full: bool,
     progress: Callable[[int, int], None] | None = None,
     near: Near | None = None,
+    rows: dict[str, dict[str, Any]] | None = None,
 ) -> SpanReport:
     """Give the chunks *written* (every chunk lacking them when *full*) their span
     rows; *progress* hears (chunks done, chunks to do) after each page; *near*
-    says where stored spans of the same texts lie."""
+    says where stored spans of the same texts lie; *rows*: rows of chunks to do
+    as the store holds them (the run wrote them), not read back."""
     report = SpanReport()
     spans_store = store.spans
     written = list(written)
@@ -122,9 +124,14 @@ async def write_spans(
         todo = list(dict.fromkeys(written))
     if progress is not None and todo:
         progress(0, len(todo))
+    given = rows or {}
     for i in range(0, len(todo), PAGE):
-        rows = await asyncio.to_thread(store.rows_for_ids, todo[i : i + PAGE], _FIELDS)
-        await _page(store, provider, rows, report, near)
+        ids = todo[i : i + PAGE]
+        page = [given[c] for c in ids if c in given]
+        ask = [c for c in ids if c not in given]
+        if ask:
+            page += await asyncio.to_thread(store.rows_for_ids, ask, _FIELDS)
+        await _page(store, provider, page, report, near)
         if progress is not None:
             progress(min(len(todo), i + PAGE), len(todo))
     if missing:  # made by the first page with spans, fitted on them; or now, with none to write

@@ -36,12 +36,13 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from memsearch_fast._core import join_records
 from memsearch_fast._os import locked, open_private, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,9 @@ class Entry:
     #: their sizes and mtimes, not these (0 / 0.0: unknown, from an older manifest).
     ino: int = 0
     ctime: float = 0.0
+    #: The entry as the file lists it, once known: a save writes every entry, and at
+    #: 1 GB of journals building 97,000 unchanged lists again took 0.15-0.26 s.
+    listed: list[Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def unknown(cls, chunks: bytes | str = b"") -> Entry:
@@ -113,6 +117,13 @@ class Entry:
                 return b""
             return raw if len(raw) % RECORD == 0 else b""
         return self.chunks
+
+    def as_list(self) -> list[Any]:
+        """The entry as the manifest file lists it (never changed once made)."""
+        if self.listed is None:
+            chunks = self.chunks if isinstance(self.chunks, str) else base64.b64encode(self.chunks).decode("ascii")
+            self.listed = [self.size, self.mtime, self.fingerprint, chunks, self.ino, self.ctime]
+        return self.listed
 
     def recorded_ids(self) -> bytes | None:
         """The 8-byte ids of the rows the file's last run left, concatenated; None
@@ -176,6 +187,12 @@ def saved_copy_path(manifest: Path) -> Path:
 def pack(pairs: Iterable[tuple[str, str]]) -> bytes:
     """(content hash, chunk id) hex pairs → packed records (ids of another form are left out)."""
     return b"".join(bytes.fromhex(h[:16]) + bytes.fromhex(cid) for h, cid in pairs if len(cid) == 16)
+
+
+def records_of(entries: Iterable[Entry]) -> bytes:
+    """The packed records of many entries, joined as :meth:`Entry.packed` gives
+    each: one call into the core (a loop over 97,000 entries took 0.17 s at 1 GB)."""
+    return join_records([e.chunks for e in entries], RECORD)
 
 
 class Manifest:
@@ -357,11 +374,7 @@ class Manifest:
 
     def save(self, header: Header, rows: int, entries: dict[str, Entry]) -> None:
         """Write the manifest atomically: temp file (0600, O_EXCL, no symlink), fsync, rename."""
-        files: dict[str, list[Any]] = {}
-        for path in sorted(entries):
-            e = entries[path]
-            chunks = e.chunks if isinstance(e.chunks, str) else base64.b64encode(e.chunks).decode("ascii")
-            files[path] = [e.size, e.mtime, e.fingerprint, chunks, e.ino, e.ctime]
+        files = {path: entries[path].as_list() for path in sorted(entries)}
         # orjson: 0.03 s where json took 0.35 s for 97,000 files (1 GB of journals), the
         # same bytes; each watch event writes the whole manifest.
         body = orjson.dumps({**header.as_dict(), "rows": rows, "files": files})
@@ -406,4 +419,5 @@ def _entry(raw: Any) -> Entry | None:
         or not isinstance(ctime, (int, float))
     ):
         return None
-    return Entry(size, None if mtime is None else float(mtime), fingerprint, chunks, ino, float(ctime))
+    listed = raw if len(raw) == 6 else None  # as a save would write it again
+    return Entry(size, None if mtime is None else float(mtime), fingerprint, chunks, ino, float(ctime), listed)
