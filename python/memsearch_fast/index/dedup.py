@@ -70,14 +70,8 @@ class Dedup:
         """Take the ids a trusted manifest's entries recorded for ``files`` (a scan of
         the store by source costs in proportion to the corpus); returns the files
         whose entry knows none: the store must say."""
-        ask: list[str] = []
-        for fc in files:
-            entry = entries.get(fc.path)
-            ids = None if entry is None else entry.recorded_ids()
-            if ids is None:
-                ask.append(fc.path)
-            else:
-                self.by_source[fc.path] = ids
+        known, ask = _recorded((fc.path for fc in files), entries)
+        self.by_source.update(known)
         return ask
 
     def stored_ids(self, source: str) -> set[str]:
@@ -150,15 +144,23 @@ def recorded_rows(
     rows are looked up in the store (all of them without a manifest)."""
     if entries is None:
         return {}, list(sources)
-    known: dict[str, list[str]] = {}
+    known, ask = _recorded(sources, entries)
+    return {
+        s: [ids[i : i + _DIGEST].hex() for i in range(0, len(ids), _DIGEST)] for s, ids in known.items() if ids
+    }, ask
+
+
+def _recorded(sources: Iterable[str], entries: Mapping[str, Entry]) -> tuple[dict[str, bytes], list[str]]:
+    """The packed ids each source's entry recorded, and the sources whose entries know none."""
+    known: dict[str, bytes] = {}
     ask: list[str] = []
     for source in sources:
         entry = entries.get(source)
         ids = None if entry is None else entry.recorded_ids()
         if ids is None:
             ask.append(source)
-        elif ids:
-            known[source] = [ids[i : i + _DIGEST].hex() for i in range(0, len(ids), _DIGEST)]
+        else:
+            known[source] = ids
     return known, ask
 
 
