@@ -229,6 +229,47 @@ def test_no_answer_once_a_run_has_written_or_the_manifest_is_gone(corpus, db, mo
         assert_same_ranking(ours, store.search(vec, QUERIES[1], top_k=3))
 
 
+@pytest.mark.slow(reason="indexes a 60 KB corpus with the real model and loads the in-memory copy")
+@pytest.mark.parametrize("kind", ["full", "lean"])
+def test_a_run_that_begins_writing_during_a_search_keeps_the_copy(corpus, db, model_dir, small_ok, monkeypatch, kind):
+    """The engine's BM25 list may hold a row a run wrote after the search checked the
+    manifest: Milvus answers that search, and the copy is kept for the refresh after
+    the run, never dropped to be read again whole (711 s at 1 GB of journals)."""
+    from memsearch_fast.store.copy import lean
+
+    if kind == "lean":
+        monkeypatch.setenv(dense_index.ENV_MAX_ROWS, "10")
+    with open_ms(corpus, db, model_dir) as writer, open_ms(corpus, db, model_dir, dense_index=True) as ms:
+        asyncio.run(writer.index())
+        dense = loaded(ms)
+        first = dense._copy
+        assert isinstance(first, lean.Lean) == (kind == "lean")
+        store = ms._search_store()
+        edited = sorted(corpus.rglob("*.md"))[1]
+        text = "quokka relay port 47113"
+        vec = vector(ms, text)
+        sparse, runs = store.sparse_search, []
+
+        def run_meanwhile(query, **kw):
+            if not runs:  # a watcher's run of the edited file starts after the manifest was checked
+                edited.write_text(edited.read_text() + "\n\n## Ports\n\nThe quokka relay listens on port 47113.\n")
+                runs.append(asyncio.run(writer.index()))
+            return sparse(query, **kw)
+
+        monkeypatch.setattr(store, "sparse_search", run_meanwhile)
+        read: list[str] = []
+        no_full_read(dense, read)
+        assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None, "the copy answered without the row"
+        assert runs and dense._copy is first, "the copy was dropped"
+        monkeypatch.setattr(store, "sparse_search", sparse)
+        assert dense.search(store, vec, text, top_k=5, source_prefix=None) is None  # the run seen: a refresh
+        assert dense.wait(60) and dense._copy is not first
+        hits = dense.search(store, vec, text, top_k=5, source_prefix=None)
+        assert hits is not None and "quokka relay" in hits[0]["content"]
+        assert read == [str(edited)]
+        assert_same_ranking(hits, store.search(vec, text, top_k=5))
+
+
 def test_a_server_uri_gets_no_copy(tmp_path, model_dir):
     ms = MemSearch(embedding_model=str(model_dir), milvus_uri="http://127.0.0.1:9", dense_index=True)
     assert ms._dense_index(None) is None

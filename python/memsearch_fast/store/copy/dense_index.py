@@ -235,10 +235,14 @@ class DenseIndex:
         self._start(full=True)
         return saved and self.wait(SAVED_WAIT_S)
 
-    def _stale(self) -> None:
-        """Rows changed behind the copy: drop it (Milvus answers) and load it again."""
+    def _stale(self, copy: Copy | Lean) -> None:
+        """Rows changed behind *copy*: drop it and load it again, unless a run began
+        writing since the search checked (its refresh reads only its files)."""
+        if file_stamp(self._manifest) != copy.token:
+            return
         with self._lock:
-            self._install(None)
+            if self._copy is copy:
+                self._install(None)
         self._start(full=True)
 
     def _later(self, seconds: float) -> None:
@@ -449,7 +453,7 @@ class DenseIndex:
             return None  # or a run is writing now: Milvus answers
         if now - copy.checked > RECHECK_S:
             if store.count() != len(copy.ids):
-                self._stale()
+                self._stale(copy)
                 return None
             copy.checked = now
         as_list = list(map(float, vector))
@@ -459,7 +463,7 @@ class DenseIndex:
                 store, copy, pos, among, as_list, query_text, top_k=top_k, source_prefix=source_prefix, explain=explain
             )
             if hits is None:
-                self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
+                self._stale(copy)  # a row the copy lacks
             return hits
         from memsearch_fast.store import fusion
         from memsearch_fast.store.search import together
@@ -478,7 +482,7 @@ class DenseIndex:
         )
         ranked, matched = merge.merge_dense(dense, span_hits, deep)
         if any(h["chunk_hash"] not in pos for h in sparse):
-            self._stale()  # a row the copy lacks: written by a tool that keeps no manifest
+            self._stale(copy)  # a row the copy lacks
             return None
         return store.finish_hybrid(
             ranked,
