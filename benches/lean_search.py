@@ -187,7 +187,9 @@ def _edit(store: Any, dense: Any, root: Path, db: str) -> None:
     watcher.wait()
     indexed = ran.get("done", float("nan"))
     if len(found) < 2:
-        raise SystemExit("the edit was not found through the copy in 120 s")
+        where = "through the copy" if found else "through the copy or Milvus"
+        held = "held" if dense.loaded else "dropped, reading again" if dense.loading else "dropped"
+        raise SystemExit(f"the edit was not found {where} in 120 s (copy {held}; index run {indexed - start:.2f} s)")
     print(
         f"edit -> searchable {found['searchable'] - start:.2f} s (index run {indexed - start:.2f} s), "
         f"through the copy {found['copy'] - start:.2f} s; RSS {_rss_mb()} MB (peak {_rss_mb('VmHWM')} MB)",
