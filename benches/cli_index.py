@@ -9,7 +9,9 @@ Runs ``memsearch index CORPUS_DIR --milvus-uri DB --provider openai`` and polls
 whose command line names DB (the Lite engine and its server), then prints one
 JSON line: wall seconds, that peak and each process's share of it, the database's bytes on disk (the database
 and its span file; not the manifest nor a saved copy) per byte of markdown, the
-index report's chunks and spans, and the load. Give DB a fresh path each run;
+index report's chunks and spans, the CPU seconds of the CLI, the engine and the
+embedding server (``--timeline`` adds each one's CPU every five seconds: which
+of them the wall waits on), and the load. Give DB a fresh path each run;
 set ``MEMSEARCH_SPANS=0`` or ``MEMSEARCH_SPAN_STORE=collection`` in the
 environment to compare. The database's Lite server is stopped at the end.
 Say the machine and its load.
@@ -21,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -44,6 +47,26 @@ def _name(pid: int) -> str:
     return f"{os.path.basename(words[0]) if words else '?'} {module} {pid}".replace("  ", " ")
 
 
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a live process (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pid() -> int | None:
+    """The zero-cost embedding server on this machine, if one runs."""
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and b"benches.embed_server" in Path(f"/proc/{p}/cmdline").read_bytes():
+                return int(p)
+        except OSError:
+            continue
+    return None
+
+
 def _related(db: str, cli: int) -> list[int]:
     out = [cli]
     for p in os.listdir("/proc"):
@@ -63,19 +86,37 @@ def main() -> None:
     parser.add_argument("db")
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", default="zero")
+    parser.add_argument("--timeline", action="store_true", help="each process's CPU every 5 s")
     args = parser.parse_args()
+    server = _server_pid()
+    server_cpu0 = _cpu_s(server) if server else 0.0
     env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "x")}
     cmd = ["memsearch", "index", args.corpus, "--milvus-uri", args.db, "--provider", "openai"]
     cmd += ["--base-url", args.base_url, "-m", args.model, "-j"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     peak, at_peak = 0, {}
+    cpu: dict[int, float] = {}
+    timeline, next_tick = [], 5.0
     while proc.poll() is None:
-        each = {p: _rss_kb(p) for p in _related(args.db, proc.pid)}
+        related = _related(args.db, proc.pid)
+        each = {p: _rss_kb(p) for p in related}
         if sum(each.values()) > peak:
             peak, at_peak = sum(each.values()), each
+        for p in related:
+            cpu[p] = max(cpu.get(p, 0.0), _cpu_s(p))
+        if args.timeline and time.perf_counter() - start >= next_tick:
+            tick = {_name(p): round(c, 1) for p, c in cpu.items()}
+            if server:
+                tick["server"] = round(_cpu_s(server) - server_cpu0, 1)
+            timeline.append({"t": round(next_tick), **tick})
+            next_tick += 5.0
         time.sleep(0.25)
     wall = time.perf_counter() - start
+    cli_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for p in cpu:
+        cpu[p] = max(cpu[p], _cpu_s(p))
+    cpu[proc.pid] = cli_cpu.ru_utime + cli_cpu.ru_stime
     report = json.loads(proc.stdout.read() if proc.stdout else b"{}")
     files = [f for f in glob.glob(glob.escape(args.db) + "*") if os.path.isfile(f)]
     size = sum(os.path.getsize(f) for f in files if ".manifest" not in f and ".copy" not in f)
@@ -90,6 +131,9 @@ def main() -> None:
                 "bytes_per_md_byte": round(size / markdown, 2),
                 "chunks": report.get("chunks"),
                 "spans": report.get("spans"),
+                "cpu_s": {_name(p) if p != proc.pid else "cli": round(c, 1) for p, c in cpu.items()}
+                | ({"server": round(_cpu_s(server) - server_cpu0, 1)} if server else {}),
+                **({"timeline": timeline} if args.timeline else {}),
                 "load": round(os.getloadavg()[0], 2),
             }
         )

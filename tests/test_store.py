@@ -439,6 +439,60 @@ def test_upsert_batches_by_count(store, monkeypatch):
     assert store.count() == 30
 
 
+def test_rows_written_as_columns_are_the_rows_the_row_api_writes(tmp_path, embedded, monkeypatch):
+    """The column request (store/columns.py) stores what pymilvus's row API stores,
+    BM25 vector included, through insert and upsert; rows of other keys go as rows."""
+    from memsearch_fast.store import columns
+
+    used: list[str] = []
+    real = columns.write_columns
+
+    def spy(client, op, collection, rows):
+        done = real(client, op, collection, rows)
+        used.append(op if done is not None else "rows")
+        return done
+
+    vecs = unit(12)
+    rows = [make_row(i, vecs[i], content=f"alpha {i} beta{i % 3}", source=f"notes/{i % 4}.md") for i in range(12)]
+    got = []
+    for name, writer in (("columns", spy), ("rows", lambda *a: None)):
+        monkeypatch.setattr(store_mod, "write_columns", writer)
+        s = MilvusStore(str(tmp_path / f"{name}.db"), dimension=DIM)
+        assert s.insert(rows[:8]) == 8
+        assert s.upsert([{**r, "content": r["content"] + " gamma"} for r in rows[4:]]) == 8
+        s.flush()
+        fields = ["chunk_hash", "content", "embedding", "heading", "heading_level", "start_line", "end_line"]
+        stored = {
+            r["chunk_hash"]: {**r, "embedding": [round(float(x), 6) for x in r["embedding"]]}
+            for r in s.rows_for_sources([f"notes/{i}.md" for i in range(4)], fields)
+        }
+        hits = [(h["chunk_hash"], round(h["score"], 5)) for h in s.search(list(vecs[5]), "gamma beta2", top_k=6)]
+        got.append((stored, hits))
+        s.close()
+    assert used == ["insert", "upsert"]
+    (cols, col_hits), (plain, row_hits) = got
+    assert cols.keys() == plain.keys() and len(cols) == 12
+    for h, r in plain.items():
+        assert cols[h] == r
+    assert col_hits == row_hits and col_hits
+
+    class Handler:
+        def batch_insert(self, *a, **k):  # pragma: no cover - must not be reached
+            raise AssertionError("rows of other keys went as columns")
+
+    class Client:
+        def _get_connection(self):
+            return Handler()
+
+        def describe_collection(self, name):
+            return {
+                "fields": [{"name": "chunk_hash", "type": 21}, {"name": "x", "type": 5, "is_function_output": True}]
+            }
+
+    assert real(Client(), "insert", "c", [{"chunk_hash": "a", "extra": 1}]) is None
+    assert real(object(), "insert", "c", [{"chunk_hash": "a"}]) is None
+
+
 # -- field limits ----------------------------------------------------------------------------
 
 

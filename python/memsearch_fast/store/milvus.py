@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsearch_fast.config.schema import DEFAULT_COLLECTION, DEFAULT_MILVUS_URI
 from memsearch_fast.errors import DimensionMismatchError, StoreError
+from memsearch_fast.store.columns import write_columns
 from memsearch_fast.store.compat import is_local_uri
 from memsearch_fast.store.filters import prefix_filter, quote_filter_value
 from memsearch_fast.store.rows import (
@@ -174,10 +175,11 @@ class MilvusStore(StoreSearch):
         for batch in self._batches(prepared):
 
             def send(c: Any, b: list[dict[str, Any]] = batch) -> Any:
-                return getattr(c, op)(collection_name=self.collection, data=b)
+                done = write_columns(c, op, self.collection, b)
+                return done if done is not None else getattr(c, op)(collection_name=self.collection, data=b)
 
             res = self._call(op, send, retry=retry)
-            n = res.get(f"{op}_count") if isinstance(res, dict) else None
+            n = res.get(f"{op}_count") if isinstance(res, dict) else res
             written += int(n) if isinstance(n, int) else len(batch)
         return written
 
