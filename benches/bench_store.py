@@ -133,6 +133,37 @@ def test_upsert_batch(benchmark, tmp_path, monkeypatch, batch):
         lite_broker.stop_server(db)
 
 
+@pytest.mark.parametrize("way", ["rows", "columns"])
+def test_pack_1000_rows(benchmark, populated, way):
+    """The client's CPU to pack one 1,000-row insert request, pymilvus's row API
+    against the column request of store/columns.py (no call is sent)."""
+    from pymilvus.client.prepare import Prepare
+
+    from memsearch_fast.store.columns import input_fields
+
+    db, _ = populated
+    store = MilvusStore(db)
+    try:
+        client = store._client
+        schema = client.describe_collection(store.collection)
+        rows = make_rows(1000, seed=3)
+        types = input_fields(schema)
+        handler = client._get_connection()
+
+        def by_rows():
+            return handler._prepare_row_insert_request(store.collection, rows, schema=schema)
+
+        def by_columns():
+            entities = [{"name": n, "type": t, "values": [r[n] for r in rows]} for n, t in types.items()]
+            return Prepare.batch_insert_param(store.collection, entities, "", schema["fields"])
+
+        request = benchmark(by_rows if way == "rows" else by_columns)
+    finally:
+        store.close()
+    assert request.num_rows == 1000
+    benchmark.extra_info.update(engine=ENGINE, way=way, ms=round(benchmark.stats.stats.median * 1000, 1))
+
+
 def test_flush_after_2000(benchmark, populated):
     """Flush after upserting 2,000 new rows into the populated index."""
     db, _ = populated
