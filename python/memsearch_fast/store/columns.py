@@ -35,6 +35,8 @@ def write_columns(client: Any, op: str, collection: str, rows: list[dict[str, An
     send = getattr(handler, "batch_insert" if op == "insert" else "upsert", None)
     if send is None:
         return None
+    # Read for each call (a millisecond beside the packing): another process may have
+    # made the collection anew since (reset, then index with another model).
     schema = client.describe_collection(collection)
     types = input_fields(schema)
     if any(r.keys() != types.keys() for r in rows):
