@@ -139,7 +139,7 @@ def test_pack_1000_rows(benchmark, populated, way):
     against the column request of store/columns.py (no call is sent)."""
     from pymilvus.client.prepare import Prepare
 
-    from memsearch_fast.store.columns import input_fields
+    from memsearch_fast.store.columns import entities, input_fields
 
     db, _ = populated
     store = MilvusStore(db)
@@ -154,8 +154,7 @@ def test_pack_1000_rows(benchmark, populated, way):
             return handler._prepare_row_insert_request(store.collection, rows, schema=schema)
 
         def by_columns():
-            entities = [{"name": n, "type": t, "values": [r[n] for r in rows]} for n, t in types.items()]
-            return Prepare.batch_insert_param(store.collection, entities, "", schema["fields"])
+            return Prepare.batch_insert_param(store.collection, entities(rows, types), "", schema["fields"])
 
         request = benchmark(by_rows if way == "rows" else by_columns)
     finally:

@@ -23,6 +23,11 @@ def input_fields(schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def entities(rows: list[dict[str, Any]], types: dict[str, Any]) -> list[dict[str, Any]]:
+    """*rows* as pymilvus's column entities, one a field of *types*."""
+    return [{"name": name, "type": kind, "values": [r[name] for r in rows]} for name, kind in types.items()]
+
+
 def write_columns(client: Any, op: str, collection: str, rows: list[dict[str, Any]]) -> int | None:
     """Insert or upsert *rows* as columns through *client*; returns the rows
     written, or None when this client or these rows cannot go that way (rows
@@ -41,7 +46,6 @@ def write_columns(client: Any, op: str, collection: str, rows: list[dict[str, An
     types = input_fields(schema)
     if any(r.keys() != types.keys() for r in rows):
         return None
-    entities = [{"name": name, "type": kind, "values": [r[name] for r in rows]} for name, kind in types.items()]
-    result = send(collection, entities, schema=schema)
+    result = send(collection, entities(rows, types), schema=schema)
     count = getattr(result, f"{op}_count", None)
     return int(count) if isinstance(count, int) else len(rows)
