@@ -56,28 +56,27 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _server_pid() -> int | None:
-    """The zero-cost embedding server on this machine, if one runs."""
+def _naming(word: str) -> list[int]:
+    """Processes whose command line holds *word*."""
+    out = []
     for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and b"benches.embed_server" in Path(f"/proc/{p}/cmdline").read_bytes():
-                return int(p)
-        except OSError:
-            continue
-    return None
-
-
-def _related(db: str, cli: int) -> list[int]:
-    out = [cli]
-    for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != cli:
+        if p.isdigit():
             try:
                 cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if db in cmd:
+            if word in cmd:
                 out.append(int(p))
     return out
+
+
+def _server_pid() -> int | None:
+    """The zero-cost embedding server on this machine, if one runs."""
+    return next(iter(_naming("benches.embed_server")), None)
+
+
+def _related(db: str, cli: int) -> list[int]:
+    return [cli, *(p for p in _naming(db) if p != cli)]
 
 
 def main() -> None:
@@ -90,6 +89,10 @@ def main() -> None:
     args = parser.parse_args()
     server = _server_pid()
     server_cpu0 = _cpu_s(server) if server else 0.0
+
+    def server_cpu() -> dict[str, float]:
+        return {"server": round(_cpu_s(server) - server_cpu0, 1)} if server else {}
+
     env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "x")}
     cmd = ["memsearch", "index", args.corpus, "--milvus-uri", args.db, "--provider", "openai"]
     cmd += ["--base-url", args.base_url, "-m", args.model, "-j"]
@@ -106,10 +109,7 @@ def main() -> None:
         for p in related:
             cpu[p] = max(cpu.get(p, 0.0), _cpu_s(p))
         if args.timeline and time.perf_counter() - start >= next_tick:
-            tick = {_name(p): round(c, 1) for p, c in cpu.items()}
-            if server:
-                tick["server"] = round(_cpu_s(server) - server_cpu0, 1)
-            timeline.append({"t": round(next_tick), **tick})
+            timeline.append({"t": round(next_tick), **{_name(p): round(c, 1) for p, c in cpu.items()}, **server_cpu()})
             next_tick += 5.0
         time.sleep(0.25)
     wall = time.perf_counter() - start
@@ -131,8 +131,7 @@ def main() -> None:
                 "bytes_per_md_byte": round(size / markdown, 2),
                 "chunks": report.get("chunks"),
                 "spans": report.get("spans"),
-                "cpu_s": {_name(p) if p != proc.pid else "cli": round(c, 1) for p, c in cpu.items()}
-                | ({"server": round(_cpu_s(server) - server_cpu0, 1)} if server else {}),
+                "cpu_s": {_name(p) if p != proc.pid else "cli": round(c, 1) for p, c in cpu.items()} | server_cpu(),
                 **({"timeline": timeline} if args.timeline else {}),
                 "load": round(os.getloadavg()[0], 2),
             }
