@@ -460,7 +460,7 @@ def test_memsearch_index_runs_in_the_service_that_holds_the_model(served, db, mo
 
 
 def _embedding_in_the_service(db: Path, model_dir: Path, notes: Path) -> subprocess.Popen[str]:
-    """A `memsearch index` of 400 KB that the service (its model loaded by a search) runs,
+    """A `memsearch index` of 200 KB that the service (its model loaded by a search) runs,
     once its progress shows chunks being embedded."""
     from tests.helpers.corpus import write_corpus
 
@@ -468,7 +468,7 @@ def _embedding_in_the_service(db: Path, model_dir: Path, notes: Path) -> subproc
     (notes / "a.md").write_text("# A\n\nalpha\n", encoding="utf-8")
     assert index_cli(db, model_dir, notes).returncode == 0
     search(db, model_dir, "alpha")  # the service loads the model
-    write_corpus(notes / "more", total_bytes=400_000, seed=3)
+    write_corpus(notes / "more", total_bytes=200_000, seed=3)
     argv = ["index", str(notes), "-j", "--collection", "notes", "--milvus-uri", str(db), "-m", str(model_dir)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "memsearch_fast.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -480,7 +480,7 @@ def _embedding_in_the_service(db: Path, model_dir: Path, notes: Path) -> subproc
     raise AssertionError("no chunk was embedded")
 
 
-@pytest.mark.slow(reason="indexes 400 KB in the service to interrupt it mid-run")
+@pytest.mark.slow(reason="indexes 200 KB in the service to interrupt it mid-run")
 def test_an_index_run_in_the_service_is_interrupted_as_in_process(served, db, model_dir, tmp_path, monkeypatch):
     """SIGTERM (or Ctrl-C) of a `memsearch index` that the service runs: the service
     writes and flushes what was embedded, the CLI exits 130; the next run finishes it."""

@@ -270,30 +270,48 @@ with MemSearch([sys.argv[1]], embedding_model=sys.argv[3], milvus_uri=sys.argv[2
 """
 
 
-@pytest.mark.slow(reason="indexes a corpus with the real model five times")
+@pytest.fixture(scope="module")
+def span_kill_corpus(tmp_path_factory: pytest.TempPathFactory, model_dir: Path):
+    """60 KB of notes and a clean index of them, shared by the kill points (one
+    worker: their xdist group)."""
+    from tests.helpers.harness import corpus, dump, stop_servers
+
+    base = tmp_path_factory.mktemp("span-kill")
+    notes = base / "notes"
+    corpus(notes, 60_000, seed=48)
+    clean = base / "clean.db"
+    try:
+        with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(clean)) as ms:
+            asyncio.run(ms.index())
+        want = dump(clean)
+    finally:
+        stop_servers(base)
+    assert any(k.startswith("span:") for k in want)
+    return notes, want
+
+
+@pytest.mark.slow(reason="indexes a corpus with the real model twice for each kill point")
+@pytest.mark.xdist_group("span_kill")
 @pytest.mark.parametrize("at", [2, 40])
-def test_a_run_killed_inside_a_span_write_is_repaired_by_the_next(tmp_path: Path, model_dir: Path, at: int) -> None:
+def test_a_run_killed_inside_a_span_write_is_repaired_by_the_next(
+    tmp_path: Path, model_dir: Path, span_kill_corpus: tuple[Path, dict], at: int
+) -> None:
     """kill -9 in the middle of a span file transaction (the first write, or a later one
     after others committed): the next run leaves what a clean index holds, spans included."""
     import subprocess
     import sys
 
-    from tests.helpers.harness import ROOT, assert_same, corpus, dump, stop_servers
+    from tests.helpers.harness import ROOT, assert_same, dump, stop_servers
 
-    notes = tmp_path / "notes"
-    corpus(notes, 60_000, seed=48)
+    notes, want = span_kill_corpus
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    db, clean = tmp_path / "killed.db", tmp_path / "clean.db"
+    db = tmp_path / "killed.db"
     run = [sys.executable, "-c", KILLED_RUN, str(notes), str(db), str(model_dir)]
     try:
         killed = subprocess.run([*run, str(at)], env=env, capture_output=True, timeout=300)
         assert killed.returncode == -9, killed.stderr[-2000:]
         repaired = subprocess.run([*run, "0"], env=env, capture_output=True, timeout=300)
         assert repaired.returncode == 0, repaired.stderr[-2000:]
-        with MemSearch([str(notes)], embedding_model=str(model_dir), milvus_uri=str(clean)) as ms:
-            asyncio.run(ms.index())
-        got, want = dump(db), dump(clean)
-        assert any(k.startswith("span:") for k in want)
-        assert_same(got, want, f"killed at span write {at}")
+        assert_same(dump(db), want, f"killed at span write {at}")
     finally:
         stop_servers(tmp_path)

@@ -29,7 +29,11 @@ from memsearch_fast.lite import state as lite_state
 from memsearch_fast.store import MilvusStore, StoreError, StoreUnavailableError
 from tests.helpers.installed import PACKAGE_PARENT
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork")
+pytestmark = [
+    pytest.mark.skipif(os.name != "posix", reason="the shared server needs fcntl and fork"),
+    # One worker runs the module in order, so the idle client (see idle_client) waits while the others run.
+    pytest.mark.xdist_group("store_sharing"),
+]
 
 DIM = 8
 LITE_MAJOR = int(importlib.metadata.version("milvus-lite").split(".")[0])
@@ -491,9 +495,36 @@ ms.close()
 """
 
 
-@pytest.mark.slow(reason="stays idle 45 s, past the engine's ping allowance")
+IDLE_S = 45
+IDLE_TEST = "test_an_idle_client_is_not_cut_off_by_the_engine"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def idle_client(request, tmp_path_factory):
+    """The client of the module's last test, started with its first test: its 45 s
+    idle pass while the others run instead of holding a worker idle."""
+    if not any(item.name == IDLE_TEST for item in request.session.items):
+        yield None
+        return
+    model_dir = request.getfixturevalue("model_dir")
+    base = tmp_path_factory.mktemp("idle")
+    notes = base / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Gateway\n\nThe gateway listens on port 8443.\n")
+    db = str(base / "milvus.db")
+    proc = run_py(IDLE_CLIENT, str(notes), db, str(model_dir), str(IDLE_S))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        lite_broker.stop_server(db)
+
+
+@pytest.mark.slow(reason="its client stays idle 45 s, past the engine's ping allowance")
 @pytest.mark.timeout(240)  # 45-60 s on two busy cores: past the suite's 120 s limit on a slower machine
-def test_an_idle_client_is_not_cut_off_by_the_engine(db, tmp_path, model_dir):
+def test_an_idle_client_is_not_cut_off_by_the_engine(idle_client):
     """pymilvus 3.x pings every 10 s even without a call in flight, and Milvus Lite
     2.5's engine, which allows one ping in 5 minutes, answered the first call
     after a minute idle with GOAWAY "too_many_pings": gRPC logged two error
@@ -501,11 +532,7 @@ def test_an_idle_client_is_not_cut_off_by_the_engine(db, tmp_path, model_dir):
     dropped the connection. A local engine's connection sends no pings. (The
     third ping, at 30 s, is the strike that ends it: 40 s idle showed the
     error without the fix, 25 s did not.)"""
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "a.md").write_text("# Gateway\n\nThe gateway listens on port 8443.\n")
-    p = run_py(IDLE_CLIENT, str(notes), db, str(model_dir), "45")
-    out, err = p.communicate(timeout=250)
-    assert p.returncode == 0, err[-3000:]
+    out, err = idle_client.communicate(timeout=250)
+    assert idle_client.returncode == 0, err[-3000:]
     assert json.loads(out.strip().splitlines()[-1]) == {"hits": 1}
     assert "GOAWAY" not in err and "too_many_pings" not in err, err[-3000:]

@@ -57,7 +57,7 @@ pytestmark = [
 ]
 
 SEED = 15_2026
-CORPUS_BYTES = 120_000
+CORPUS_BYTES = 80_000
 COLD_POINTS = 4  # two anywhere in the run, two within its writes; the long run has 100
 WARM_POINTS = 5
 INTERRUPTED = "interrupted; what was written is kept, rerun to finish"
