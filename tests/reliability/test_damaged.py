@@ -50,10 +50,10 @@ MALFORMED = "database disk image is malformed"
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[Path, Path, int]]:
-    """~20 generated files indexed once into a database whose server is then stopped."""
+    """~16 generated files indexed once into a database whose server is then stopped."""
     base = tmp_path_factory.mktemp("pristine")
     notes = base / "notes"
-    files = corpus(notes, 200_000, seed=21)
+    files = corpus(notes, 140_000, seed=21)
     assert 15 <= len(files) <= 30
     db = base / "m.db"
     env = cli_env(base / "home")
