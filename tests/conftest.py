@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.model import MISSING, cache_root, find_model_dir
+from tests.helpers.model import INFERENCE_MODULES, MISSING, cache_root, find_model_dir, memoized_inference
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
@@ -136,6 +136,17 @@ def model_dir() -> Path:
     if path is None or not (path / "tokenizer.json").is_file():
         pytest.fail(f"{MISSING} (looked in {path})" if path else MISSING)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _inference_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int8 model's vector of a text computed once in this process (see
+    ``memoized_inference``), but in the tests about inference. Subprocesses run it."""
+    if request.module.__name__ in INFERENCE_MODULES:
+        return
+    from memsearch_fast.embeddings.onnx import OnnxEmbedding
+
+    monkeypatch.setattr(OnnxEmbedding, "_infer", memoized_inference(OnnxEmbedding._infer))
 
 
 @pytest.fixture(scope="session")

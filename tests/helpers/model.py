@@ -60,3 +60,38 @@ def reference_embeddings() -> dict[str, Any]:
     """``{"model", "pooling", "normalize", "max_seq_length", "texts", "embeddings"}``."""
     data: dict[str, Any] = json.loads(REFERENCE_EMBEDDINGS.read_text(encoding="utf-8"))
     return data
+
+
+#: Modules whose tests are about inference itself (a text's vector alone and
+#: among batch mates, in steps and clean): every call of theirs runs the model.
+INFERENCE_MODULES = frozenset(
+    {"tests.test_embeddings_onnx", "tests.test_model_import", "tests.reliability.test_vectors"}
+)
+_VECTORS: dict[tuple[str, bytes], Any] = {}
+_MAX_VECTORS = 300_000  # ~0.6 GB of keys and vectors at most in one worker
+
+
+def memoized_inference(real: Any) -> Any:
+    """``OnnxEmbedding._infer`` computed once per model and one-text batch in this process.
+
+    An int8 model embeds one text per call (its vector depends on nothing else), so
+    the tests that index the same generated corpus into database after database
+    get the vectors the model gives, without running it again for each. Batches
+    of several texts (the fp32 model) always run.
+    """
+    import hashlib
+
+    def infer(self: Any, batch: Any) -> Any:
+        if len(batch.ids) != 1:
+            return real(self, batch)
+        digest = hashlib.blake2b(batch.ids.tobytes() + b"|" + batch.mask.tobytes(), digest_size=16).digest()
+        key = (f"{self._onnx_path}|{self._pooling}|{self._pooled}", digest)
+        hit = _VECTORS.get(key)
+        if hit is None:
+            hit = real(self, batch)
+            if len(_VECTORS) >= _MAX_VECTORS:
+                _VECTORS.clear()
+            _VECTORS[key] = hit
+        return hit.copy()
+
+    return infer
