@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.model import INFERENCE_MODULES, MISSING, cache_root, find_model_dir, memoized_inference
+from tests.helpers.model import INFERENCE_TESTS, MISSING, cache_root, find_model_dir, memoized_inference
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "examples" / "sample"
@@ -142,7 +142,7 @@ def model_dir() -> Path:
 def _inference_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The int8 model's vector of a text computed once in this process (see
     ``memoized_inference``), but in the tests about inference. Subprocesses run it."""
-    if request.module.__name__ in INFERENCE_MODULES:
+    if request.path.relative_to(TESTS).as_posix() in INFERENCE_TESTS:
         return
     from memsearch_fast.embeddings.onnx import OnnxEmbedding
 

@@ -62,11 +62,11 @@ def reference_embeddings() -> dict[str, Any]:
     return data
 
 
-#: Modules whose tests are about inference itself (a text's vector alone and
-#: among batch mates, in steps and clean): every call of theirs runs the model.
-INFERENCE_MODULES = frozenset(
-    {"tests.test_embeddings_onnx", "tests.test_model_import", "tests.reliability.test_vectors"}
-)
+#: The test files (under tests/) about inference itself (a text's vector alone
+#: and among batch mates, in steps and clean): every call of theirs runs the model.
+INFERENCE_TESTS = frozenset({"test_embeddings_onnx.py", "test_model_import.py", "reliability/test_vectors.py"})
+_missing = sorted(name for name in INFERENCE_TESTS if not (ROOT / "tests" / name).is_file())
+assert not _missing, f"INFERENCE_TESTS names no such file: {_missing}"
 _VECTORS: dict[tuple[str, bytes], Any] = {}
 _MAX_VECTORS = 300_000  # ~0.6 GB of keys and vectors at most in one worker
 
